@@ -1,0 +1,37 @@
+"""car-rag: retrieval that answers from the document that controls, not the one that matches."""
+
+from car_rag.embedding import DEFAULT_MODEL, Embedder
+from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
+from car_rag.policy import EXPLICIT_RULE, Policy, PolicyError, Rule, builtin_policies, load_policy
+from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
+from car_rag.retriever import ControllingAuthorityRetriever, RetrievalResult, RetrievedRecord
+from car_rag.store import CARStore, IngestReport, StoreError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuthorityGraph",
+    "CARStore",
+    "ControllingAuthorityRetriever",
+    "DEFAULT_MODEL",
+    "EXPLICIT_RULE",
+    "Edge",
+    "Embedder",
+    "IngestReport",
+    "LoadReport",
+    "Policy",
+    "PolicyError",
+    "RSSG",
+    "Record",
+    "RecordError",
+    "RetrievalResult",
+    "RetrievedRecord",
+    "Rule",
+    "StoreError",
+    "SupersessionCycleError",
+    "builtin_policies",
+    "load_policy",
+    "load_records",
+    "parse_records",
+    "__version__",
+]

@@ -1,0 +1,15 @@
+"""Stage-1 channels: lexical (BM25) and dense retrieval, and rank fusion."""
+
+from car_rag.channels.base import ChannelHit, LexicalIndex, load_lexical_index, make_lexical_index
+from car_rag.channels.dense import DenseChannel
+from car_rag.channels.fusion import FusedHit, reciprocal_rank_fusion
+
+__all__ = [
+    "ChannelHit",
+    "LexicalIndex",
+    "make_lexical_index",
+    "load_lexical_index",
+    "DenseChannel",
+    "FusedHit",
+    "reciprocal_rank_fusion",
+]

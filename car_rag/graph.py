@@ -1,0 +1,282 @@
+"""The authority graph: which record voids which, maintained incrementally.
+
+Edges come from explicit ``supersedes`` lists and from policy rules applied pairwise, but
+only between records the entity index puts in the same scope bucket, so adding a record
+costs a few index lookups, not a corpus scan. Queries over the graph (superseders,
+authority closure, active frontier, the per-query RSSG) follow edges upwards, from a
+voided record to what voids it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from car_rag.policy import EXPLICIT_RULE, WILDCARD, Policy
+from car_rag.records import Record
+
+__all__ = ["Edge", "AuthorityGraph", "SupersessionCycleError", "RSSG"]
+
+_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``superseder`` voids ``target`` by ``rule`` (a policy rule name, or 'explicit')."""
+
+    superseder: str
+    target: str
+    rule: str
+
+
+class SupersessionCycleError(ValueError):
+    """Adding a record would make supersession circular (A voids B voids … voids A)."""
+
+    def __init__(self, doc_id: str, cycle: list[str], edges: list[Edge]):
+        self.doc_id = doc_id
+        self.cycle = cycle
+        self.edges = edges
+        path = " ⊳ ".join(cycle)
+        rules = ", ".join(f"{e.superseder} ⊳ {e.target} by {e.rule}" for e in edges)
+        super().__init__(f"record {doc_id!r} would close a supersession cycle {path} ({rules})")
+
+
+class AuthorityGraph:
+    """Entity index plus supersession edges over a set of records, under one policy."""
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.records: dict[str, Record] = {}
+        self._by_scope: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._by_type: dict[str, set[str]] = defaultdict(set)
+        self._up: dict[str, dict[str, str]] = defaultdict(dict)  # target -> {superseder: rule}
+        self._down: dict[str, dict[str, str]] = defaultdict(dict)  # superseder -> {target: rule}
+        self._explicit_waiting: dict[str, set[str]] = defaultdict(set)  # absent target -> superseders
+
+    # ------------------------------------------------------------------ building
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self.records
+
+    def add(self, record: Record) -> list[Edge]:
+        """Insert or replace a record; returns the edges it now takes part in.
+
+        Raises :class:`SupersessionCycleError` and leaves the graph as it was if the record
+        would close a cycle.
+        """
+        previous = self.records.get(record.doc_id)
+        if previous is not None:
+            self.remove(record.doc_id)
+        edges = self._edges_for(record)
+        self._insert(record, edges)
+        cycle = self._cycle_through(record.doc_id)
+        if cycle:
+            self.remove(record.doc_id)
+            if previous is not None:
+                self._insert(previous, self._edges_for(previous))
+            raise SupersessionCycleError(record.doc_id, cycle, self._path_edges(cycle, edges))
+        return edges
+
+    def remove(self, doc_id: str) -> None:
+        record = self.records.pop(doc_id)
+        for key, value in record.scope.items():
+            self._by_scope[(key, value)].discard(doc_id)
+        self._by_type[record.doc_type].discard(doc_id)
+        for sup in self._up.pop(doc_id, {}):
+            self._down[sup].pop(doc_id, None)
+            if doc_id in self.records[sup].supersedes:
+                self._explicit_waiting[doc_id].add(sup)
+        for tgt in self._down.pop(doc_id, {}):
+            self._up[tgt].pop(doc_id, None)
+        for tgt in record.supersedes:
+            self._explicit_waiting[tgt].discard(doc_id)
+
+    def load_edges(self, records: Iterable[Record], edges: Iterable[Edge]) -> None:
+        """Restore a persisted graph without re-running rules or cycle checks."""
+        for record in records:
+            self._index(record)
+        for edge in edges:
+            self._link(edge)
+        for record in self.records.values():
+            for tgt in record.supersedes:
+                if tgt not in self.records:
+                    self._explicit_waiting[tgt].add(record.doc_id)
+
+    def _index(self, record: Record) -> None:
+        self.records[record.doc_id] = record
+        for key, value in record.scope.items():
+            self._by_scope[(key, value)].add(record.doc_id)
+        self._by_type[record.doc_type].add(record.doc_id)
+
+    def _link(self, edge: Edge) -> None:
+        # Keep the first reason found: explicit edges are listed before rules.
+        self._up[edge.target].setdefault(edge.superseder, edge.rule)
+        self._down[edge.superseder].setdefault(edge.target, edge.rule)
+
+    def _insert(self, record: Record, edges: list[Edge]) -> None:
+        self._index(record)
+        for tgt in record.supersedes:
+            if tgt not in self.records:
+                self._explicit_waiting[tgt].add(record.doc_id)
+        self._explicit_waiting.pop(record.doc_id, None)
+        for edge in edges:
+            self._link(edge)
+
+    def _candidates(self, keys: tuple[str, ...], scope: Mapping[str, str], doc_type: str) -> Iterable[str]:
+        if not keys:
+            return self._by_type.get(doc_type, ()) if doc_type != WILDCARD else self.records.keys()
+        buckets = []
+        for key in keys:
+            value = scope.get(key)
+            if value is None:
+                return ()
+            buckets.append(self._by_scope.get((key, value), set()))
+        buckets.sort(key=len)
+        return buckets[0].intersection(*buckets[1:]) if len(buckets) > 1 else buckets[0]
+
+    def _edges_for(self, record: Record) -> list[Edge]:
+        """Every edge between ``record`` and records already in the graph."""
+        found: dict[tuple[str, str], str] = {}
+
+        def note(sup: str, tgt: str, rule: str) -> None:
+            found.setdefault((sup, tgt), rule)
+
+        for tgt in record.supersedes:
+            if tgt in self.records:
+                note(record.doc_id, tgt, EXPLICIT_RULE)
+        for sup in self._explicit_waiting.get(record.doc_id, ()):
+            if sup in self.records:
+                note(sup, record.doc_id, EXPLICIT_RULE)
+        for rule in self.policy.rules:
+            if rule.trigger in (WILDCARD, record.doc_type):
+                for other in self._candidates(rule.within, record.scope, rule.target):
+                    if other != record.doc_id and rule.fires(record, self.records[other]):
+                        note(record.doc_id, other, rule.name)
+            if rule.target in (WILDCARD, record.doc_type):
+                for other in self._candidates(rule.within, record.scope, rule.trigger):
+                    if other != record.doc_id and rule.fires(self.records[other], record):
+                        note(other, record.doc_id, rule.name)
+        return [Edge(s, t, r) for (s, t), r in found.items()]
+
+    def _cycle_through(self, doc_id: str) -> list[str]:
+        """A path doc_id ⊳ … ⊳ doc_id if one exists (following superseders upwards)."""
+        parent: dict[str, str] = {}
+        stack = [doc_id]
+        while stack:
+            node = stack.pop()
+            for sup in self._up.get(node, ()):
+                if sup == doc_id:
+                    path = [node]
+                    while path[-1] != doc_id:
+                        path.append(parent[path[-1]])
+                    return [doc_id, *path]
+                if sup not in parent:
+                    parent[sup] = node
+                    stack.append(sup)
+        return []
+
+    def _path_edges(self, cycle: list[str], edges: list[Edge]) -> list[Edge]:
+        by_pair = {(e.superseder, e.target): e for e in edges}
+        out = []
+        for sup, tgt in zip(cycle, cycle[1:]):
+            rule = by_pair.get((sup, tgt)) or Edge(sup, tgt, self._up.get(tgt, {}).get(sup, "?"))
+            out.append(rule)
+        return out
+
+    # ------------------------------------------------------------------ reading
+    def edges(self) -> list[Edge]:
+        return [Edge(s, t, r) for t, sups in self._up.items() for s, r in sups.items()]
+
+    def superseders(self, doc_id: str) -> list[Edge]:
+        """Records that directly void ``doc_id``."""
+        return [Edge(s, doc_id, r) for s, r in self._up.get(doc_id, {}).items()]
+
+    def superseded_by(self, doc_id: str) -> list[Edge]:
+        """Records that ``doc_id`` directly voids."""
+        return [Edge(doc_id, t, r) for t, r in self._down.get(doc_id, {}).items()]
+
+    def is_superseded(self, doc_id: str) -> bool:
+        return bool(self._up.get(doc_id))
+
+    def ancestors(self, doc_id: str) -> set[str]:
+        """Everything that voids ``doc_id``, transitively."""
+        seen: set[str] = set()
+        stack = [doc_id]
+        while stack:
+            for sup in self._up.get(stack.pop(), ()):
+                if sup not in seen:
+                    seen.add(sup)
+                    stack.append(sup)
+        return seen
+
+    def closure(self, doc_ids: Iterable[str]) -> set[str]:
+        """Authority closure: the records plus everything that voids them, transitively."""
+        out: set[str] = set()
+        for doc_id in doc_ids:
+            if doc_id not in out:
+                out.add(doc_id)
+                out |= self.ancestors(doc_id)
+        return out
+
+    def frontier(self, doc_ids: Iterable[str]) -> set[str]:
+        """Active frontier: members of the set that no member voids, transitively."""
+        members = set(doc_ids)
+        return {d for d in members if not (self.ancestors(d) & members)}
+
+    def lookup(self, scope: Mapping[str, str]) -> list[Record]:
+        """Entity-index lookup: records whose scope has every given key/value, oldest first."""
+        ids = self._candidates(tuple(scope), scope, WILDCARD) if scope else ()
+        return sorted((self.records[i] for i in ids), key=lambda r: (r.time or _EPOCH, r.doc_id))
+
+    def scope_bucket(self, record: Record) -> list[Record]:
+        """Records sharing ``record``'s scope on every policy scope key it has."""
+        keys = {k: record.scope[k] for k in self.policy.scope_keys if k in record.scope}
+        return self.lookup(keys)
+
+    def rssg(self, doc_ids: Iterable[str]) -> "RSSG":
+        """The supersession graph restricted to one query's retrieved set."""
+        return RSSG(self, set(doc_ids))
+
+
+class RSSG:
+    """Retrieved-Set Supersession Graph: who voids whom among one query's records.
+
+    Supersession through a record outside the set still counts (A ⊳ B ⊳ C with only A and
+    C retrieved: C is voided by A), and is reported with the first rule on the path.
+    """
+
+    def __init__(self, graph: AuthorityGraph, members: set[str]):
+        self.members = members
+        self.voided_by: dict[str, dict[str, str]] = {}
+        for doc_id in members:
+            hits = self._voiders(graph, doc_id)
+            if hits:
+                self.voided_by[doc_id] = hits
+
+    def _voiders(self, graph: AuthorityGraph, doc_id: str) -> dict[str, str]:
+        """Members voiding ``doc_id``, each with the rule of the first hop towards it."""
+        found: dict[str, str] = {}
+        first_rule: dict[str, str] = {}
+        stack = [doc_id]
+        while stack:
+            node = stack.pop()
+            for sup, rule in graph._up.get(node, {}).items():
+                if sup in first_rule:
+                    continue
+                first_rule[sup] = rule if node == doc_id else first_rule[node]
+                if sup in self.members:
+                    found[sup] = first_rule[sup]
+                stack.append(sup)
+        return found
+
+    @property
+    def frontier(self) -> set[str]:
+        return self.members - set(self.voided_by)
+
+    def controlling(self, doc_id: str) -> list[str]:
+        """Frontier members that void ``doc_id`` (empty if it is itself active)."""
+        return sorted(s for s in self.voided_by.get(doc_id, {}) if s not in self.voided_by)

@@ -1,0 +1,214 @@
+"""Policies: a domain's authority rules, written as data (TOML or JSON), not code.
+
+A rule ``trigger ⊳ target within keys`` says a record of type ``trigger`` voids a record
+of type ``target`` when both agree on every key in ``within`` (an empty ``within`` makes
+the rule global). ``order`` adds a temporal or version condition. Explicit ``supersedes``
+edges on records always count, whatever the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from car_rag.records import Record
+
+__all__ = ["Rule", "Policy", "PolicyError", "load_policy", "builtin_policies", "EXPLICIT_RULE"]
+
+EXPLICIT_RULE = "explicit"
+"""Name reported for an edge that comes from a record's own ``supersedes`` list."""
+
+WILDCARD = "*"
+
+
+class PolicyError(ValueError):
+    """A policy file or name that cannot be used."""
+
+
+def version_is_higher(a: str, b: str) -> bool:
+    """Whether version label ``a`` is strictly higher than ``b``: PEP 440 when both parse,
+    else by their numeric parts ("2024-R3" > "2024-R2"); labels with equal numbers are not ordered."""
+    try:
+        return Version(a) > Version(b)
+    except InvalidVersion:
+        def numbers(label: str) -> tuple[int, ...]:
+            return tuple(int(n) for n in re.findall(r"\d+", label))
+
+        return numbers(a) > numbers(b)
+
+
+class Rule(BaseModel):
+    """``trigger ⊳ target`` within the named scope keys, optionally ordered."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Short id reported on every edge, e.g. 'R1'.")
+    trigger: str = Field(min_length=1, description="doc_type that voids, or '*' for any.")
+    target: str = Field(min_length=1, description="doc_type that is voided, or '*' for any.")
+    within: tuple[str, ...] = Field(
+        default=(), description="Scope keys both records must share with equal values; empty = global."
+    )
+    order: Literal["any", "later", "higher_version"] = Field(
+        default="any",
+        description="'later': the trigger's date must be strictly later; 'higher_version': its version higher. "
+        "When the compared value is missing on either record the rule does not fire.",
+    )
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _no_symmetric_any(self) -> "Rule":
+        overlaps = self.trigger == self.target or WILDCARD in (self.trigger, self.target)
+        if overlaps and self.order == "any":
+            raise ValueError(
+                f"rule {self.name!r}: trigger and target can be the same type, so it needs order "
+                "'later' or 'higher_version' (otherwise two such records would void each other)"
+            )
+        return self
+
+    def matches_types(self, trigger_type: str, target_type: str) -> bool:
+        return self.trigger in (WILDCARD, trigger_type) and self.target in (WILDCARD, target_type)
+
+    def fires(self, trigger: Record, target: Record) -> bool:
+        """Whether this rule makes ``trigger`` supersede ``target``."""
+        if trigger.doc_id == target.doc_id or not self.matches_types(trigger.doc_type, target.doc_type):
+            return False
+        for key in self.within:
+            value = trigger.scope.get(key)
+            if value is None or value != target.scope.get(key):
+                return False
+        if self.order == "later":
+            return trigger.time is not None and target.time is not None and trigger.time > target.time
+        if self.order == "higher_version":
+            return (
+                trigger.version is not None
+                and target.version is not None
+                and version_is_higher(trigger.version, target.version)
+            )
+        return True
+
+    def label(self) -> str:
+        return f"{self.trigger}⊳{self.target}"
+
+
+class Policy(BaseModel):
+    """A domain's authority rules and how to read scope ids out of a query."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    scope_keys: tuple[str, ...] = Field(
+        min_length=1, description="Entity keys that define a record's scope (its entity-index bucket)."
+    )
+    rules: tuple[Rule, ...] = Field(default=(), description="Supersession rules; explicit edges always count too.")
+    scope_patterns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Scope key -> regex pulling that key's value out of a query (first group, else whole match).",
+    )
+    case_insensitive_keys: tuple[str, ...] = Field(
+        default=(), description="Scope keys whose query matches are compared case-insensitively (upper-cased)."
+    )
+
+    @field_validator("scope_patterns")
+    @classmethod
+    def _compile(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, pattern in value.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"scope_patterns[{key!r}] is not a valid regex: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _keys_known(self) -> "Policy":
+        names = [r.name for r in self.rules]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"rule names must be unique, repeated: {dupes}")
+        for rule in self.rules:
+            unknown = [k for k in rule.within if k not in self.scope_keys]
+            if unknown:
+                raise ValueError(f"rule {rule.name!r} uses keys {unknown} that are not in scope_keys {list(self.scope_keys)}")
+        for key in self.scope_patterns:
+            if key not in self.scope_keys:
+                raise ValueError(f"scope_patterns names key {key!r} that is not in scope_keys")
+        return self
+
+    @cached_property
+    def anchor_types(self) -> frozenset[str]:
+        """Types some rule can void: the records Stage 2 probes for superseders."""
+        return frozenset(r.target for r in self.rules)
+
+    @cached_property
+    def superseding_types(self) -> frozenset[str]:
+        return frozenset(r.trigger for r in self.rules)
+
+    @cached_property
+    def _patterns(self) -> dict[str, re.Pattern[str]]:
+        return {k: re.compile(p) for k, p in self.scope_patterns.items()}
+
+    def scope_ids_in(self, query: str) -> dict[str, list[str]]:
+        """Scope values named in the query text, by key (e.g. {'cve_id': ['CVE-2019-10744']})."""
+        found: dict[str, list[str]] = {}
+        for key, pattern in self._patterns.items():
+            values = []
+            for match in pattern.finditer(query):
+                value = match.group(1) if pattern.groups else match.group(0)
+                if key in self.case_insensitive_keys:
+                    value = value.upper()
+                if value not in values:
+                    values.append(value)
+            if values:
+                found[key] = values
+        return found
+
+    def edges_between(self, trigger: Record, target: Record) -> list[str]:
+        """Names of every rule (or the explicit edge) by which ``trigger`` supersedes ``target``."""
+        names = [EXPLICIT_RULE] if target.doc_id in trigger.supersedes else []
+        names.extend(r.name for r in self.rules if r.fires(trigger, target))
+        return names
+
+    def rule(self, name: str) -> Rule | None:
+        return next((r for r in self.rules if r.name == name), None)
+
+
+def builtin_policies() -> list[str]:
+    """Names of the policies shipped with car-rag."""
+    folder = resources.files("car_rag") / "policies"
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _parse(text: str, suffix: str, origin: str) -> Policy:
+    try:
+        data = json.loads(text) if suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise PolicyError(f"{origin}: cannot parse: {exc}") from exc
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise PolicyError(f"{origin}: invalid policy: {details}") from exc
+
+
+def load_policy(name_or_path: str | Path | Policy) -> Policy:
+    """A built-in policy by name, or a policy file (``.toml`` or ``.json``)."""
+    if isinstance(name_or_path, Policy):
+        return name_or_path
+    path = Path(name_or_path)
+    if path.suffix in (".toml", ".json"):
+        if not path.is_file():
+            raise PolicyError(f"policy file not found: {path}")
+        return _parse(path.read_text(encoding="utf-8"), path.suffix, str(path))
+    name = str(name_or_path)
+    if name not in builtin_policies():
+        raise PolicyError(f"unknown policy {name!r}: use a .toml/.json file or one of {builtin_policies()}")
+    text = (resources.files("car_rag") / "policies" / f"{name}.toml").read_text(encoding="utf-8")
+    return _parse(text, ".toml", f"built-in policy {name!r}")

@@ -1,0 +1,257 @@
+"""The two-stage controlling-authority retriever.
+
+Stage 1 finds the records the query is about (anchors) by BM25, dense search or their
+fusion. Stage 2 follows supersession from every anchor, and from every scope id the query
+names, through the entity-indexed authority graph. Stage 3 builds the supersession graph
+over that retrieved set (RSSG) and keeps its active frontier in front: active records
+first, each in its anchor's Stage-1 order, superseded records after them as provenance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Literal
+
+from car_rag.channels import ChannelHit, FusedHit, reciprocal_rank_fusion
+from car_rag.graph import RSSG, Edge
+from car_rag.records import Record
+from car_rag.store import CARStore
+
+__all__ = ["ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "AnchorMode", "Resolution"]
+
+AnchorMode = Literal["bm25", "dense", "hybrid"]
+Resolution = Literal["rules", "timestamp"]
+Status = Literal["active", "superseded"]
+Role = Literal["anchor", "superseder", "scope_match"]
+
+_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+
+
+@dataclass
+class RetrievedRecord:
+    """A record in a retrieval result, with why it is there and what it is worth."""
+
+    record: Record
+    status: Status
+    role: Role
+    rank: int
+    anchor_id: str | None = None
+    """The Stage-1 anchor whose authority chain brought it in (itself for an anchor)."""
+    stage1: FusedHit | None = None
+    """Fused score and per-channel scores/ranks if Stage 1 found it."""
+    superseded_by: list[str] = field(default_factory=list)
+    """Active records in this result that void it (the ones that control)."""
+    voided_by: list[Edge] = field(default_factory=list)
+    """Every record in this result that voids it, each with the rule of the first hop."""
+    voids: list[Edge] = field(default_factory=list)
+    """Records in this result it voids."""
+
+    @property
+    def doc_id(self) -> str:
+        return self.record.doc_id
+
+    def to_dict(self) -> dict:
+        return {
+            "rank": self.rank,
+            "doc_id": self.doc_id,
+            "doc_type": self.record.doc_type,
+            "status": self.status,
+            "role": self.role,
+            "anchor_id": self.anchor_id,
+            "superseded_by": self.superseded_by,
+            "voided_by": [{"doc_id": e.superseder, "rule": e.rule} for e in self.voided_by],
+            "voids": [{"doc_id": e.target, "rule": e.rule} for e in self.voids],
+            "scope": self.record.scope,
+            "published_at": self.record.published_at.isoformat() if self.record.published_at else None,
+            "stage1": None
+            if self.stage1 is None
+            else {"rank": self.stage1.rank, "score": self.stage1.score, "channels": self.stage1.channel_scores},
+        }
+
+
+@dataclass
+class RetrievalResult:
+    """Ranked records for one query: active frontier first, superseded provenance after."""
+
+    query: str
+    ranked: list[RetrievedRecord]
+    anchors: list[FusedHit]
+    scope_ids: dict[str, list[str]]
+    timings_ms: dict[str, float]
+
+    def __iter__(self) -> Iterator[RetrievedRecord]:
+        return iter(self.ranked)
+
+    def __len__(self) -> int:
+        return len(self.ranked)
+
+    def top(self, k: int) -> list[RetrievedRecord]:
+        return self.ranked[:k]
+
+    def doc_ids(self, k: int | None = None) -> list[str]:
+        return [r.doc_id for r in self.ranked[:k]]
+
+    @property
+    def active(self) -> list[RetrievedRecord]:
+        return [r for r in self.ranked if r.status == "active"]
+
+    @property
+    def superseded(self) -> list[RetrievedRecord]:
+        return [r for r in self.ranked if r.status == "superseded"]
+
+    def get(self, doc_id: str) -> RetrievedRecord | None:
+        return next((r for r in self.ranked if r.doc_id == doc_id), None)
+
+    def to_dict(self, k: int | None = None) -> dict:
+        return {
+            "query": self.query,
+            "scope_ids": self.scope_ids,
+            "records": [r.to_dict() for r in self.ranked[:k]],
+            "timings_ms": self.timings_ms,
+        }
+
+
+class _TimestampRSSG(RSSG):
+    """The paper's anchor-only baseline: a later record in the same scope bucket voids an
+    earlier one, whatever the types. Wrong when several chains share a scope; kept to
+    measure what the rule-based RSSG buys."""
+
+    def __init__(self, records: dict[str, Record], members: set[str], scope_keys: tuple[str, ...]):
+        self.members = members
+        self.voided_by = {}
+        buckets: dict[tuple, list[Record]] = {}
+        for doc_id in members:
+            rec = records[doc_id]
+            buckets.setdefault(tuple(rec.scope.get(k) for k in scope_keys), []).append(rec)
+        for group in buckets.values():
+            for rec in group:
+                later = {o.doc_id: "later_in_scope" for o in group if (o.time or _EPOCH) > (rec.time or _EPOCH)}
+                if later:
+                    self.voided_by[rec.doc_id] = later
+
+
+class ControllingAuthorityRetriever:
+    """Query → anchors → authority closure → active frontier, over a :class:`CARStore`.
+
+    ``anchors`` picks the Stage-1 channels; ``k1`` is how many fused Stage-1 hits become
+    anchors; ``depth`` is how deep each channel is read before fusion; ``resolution`` is
+    ``"rules"`` (policy rules and explicit edges, the RSSG) or ``"timestamp"`` (the paper's
+    anchor-only baseline, for comparison); ``scope_lookup_limit`` caps how many records one
+    scope id named in the query may pull in.
+    """
+
+    def __init__(
+        self,
+        store: CARStore,
+        *,
+        anchors: AnchorMode = "hybrid",
+        k1: int = 10,
+        depth: int = 50,
+        resolution: Resolution = "rules",
+        scope_lookup_limit: int = 20,
+    ):
+        if anchors not in ("bm25", "dense", "hybrid"):
+            raise ValueError(f"anchors must be 'bm25', 'dense' or 'hybrid', got {anchors!r}")
+        if resolution not in ("rules", "timestamp"):
+            raise ValueError(f"resolution must be 'rules' or 'timestamp', got {resolution!r}")
+        if k1 < 1 or depth < k1:
+            raise ValueError(f"need 1 <= k1 <= depth, got k1={k1}, depth={depth}")
+        self.store = store
+        self.anchor_mode = anchors
+        self.k1 = k1
+        self.depth = depth
+        self.resolution = resolution
+        self.scope_lookup_limit = scope_lookup_limit
+
+    # ------------------------------------------------------------------ Stage 1
+    def stage1(self, query: str) -> list[FusedHit]:
+        """Fused Stage-1 anchors for ``query`` (top ``k1``)."""
+        runs: dict[str, list[ChannelHit]] = {}
+        if self.anchor_mode in ("bm25", "hybrid"):
+            runs["bm25"] = self.store.lexical.search(query, self.depth)
+        if self.anchor_mode in ("dense", "hybrid"):
+            vector = self.store.embedder.encode([query])[0]
+            runs["dense"] = self.store.dense.search(vector, self.depth)
+        return reciprocal_rank_fusion(runs, k=self.k1)
+
+    # ------------------------------------------------------------------ Stage 2 + 3
+    def resolve(self, query: str, anchors: list[FusedHit]) -> RetrievalResult:
+        """Authority resolution and active frontier for given Stage-1 anchors."""
+        started = time.perf_counter()
+        graph = self.store.graph
+        # member -> (group, role, anchor id): group orders chains (0 = named in the query).
+        members: dict[str, tuple[int, Role, str | None]] = {}
+
+        def admit(doc_id: str, group: int, role: Role, anchor_id: str | None) -> None:
+            if doc_id in graph and (doc_id not in members or group < members[doc_id][0]):
+                members[doc_id] = (group, role if doc_id not in members else members[doc_id][1], anchor_id)
+
+        scope_ids = self.store.policy.scope_ids_in(query)
+        for key, values in scope_ids.items():
+            for value in values:
+                for record in graph.lookup({key: value})[-self.scope_lookup_limit :]:
+                    admit(record.doc_id, 0, "scope_match", record.doc_id)
+        for hit in anchors:
+            admit(hit.doc_id, hit.rank, "anchor", hit.doc_id)
+        for doc_id, (group, _, _) in list(members.items()):
+            for sup in self._chain_above(doc_id):
+                admit(sup, group, "superseder", doc_id)
+
+        if self.resolution == "rules":
+            rssg = graph.rssg(members)
+        else:
+            rssg = _TimestampRSSG(graph.records, set(members), self.store.policy.scope_keys)
+        stage1 = {h.doc_id: h for h in anchors}
+        voids: dict[str, list[Edge]] = {}
+        for target, sups in rssg.voided_by.items():
+            for sup, rule in sups.items():
+                voids.setdefault(sup, []).append(Edge(sup, target, rule))
+
+        def order(doc_id: str) -> tuple:
+            # Active before superseded; then by chain (query-named, else anchor rank);
+            # within a chain newest first, then Stage-1 rank.
+            hit = stage1.get(doc_id)
+            when = graph.records[doc_id].time or _EPOCH
+            return (doc_id in rssg.voided_by, members[doc_id][0], -when.timestamp(), hit.rank if hit else 0, doc_id)
+
+        ranked = []
+        for rank, doc_id in enumerate(sorted(members, key=order), 1):
+            group, role, anchor_id = members[doc_id]
+            voided = rssg.voided_by.get(doc_id, {})
+            ranked.append(
+                RetrievedRecord(
+                    record=graph.records[doc_id],
+                    status="superseded" if voided else "active",
+                    role=role,
+                    rank=rank,
+                    anchor_id=anchor_id,
+                    stage1=stage1.get(doc_id),
+                    superseded_by=rssg.controlling(doc_id),
+                    voided_by=[Edge(s, doc_id, r) for s, r in sorted(voided.items())],
+                    voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
+                )
+            )
+        elapsed = (time.perf_counter() - started) * 1000
+        return RetrievalResult(query, ranked, anchors, scope_ids, {"stage23": elapsed})
+
+    def _chain_above(self, doc_id: str) -> set[str]:
+        if self.resolution == "rules":
+            return self.store.graph.ancestors(doc_id)
+        record = self.store.graph.records[doc_id]
+        later = (r for r in self.store.graph.scope_bucket(record) if (r.time or _EPOCH) > (record.time or _EPOCH))
+        return {r.doc_id for r in later}
+
+    # ------------------------------------------------------------------ both
+    def retrieve(self, query: str) -> RetrievalResult:
+        """Run all three stages for one query."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        started = time.perf_counter()
+        anchors = self.stage1(query)
+        stage1_ms = (time.perf_counter() - started) * 1000
+        result = self.resolve(query, anchors)
+        result.timings_ms = {"stage1": stage1_ms, **result.timings_ms, "total": (time.perf_counter() - started) * 1000}
+        return result

@@ -1,0 +1,288 @@
+"""The persistent store behind one corpus: records, authority graph, BM25 index, vectors.
+
+A store is a directory::
+
+    car-store.json    configuration: policy, embedding model, Chroma location, BM25 backend
+    records.sqlite    records (in ingest order) and supersession edges
+    bm25/             the lexical index
+    chroma/           the embedded Chroma database (absent when a Chroma server is used)
+
+Scope keys are written as Chroma metadata on every record, so the vector store itself can
+answer Stage-2 lookups (``get(where={"cve_id": ...})``); the framework integrations rely on
+that. Ingest is idempotent by ``doc_id``: an unchanged record is skipped, a changed one
+replaces the old, and a rejected one leaves everything already stored untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+
+from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
+from car_rag.embedding import DEFAULT_MODEL, Embedder
+from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
+from car_rag.policy import Policy, load_policy
+from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
+
+__all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chroma_metadata"]
+
+CONFIG_FILE = "car-store.json"
+FORMAT_VERSION = 1
+RESERVED_METADATA = frozenset({"doc_id", "doc_type", "published_at", "version", "source", "tenant", "allowed_principals"})
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be opened or written as asked."""
+
+
+@dataclass
+class IngestReport:
+    """What one ingest changed."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    errors: list[RecordError] = field(default_factory=list)
+    new_edges: list[Edge] = field(default_factory=list)
+
+    @property
+    def newly_superseded(self) -> list[str]:
+        """Records that this ingest made superseded."""
+        return sorted({e.target for e in self.new_edges})
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.added)} added, {len(self.updated)} updated, {self.unchanged} unchanged, "
+            f"{len(self.errors)} rejected, {len(self.new_edges)} supersession edges added"
+        )
+
+
+def chroma_metadata(record: Record) -> dict[str, Any]:
+    """Flat Chroma metadata for a record: its type, dates, governance and scope keys."""
+    meta: dict[str, Any] = {"doc_type": record.doc_type}
+    if record.published_at is not None:
+        meta["published_at"] = record.published_at.isoformat()
+    for name in ("version", "source", "tenant"):
+        value = getattr(record, name)
+        if value is not None:
+            meta[name] = value
+    if record.allowed_principals:
+        meta["allowed_principals"] = list(record.allowed_principals)
+    meta.update(record.scope)
+    return meta
+
+
+def _scope_key_errors(record: Record, source: str) -> list[RecordError]:
+    return [
+        RecordError(source, None, record.doc_id, f"scope.{key}", f"scope key {key!r} is reserved for car-rag metadata")
+        for key in record.scope
+        if key in RESERVED_METADATA
+    ]
+
+
+class CARStore:
+    """One corpus on disk: open it, ingest into it, hand it to a retriever."""
+
+    def __init__(
+        self,
+        path: Path,
+        config: dict[str, Any],
+        *,
+        embedder: Embedder | None = None,
+        chroma_client: Any = None,
+    ):
+        self.path = path
+        self.config = config
+        self.policy = Policy.model_validate(config["policy"])
+        self.embedder = embedder or Embedder(config["embedding_model"])
+        if embedder is not None and embedder.model_name != config["embedding_model"]:
+            raise StoreError(
+                f"store {path} holds {config['embedding_model']!r} vectors; got an embedder for {embedder.model_name!r}"
+            )
+        self._db = sqlite3.connect(path / "records.sqlite")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS records (
+                doc_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, fingerprint TEXT NOT NULL, body TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS edges (
+                superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
+                PRIMARY KEY (superseder, target));
+            """
+        )
+        self._client = chroma_client or self._connect_chroma()
+        collection = self._client.get_or_create_collection(
+            config["collection"], embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+        )
+        self.dense = DenseChannel(collection)
+        self._load()
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        policy: str | Path | Policy | None = None,
+        *,
+        chroma_url: str | None = None,
+        embedder: Embedder | None = None,
+        bm25_backend: str = "bm25s",
+    ) -> "CARStore":
+        """Open the store at ``path``, creating it when ``policy`` is given and none exists.
+
+        ``chroma_url`` (``http://host:port``) keeps the vectors in a Chroma server instead of
+        the embedded database; it is remembered in the store's configuration.
+        """
+        path = Path(path)
+        config_file = path / CONFIG_FILE
+        wanted = load_policy(policy) if policy is not None else None
+        if config_file.is_file():
+            config = json.loads(config_file.read_text())
+            if config.get("format_version") != FORMAT_VERSION:
+                raise StoreError(f"{config_file}: unsupported store format {config.get('format_version')!r}")
+            if wanted is not None and Policy.model_validate(config["policy"]) != wanted:
+                raise StoreError(
+                    f"store {path} was built with policy {config['policy']['name']!r}; "
+                    f"it cannot be reopened with a different policy ({wanted.name!r}): ingest into a new store"
+                )
+            if chroma_url is not None and chroma_url != config.get("chroma_url"):
+                raise StoreError(f"store {path} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
+        else:
+            if wanted is None:
+                raise StoreError(f"no car-rag store at {path}: pass a policy to create one")
+            path.mkdir(parents=True, exist_ok=True)
+            config = {
+                "format_version": FORMAT_VERSION,
+                "policy": json.loads(wanted.model_dump_json()),
+                "embedding_model": embedder.model_name if embedder else DEFAULT_MODEL,
+                "collection": f"car-{uuid.uuid4().hex[:16]}",
+                "chroma_url": chroma_url,
+                "bm25_backend": bm25_backend,
+            }
+            config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False))
+        return cls(path, config, embedder=embedder)
+
+    def _connect_chroma(self) -> Any:
+        import chromadb
+        from chromadb.config import Settings
+
+        settings = Settings(anonymized_telemetry=False)
+        url = self.config.get("chroma_url")
+        if url:
+            parsed = urlparse(url)
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise StoreError(f"chroma_url must look like http://host:port, got {url!r}")
+            return chromadb.HttpClient(
+                host=parsed.hostname, port=parsed.port or 8000, ssl=parsed.scheme == "https", settings=settings
+            )
+        return chromadb.PersistentClient(path=str(self.path / "chroma"), settings=settings)
+
+    def _load(self) -> None:
+        rows = self._db.execute("SELECT body FROM records ORDER BY seq").fetchall()
+        records = [Record.model_validate_json(body) for (body,) in rows]
+        self.graph = AuthorityGraph(self.policy)
+        edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule FROM edges")]
+        self.graph.load_edges(records, edges)
+        bm25_dir = self.path / "bm25"
+        if (bm25_dir / "index.json").is_file():
+            self.lexical: LexicalIndex = load_lexical_index(bm25_dir)
+        else:
+            self.lexical = make_lexical_index(self.config["bm25_backend"])
+            self.lexical.build([], [])
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "CARStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self.graph)
+
+    def get(self, doc_id: str) -> Record:
+        try:
+            return self.graph.records[doc_id]
+        except KeyError:
+            raise KeyError(f"no record {doc_id!r} in store {self.path}") from None
+
+    @property
+    def records(self) -> dict[str, Record]:
+        return self.graph.records
+
+    # ------------------------------------------------------------------ writing
+    def ingest(self, source: str | Path | Iterable[Record | dict[str, Any]], *, progress: bool = True) -> IngestReport:
+        """Add or replace records from a JSONL path or an iterable; bad records are reported."""
+        loaded: LoadReport = load_records(source) if isinstance(source, (str, Path)) else parse_records(source)
+        report = IngestReport(errors=list(loaded.errors))
+        label = str(source) if isinstance(source, (str, Path)) else "<records>"
+        fingerprints = dict(self._db.execute("SELECT doc_id, fingerprint FROM records"))
+        changed: list[Record] = []
+        for record in loaded.records:
+            problems = _scope_key_errors(record, label)
+            if problems:
+                report.errors.extend(problems)
+                continue
+            if fingerprints.get(record.doc_id) == record.fingerprint():
+                report.unchanged += 1
+                continue
+            changed.append(record)
+        if not changed:
+            return report
+
+        accepted: list[Record] = []
+        try:
+            for record in changed:
+                try:
+                    report.new_edges.extend(self.graph.add(record))
+                except SupersessionCycleError as exc:
+                    report.errors.append(RecordError(label, None, record.doc_id, "supersedes", str(exc)))
+                    continue
+                accepted.append(record)
+                (report.updated if record.doc_id in fingerprints else report.added).append(record.doc_id)
+            if accepted:
+                self._write(accepted, progress)
+        except BaseException:
+            self._load()  # the graph may be ahead of what was written: re-read the disk
+            raise
+        return report
+
+    def _write(self, records: Sequence[Record], progress: bool) -> None:
+        texts = [r.text for r in records]
+        vectors = self.embedder.encode(texts, show_progress=progress and len(texts) > 64)
+        ids = [r.doc_id for r in records]
+        self.dense.upsert(
+            ids, vectors, texts, [chroma_metadata(r) for r in records], self._client.get_max_batch_size(), progress=progress
+        )
+        # Vectors first, then the records: a crash in between is healed by re-ingesting.
+        with self._db:
+            next_seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()[0] + 1
+            for offset, record in enumerate(records):
+                self._db.execute(
+                    "INSERT INTO records (doc_id, seq, fingerprint, body) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(doc_id) DO UPDATE SET fingerprint = excluded.fingerprint, body = excluded.body",
+                    (record.doc_id, next_seq + offset, record.fingerprint(), record.model_dump_json()),
+                )
+            for chunk in range(0, len(ids), 500):
+                part = ids[chunk : chunk + 500]
+                marks = ",".join("?" * len(part))
+                self._db.execute(f"DELETE FROM edges WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
+            edges = {(e.superseder, e.target): e.rule for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)}
+            self._db.executemany("INSERT INTO edges VALUES (?, ?, ?)", [(s, t, r) for (s, t), r in edges.items()])
+        self._rebuild_lexical()
+
+    def _rebuild_lexical(self) -> None:
+        ordered = [body for (body,) in self._db.execute("SELECT doc_id FROM records ORDER BY seq")]
+        index = make_lexical_index(self.config["bm25_backend"])
+        index.build(ordered, [self.graph.records[d].text for d in ordered])
+        index.save(self.path / "bm25")
+        self.lexical = index
