@@ -48,6 +48,8 @@ class RetrievedRecord:
     """Every record in this result that voids it, each with the rule of the first hop."""
     voids: list[Edge] = field(default_factory=list)
     """Records in this result it voids."""
+    hidden_superseder: bool = False
+    """Voided by a record the caller may not read (never named): stale, though nothing shown says why."""
 
     @property
     def doc_id(self) -> str:
@@ -64,6 +66,7 @@ class RetrievedRecord:
             "superseded_by": self.superseded_by,
             "voided_by": [{"doc_id": e.superseder, "rule": e.rule} for e in self.voided_by],
             "voids": [{"doc_id": e.target, "rule": e.rule} for e in self.voids],
+            "hidden_superseder": self.hidden_superseder,
             "scope": self.record.scope,
             "published_at": self.record.published_at.isoformat() if self.record.published_at else None,
             "stage1": None
