@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
+import numpy as np
+
 from car_rag.channels import ChannelHit, FusedHit, reciprocal_rank_fusion
+from car_rag.eligibility import CallerContext
 from car_rag.graph import RSSG, Edge
 from car_rag.records import Record
 from car_rag.store import CARStore
@@ -168,28 +171,48 @@ class ControllingAuthorityRetriever:
         self.depth = depth
         self.resolution = resolution
         self.scope_lookup_limit = scope_lookup_limit
+        self._mask_index: object = None
+        self._masks: dict[CallerContext, np.ndarray] = {}
 
     # ------------------------------------------------------------------ Stage 1
-    def stage1(self, query: str) -> list[FusedHit]:
-        """Fused Stage-1 anchors for ``query`` (top ``k1``)."""
+    def stage1(self, query: str, caller: CallerContext | None = None) -> list[FusedHit]:
+        """Fused Stage-1 anchors for ``query`` (top ``k1``), among records ``caller`` may read."""
         runs: dict[str, list[ChannelHit]] = {}
         if self.anchor_mode in ("bm25", "hybrid"):
-            runs["bm25"] = self.store.lexical.search(query, self.depth)
+            runs["bm25"] = self.store.lexical.search(query, self.depth, mask=self._mask(caller))
         if self.anchor_mode in ("dense", "hybrid"):
             vector = self.store.embedder.encode([query])[0]
-            runs["dense"] = self.store.dense.search(vector, self.depth)
+            where = caller.chroma_where() if caller is not None else None
+            runs["dense"] = self.store.dense.search(vector, self.depth, where=where)
         return reciprocal_rank_fusion(runs, k=self.k1)
 
+    def _mask(self, caller: CallerContext | None) -> np.ndarray | None:
+        if caller is None:
+            return None
+        lexical = self.store.lexical
+        if self._mask_index is not lexical:  # the index was rebuilt by an ingest
+            self._mask_index, self._masks = lexical, {}
+        if caller not in self._masks:
+            if len(self._masks) >= 64:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[caller] = caller.mask(lexical.doc_ids, self.store.records)
+        return self._masks[caller]
+
     # ------------------------------------------------------------------ Stage 2 + 3
-    def resolve(self, query: str, anchors: list[FusedHit]) -> RetrievalResult:
-        """Authority resolution and active frontier for given Stage-1 anchors."""
+    def resolve(self, query: str, anchors: list[FusedHit], caller: CallerContext | None = None) -> RetrievalResult:
+        """Authority resolution and active frontier for given Stage-1 anchors.
+
+        With a ``caller``, records they may not read are never admitted; a record voided
+        only by such records is still reported superseded, with ``hidden_superseder`` set.
+        """
         started = time.perf_counter()
         graph = self.store.graph
+        readable = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
         # member -> (group, role, anchor id): group orders chains (0 = named in the query).
         members: dict[str, tuple[int, Role, str | None]] = {}
 
         def admit(doc_id: str, group: int, role: Role, anchor_id: str | None) -> None:
-            if doc_id in graph and (doc_id not in members or group < members[doc_id][0]):
+            if doc_id in graph and readable(doc_id) and (doc_id not in members or group < members[doc_id][0]):
                 members[doc_id] = (group, role if doc_id not in members else members[doc_id][1], anchor_id)
 
         scope_ids = self.store.policy.scope_ids_in(query)
@@ -207,6 +230,7 @@ class ControllingAuthorityRetriever:
             rssg = graph.rssg(members)
         else:
             rssg = _TimestampRSSG(graph.records, set(members), self.store.policy.scope_keys)
+        hidden = {d for d in members if caller is not None and not all(map(readable, graph.ancestors(d)))}
         stage1 = {h.doc_id: h for h in anchors}
         voids: dict[str, list[Edge]] = {}
         for target, sups in rssg.voided_by.items():
@@ -218,23 +242,26 @@ class ControllingAuthorityRetriever:
             # within a chain newest first, then Stage-1 rank.
             hit = stage1.get(doc_id)
             when = graph.records[doc_id].time or _EPOCH
-            return (doc_id in rssg.voided_by, members[doc_id][0], -when.timestamp(), hit.rank if hit else 0, doc_id)
+            superseded = doc_id in rssg.voided_by or doc_id in hidden
+            return (superseded, members[doc_id][0], -when.timestamp(), hit.rank if hit else 0, doc_id)
 
         ranked = []
         for rank, doc_id in enumerate(sorted(members, key=order), 1):
             group, role, anchor_id = members[doc_id]
             voided = rssg.voided_by.get(doc_id, {})
+            controlling = rssg.controlling(doc_id)
             ranked.append(
                 RetrievedRecord(
                     record=graph.records[doc_id],
-                    status="superseded" if voided else "active",
+                    status="superseded" if voided or doc_id in hidden else "active",
                     role=role,
                     rank=rank,
                     anchor_id=anchor_id,
                     stage1=stage1.get(doc_id),
-                    superseded_by=rssg.controlling(doc_id),
+                    superseded_by=controlling,
                     voided_by=[Edge(s, doc_id, r) for s, r in sorted(voided.items())],
                     voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
+                    hidden_superseder=doc_id in hidden and not controlling,
                 )
             )
         elapsed = (time.perf_counter() - started) * 1000
@@ -248,13 +275,14 @@ class ControllingAuthorityRetriever:
         return {r.doc_id for r in later}
 
     # ------------------------------------------------------------------ both
-    def retrieve(self, query: str) -> RetrievalResult:
-        """Run all three stages for one query."""
+    def retrieve(self, query: str, caller: CallerContext | None = None) -> RetrievalResult:
+        """Run all three stages for one query; ``caller`` restricts every stage to what they may read
+        (no caller: unrestricted, as for a trusted service)."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         started = time.perf_counter()
-        anchors = self.stage1(query)
+        anchors = self.stage1(query, caller)
         stage1_ms = (time.perf_counter() - started) * 1000
-        result = self.resolve(query, anchors)
+        result = self.resolve(query, anchors, caller)
         result.timings_ms = {"stage1": stage1_ms, **result.timings_ms, "total": (time.perf_counter() - started) * 1000}
         return result

@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
+from car_rag.eligibility import governance_metadata
 from car_rag.embedding import DEFAULT_MODEL, Embedder
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.policy import Policy, load_policy
@@ -35,7 +36,9 @@ __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chrom
 
 CONFIG_FILE = "car-store.json"
 FORMAT_VERSION = 1
-RESERVED_METADATA = frozenset({"doc_id", "doc_type", "published_at", "version", "source", "tenant", "allowed_principals"})
+RESERVED_METADATA = frozenset(
+    {"doc_id", "doc_type", "published_at", "version", "source", "tenant", "allowed_principals", "car_tenant", "car_public"}
+)
 
 
 class StoreError(RuntimeError):
@@ -73,8 +76,7 @@ def chroma_metadata(record: Record) -> dict[str, Any]:
         value = getattr(record, name)
         if value is not None:
             meta[name] = value
-    if record.allowed_principals:
-        meta["allowed_principals"] = list(record.allowed_principals)
+    meta.update(governance_metadata(record))
     meta.update(record.scope)
     return meta
 
