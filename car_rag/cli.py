@@ -1,0 +1,176 @@
+"""The ``car-rag`` command line: ingest, query, demo, policies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+__all__ = ["main"]
+
+
+def _quiet_runtime() -> None:
+    # Offline-safe and fast defaults on small CPU machines; an explicit setting wins.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+
+def _caller(args: argparse.Namespace):
+    from car_rag.eligibility import CallerContext
+
+    if args.tenant is None and not args.principal:
+        return None
+    return CallerContext(args.tenant, args.principal or ())
+
+
+def _print_table(result, k: int, out: TextIO) -> None:
+    shown = result.top(k)
+    ids = {r.doc_id for r in shown}
+    provenance = [r for r in result.superseded if r.doc_id not in ids and set(r.superseded_by) & ids]
+    width = max([len(r.doc_id) for r in shown + provenance] + [6])
+    print(f"{'#':>3}  {'status':<10}  {'doc_id':<{width}}  {'doc_type':<24}  {'stage1':>6}  why", file=out)
+    for rec in shown + provenance:
+        stage1 = str(rec.stage1.rank) if rec.stage1 else "-"
+        if rec.voids:
+            why = "supersedes " + ", ".join(f"{e.target} ({e.rule})" for e in rec.voids)
+        elif rec.superseded_by:
+            rules = sorted({e.rule for e in rec.voided_by})
+            why = f"superseded by {', '.join(rec.superseded_by)} ({', '.join(rules)})"
+        elif rec.hidden_superseder:
+            why = "superseded by a record you are not permitted to read"
+        else:
+            why = rec.role
+        rank = str(rec.rank) if rec in shown else "prov"
+        print(f"{rank:>3}  {rec.status:<10}  {rec.doc_id:<{width}}  {rec.record.doc_type:<24}  {stage1:>6}  {why}", file=out)
+    timings = ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items())
+    print(f"({timings})", file=out)
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from car_rag.store import CARStore
+
+    with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend) as store:
+        report = store.ingest(args.corpus, progress=not args.quiet)
+        for error in report.errors:
+            print(f"rejected: {error}", file=sys.stderr)
+        print(f"{args.corpus}: {report.summary()}; store {args.store} holds {len(store)} records")
+    return 1 if report.errors else 0
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from car_rag.queries import load_queries
+    from car_rag.retriever import ControllingAuthorityRetriever
+    from car_rag.store import CARStore
+
+    if (args.text is None) == (args.queries is None):
+        raise SystemExit("car-rag query: give either a query text or --queries FILE.jsonl")
+    caller = _caller(args)
+    with CARStore.open(args.store) as store:
+        retriever = ControllingAuthorityRetriever(
+            store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution
+        )
+        if args.text is not None:
+            result = retriever.retrieve(args.text, caller=caller)
+            if args.format == "json":
+                print(json.dumps(result.to_dict(args.k), indent=2, ensure_ascii=False))
+            else:
+                _print_table(result, args.k, sys.stdout)
+            return 0
+        queries = load_queries(args.queries)
+        out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+        try:
+            for query in tqdm(queries, desc="queries", unit="q", disable=args.out is None):
+                result = retriever.retrieve(query.query, caller=caller)
+                line = {
+                    "query_id": query.query_id,
+                    "doc_ids": result.doc_ids(args.k),
+                    "records": [
+                        {"doc_id": r.doc_id, "status": r.status, "superseded_by": r.superseded_by}
+                        for r in result.top(args.k)
+                    ],
+                    "timings_ms": result.timings_ms,
+                }
+                print(json.dumps(line, ensure_ascii=False), file=out)
+        finally:
+            if out is not sys.stdout:
+                out.close()
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from car_rag.demo import run_demo
+
+    run_demo(sys.stdout, k=args.k, store_dir=args.store)
+    return 0
+
+
+def _cmd_policies(args: argparse.Namespace) -> int:
+    from car_rag.policy import builtin_policies, load_policy
+
+    for name in builtin_policies():
+        policy = load_policy(name)
+        print(f"{name}: {' '.join(policy.description.split())}")
+        for rule in policy.rules:
+            within = ", ".join(rule.within) or "global"
+            order = "" if rule.order == "any" else f", {rule.order}"
+            print(f"    {rule.name}: {rule.label()} within [{within}]{order}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="car-rag", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ingest = sub.add_parser("ingest", help="add or replace records in a store (idempotent by doc_id)")
+    ingest.add_argument("corpus", type=Path, help="JSONL corpus in the neutral record format")
+    ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
+    ingest.add_argument("--policy", help="built-in policy name or .toml/.json file (needed to create a store)")
+    ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000")
+    ingest.add_argument("--bm25-backend", default="bm25s", choices=["bm25s", "rank-bm25"])
+    ingest.add_argument("--quiet", action="store_true", help="no progress bars")
+    ingest.set_defaults(func=_cmd_ingest)
+
+    query = sub.add_parser("query", help="retrieve the controlling records for a query or a query file")
+    query.add_argument("text", nargs="?", help="the question")
+    query.add_argument("--store", type=Path, required=True)
+    query.add_argument("--queries", type=Path, help="JSONL query set (query_id, query); one JSON line out per query")
+    query.add_argument("--out", type=Path, help="with --queries: write here instead of stdout")
+    query.add_argument("--k", type=int, default=5, help="records to return (default 5)")
+    query.add_argument("--k1", type=int, default=10, help="Stage-1 anchors (default 10)")
+    query.add_argument("--depth", type=int, default=50, help="per-channel Stage-1 depth before fusion")
+    query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"])
+    query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"])
+    query.add_argument("--format", default="table", choices=["table", "json"])
+    query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
+    query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
+    query.set_defaults(func=_cmd_query)
+
+    demo = sub.add_parser("demo", help="dense-only vs BM25-only vs car-rag on the packaged demo corpus")
+    demo.add_argument("--k", type=int, default=5)
+    demo.add_argument("--store", type=Path, help="keep the demo store here (default: a temporary directory)")
+    demo.set_defaults(func=_cmd_demo)
+
+    policies = sub.add_parser("policies", help="list the built-in policies and their rules")
+    policies.set_defaults(func=_cmd_policies)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _quiet_runtime()
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"car-rag {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
