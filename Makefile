@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine:  `make demo`  and  `make test`.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip install --quiet
+# The CPU build of torch must be installed first: unpinned, pip pulls a multi-GB CUDA build.
+TORCH   := torch==2.13.0
+WHEELS  := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
+
+export HF_HUB_OFFLINE       ?= 1
+export OMP_NUM_THREADS      ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export ANONYMIZED_TELEMETRY ?= False
+
+.PHONY: install demo test clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) $(WHEELS) $(TORCH)
+	$(PIP) $(WHEELS) -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/car-rag demo
+
+test: install
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
