@@ -33,16 +33,21 @@ class PolicyError(ValueError):
     """A policy file or name that cannot be used."""
 
 
-def version_is_higher(a: str, b: str) -> bool:
-    """Whether version label ``a`` is strictly higher than ``b``: PEP 440 when both parse,
-    else by their numeric parts ("2024-R3" > "2024-R2"); labels with equal numbers are not ordered."""
+def _version_key(label: str) -> Version | None:
     try:
-        return Version(a) > Version(b)
+        return Version(label)
     except InvalidVersion:
-        def numbers(label: str) -> tuple[int, ...]:
-            return tuple(int(n) for n in re.findall(r"\d+", label))
+        numbers = re.findall(r"\d+", label)
+        return Version(".".join(str(int(n)) for n in numbers)) if numbers else None
 
-        return numbers(a) > numbers(b)
+
+def version_is_higher(a: str, b: str) -> bool:
+    """Whether version label ``a`` is strictly higher than ``b``: PEP 440 when a label parses,
+    else a PEP 440 version built from its numeric parts ("2024-R3" > "2024-R2"); labels with no
+    numbers are not ordered. One key per label keeps the order transitive (mixing two orders
+    would let three versions of one document void each other in a cycle)."""
+    ka, kb = _version_key(a), _version_key(b)
+    return ka is not None and kb is not None and ka > kb
 
 
 class Rule(BaseModel):

@@ -41,7 +41,9 @@ class Record(BaseModel):
     version: StrictStr | None = Field(default=None, description="Version label, for version-ordered rules.")
     source: StrictStr | None = Field(default=None, description="Issuing source (feed, court, agency).")
     uri: StrictStr | None = Field(default=None, description="Where the record can be cited from.")
-    authority: float | None = Field(default=None, ge=0.0, le=1.0, description="Source authority weight, 0..1.")
+    authority: float | None = Field(
+        default=None, ge=0.0, le=1.0, strict=True, description="Source authority weight, 0..1."
+    )
     tenant: StrictStr | None = Field(default=None, description="Owning tenant; None means every tenant.")
     allowed_principals: list[StrictStr] = Field(
         default_factory=list, description="Principals allowed to read it; empty means every principal."
@@ -98,7 +100,8 @@ class RecordError:
         where = f"{self.source}:{self.line}" if self.line is not None else self.source
         who = f" record {self.doc_id!r}" if self.doc_id else ""
         what = f" field {self.field!r}" if self.field else ""
-        return f"{where}:{who}{what}: {self.message}"
+        subject = f"{who}{what}:" if (who or what) else ""
+        return f"{where}:{subject} {self.message}"
 
 
 @dataclass
@@ -155,7 +158,8 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             if not raw.strip():
                 continue
             try:
-                yield number, json.loads(raw.decode("utf-8")), None
+                # utf-8-sig: a byte-order mark some editors write must not cost the first record.
+                yield number, json.loads(raw.decode("utf-8-sig")), None
             except UnicodeDecodeError as exc:
                 yield number, None, f"not UTF-8: {exc.reason} at byte {exc.start}"
             except json.JSONDecodeError as exc:
