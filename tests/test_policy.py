@@ -1,0 +1,384 @@
+"""Policies: built-ins, user files, validation errors, scope extraction and rule firing."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from car_rag.policy import EXPLICIT_RULE, Policy, PolicyError, Rule, builtin_policies, load_policy, version_is_higher
+from helpers_records import rec
+
+BUILTINS = ["drug-regulation", "legal-precedent", "sec-204a1", "security-advisory", "versioned-document"]
+
+USER_TOML = """
+name = "sop"
+description = "Standard operating procedures."
+scope_keys = ["sop_id", "site"]
+
+[scope_patterns]
+sop_id = 'SOP-\\d+'
+
+[[rules]]
+name = "revision"
+trigger = "sop"
+target = "sop"
+within = ["sop_id", "site"]
+order = "higher_version"
+
+[[rules]]
+name = "withdrawal"
+trigger = "sop_withdrawn"
+target = "sop"
+within = ["sop_id"]
+"""
+
+
+# --------------------------------------------------------------------------- built-ins
+
+
+def test_builtin_policies_lists_the_five():
+    assert builtin_policies() == BUILTINS
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_every_builtin_policy_loads(name):
+    policy = load_policy(name)
+    assert isinstance(policy, Policy)
+    assert policy.name == name
+    assert policy.rules, "a built-in policy without rules is useless"
+    for rule in policy.rules:
+        assert set(rule.within) <= set(policy.scope_keys)
+    assert policy.anchor_types == frozenset(r.target for r in policy.rules)
+    assert policy.superseding_types == frozenset(r.trigger for r in policy.rules)
+
+
+def test_sec_204a1_has_the_paper_rules_r1_to_r10():
+    policy = load_policy("sec-204a1")
+    assert [r.name for r in policy.rules] == [f"R{i}" for i in range(1, 11)]
+    assert all(r.order == "later" for r in policy.rules)
+    scopes = {r.name: r.within for r in policy.rules}
+    assert scopes["R1"] == ("ticker",)
+    assert scopes["R3"] == ("employee", "ticker")
+    assert scopes["R7"] == ("employee",)
+    assert scopes["R10"] == ()
+    assert policy.rule("R2").trigger == "blackout_lifted" and policy.rule("R2").target == "blackout_announced"
+    assert policy.rule("R11") is None
+
+
+def test_load_policy_passes_a_policy_object_through():
+    policy = load_policy("security-advisory")
+    assert load_policy(policy) is policy
+
+
+# --------------------------------------------------------------------------- user files
+
+
+def test_load_policy_from_user_toml(tmp_path):
+    path = tmp_path / "sop.toml"
+    path.write_text(USER_TOML, encoding="utf-8")
+    for arg in (path, str(path)):
+        policy = load_policy(arg)
+        assert policy.name == "sop"
+        assert policy.scope_keys == ("sop_id", "site")
+        assert [r.name for r in policy.rules] == ["revision", "withdrawal"]
+        assert policy.rule("revision").order == "higher_version"
+        assert policy.rule("withdrawal").order == "any"
+        assert policy.anchor_types == {"sop"}
+        assert policy.superseding_types == {"sop", "sop_withdrawn"}
+        assert policy.scope_ids_in("see SOP-12 and SOP-7, SOP-12 again") == {"sop_id": ["SOP-12", "SOP-7"]}
+
+
+def test_load_policy_from_json(tmp_path):
+    data = {
+        "name": "contracts",
+        "scope_keys": ["contract"],
+        "rules": [
+            {"name": "amend", "trigger": "amendment", "target": "contract", "within": ["contract"]},
+            {"name": "renew", "trigger": "contract", "target": "contract", "within": ["contract"], "order": "later"},
+        ],
+    }
+    path = tmp_path / "contracts.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    policy = load_policy(path)
+    assert policy.name == "contracts"
+    assert policy.rule("amend").within == ("contract",)
+    assert policy.rule("renew").order == "later"
+    a = rec("c1", "contract", at=1, scope={"contract": "K"})
+    b = rec("a1", "amendment", at=0, scope={"contract": "K"})
+    assert policy.edges_between(b, a) == ["amend"]
+    assert policy.edges_between(a, b) == []
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_policy_name():
+    with pytest.raises(PolicyError, match=r"unknown policy 'no-such-policy'") as exc:
+        load_policy("no-such-policy")
+    assert "security-advisory" in str(exc.value)  # lists the choices
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_missing_policy_file(tmp_path, suffix):
+    path = tmp_path / f"absent{suffix}"
+    with pytest.raises(PolicyError, match="policy file not found") as exc:
+        load_policy(path)
+    assert str(path) in str(exc.value)
+
+
+def test_bad_toml(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "x"\nscope_keys = ["a"\n', encoding="utf-8")
+    with pytest.raises(PolicyError, match="cannot parse") as exc:
+        load_policy(path)
+    assert str(path) in str(exc.value)
+
+
+def test_bad_json(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"name": "x", ', encoding="utf-8")
+    with pytest.raises(PolicyError, match="cannot parse"):
+        load_policy(path)
+
+
+def _write(tmp_path, body: str):
+    path = tmp_path / "p.toml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def test_rule_with_key_not_in_scope_keys(tmp_path):
+    path = _write(
+        tmp_path,
+        'name = "p"\nscope_keys = ["a"]\n[[rules]]\nname = "r"\ntrigger = "x"\ntarget = "y"\nwithin = ["a", "zzz"]\n',
+    )
+    with pytest.raises(PolicyError, match=r"invalid policy") as exc:
+        load_policy(path)
+    msg = str(exc.value)
+    assert "'r'" in msg and "zzz" in msg and "scope_keys" in msg
+
+
+def test_duplicate_rule_names(tmp_path):
+    path = _write(
+        tmp_path,
+        'name = "p"\nscope_keys = ["a"]\n'
+        '[[rules]]\nname = "dup"\ntrigger = "x"\ntarget = "y"\nwithin = ["a"]\n'
+        '[[rules]]\nname = "dup"\ntrigger = "z"\ntarget = "y"\nwithin = ["a"]\n',
+    )
+    with pytest.raises(PolicyError, match="unique") as exc:
+        load_policy(path)
+    assert "dup" in str(exc.value)
+
+
+@pytest.mark.parametrize("trigger, target", [("x", "x"), ("*", "y"), ("x", "*")])
+def test_same_type_rule_with_order_any_is_rejected(tmp_path, trigger, target):
+    path = _write(
+        tmp_path,
+        f'name = "p"\nscope_keys = ["a"]\n[[rules]]\nname = "selfish"\ntrigger = "{trigger}"\ntarget = "{target}"\n'
+        'within = ["a"]\norder = "any"\n',
+    )
+    with pytest.raises(PolicyError, match="selfish") as exc:
+        load_policy(path)
+    assert "order" in str(exc.value)
+
+
+@pytest.mark.parametrize("order", ["later", "higher_version"])
+def test_same_type_rule_with_an_order_is_fine(order):
+    rule = Rule(name="r", trigger="x", target="x", within=("a",), order=order)
+    assert rule.order == order
+
+
+def test_unknown_order_and_unknown_policy_field(tmp_path):
+    path = _write(
+        tmp_path,
+        'name = "p"\nscope_keys = ["a"]\n[[rules]]\nname = "r"\ntrigger = "x"\ntarget = "y"\norder = "sooner"\n',
+    )
+    with pytest.raises(PolicyError, match="rules.0.order"):
+        load_policy(path)
+    path = _write(tmp_path, 'name = "p"\nscope_keys = ["a"]\nscope_key = ["b"]\n')
+    with pytest.raises(PolicyError, match="scope_key"):
+        load_policy(path)
+
+
+def test_policy_without_scope_keys_is_rejected(tmp_path):
+    with pytest.raises(PolicyError, match="scope_keys"):
+        load_policy(_write(tmp_path, 'name = "p"\nscope_keys = []\n'))
+
+
+def test_bad_scope_pattern(tmp_path):
+    body = 'name = "p"\nscope_keys = ["a"]\n[scope_patterns]\na = "(unclosed"\n'
+    with pytest.raises(PolicyError, match="not a valid regex"):
+        load_policy(_write(tmp_path, body))
+    body = 'name = "p"\nscope_keys = ["a"]\n[scope_patterns]\nb = "x"\n'
+    with pytest.raises(PolicyError, match="'b'"):
+        load_policy(_write(tmp_path, body))
+
+
+# --------------------------------------------------------------------------- scope ids
+
+
+def test_scope_ids_in_extracts_cve_ids_case_insensitively():
+    policy = load_policy("security-advisory")
+    query = "Is cve-2019-10744 still unpatched? Compare CVE-2020-8203, and Cve-2019-10744 again."
+    assert policy.scope_ids_in(query) == {"cve_id": ["CVE-2019-10744", "CVE-2020-8203"]}
+    assert policy.scope_ids_in("is lodash prototype pollution fixed?") == {}
+    # too few digits in the sequence part, and embedded in a word: not a CVE id
+    assert policy.scope_ids_in("CVE-2019-123 and XCVE-2019-12345") == {}
+
+
+def test_scope_ids_in_drug_ndc():
+    policy = load_policy("drug-regulation")
+    assert policy.scope_ids_in("recall for NDC 0409-4888-02 or 12345-678?") == {"ndc": ["0409-4888-02", "12345-678"]}
+
+
+def test_scope_ids_in_uses_whole_match_without_group():
+    policy = Policy(name="p", scope_keys=("ticket",), scope_patterns={"ticket": r"[A-Z]+-\d+"})
+    assert policy.scope_ids_in("fix ABC-1 and ABC-22") == {"ticket": ["ABC-1", "ABC-22"]}
+
+
+# --------------------------------------------------------------------------- Rule.fires
+
+
+def test_fires_needs_matching_types():
+    rule = Rule(name="r", trigger="patch", target="disclosure", within=("pkg",))
+    p = rec("p", "patch", scope={"pkg": "x"})
+    d = rec("d", "disclosure", scope={"pkg": "x"})
+    assert rule.fires(p, d)
+    assert not rule.fires(d, p)
+    assert not rule.fires(p, rec("n", "note", scope={"pkg": "x"}))
+    assert rule.label() == "patch⊳disclosure"
+
+
+def test_fires_honours_within_keys():
+    rule = Rule(name="r", trigger="patch", target="disclosure", within=("pkg", "cve"))
+    p = rec("p", "patch", scope={"pkg": "x", "cve": "C1"})
+    assert rule.fires(p, rec("d1", "disclosure", scope={"pkg": "x", "cve": "C1", "extra": "ignored"}))
+    assert not rule.fires(p, rec("d2", "disclosure", scope={"pkg": "x", "cve": "C2"}))
+    assert not rule.fires(p, rec("d3", "disclosure", scope={"pkg": "y", "cve": "C1"}))
+    assert not rule.fires(p, rec("d4", "disclosure", scope={"pkg": "x"}))  # key missing on target
+    bare = rec("p2", "patch", scope={"cve": "C1"})
+    assert not rule.fires(bare, rec("d5", "disclosure", scope={"cve": "C1"}))  # key missing on both
+
+
+def test_fires_global_rule_ignores_scope():
+    rule = Rule(name="R10", trigger="policy_update", target="policy_acknowledged", order="later")
+    upd = rec("u", "policy_update", at=5)
+    assert rule.fires(upd, rec("a", "policy_acknowledged", at=1, scope={"employee": "e1"}))
+    assert not rule.fires(upd, rec("b", "policy_acknowledged", at=9, scope={"employee": "e1"}))
+
+
+def test_wildcard_rule_matches_any_type():
+    rule = Rule(name="v", trigger="*", target="*", within=("document",), order="higher_version")
+    a = rec("a", "memo", version="1.0", scope={"document": "D"})
+    b = rec("b", "sop", version="2.0", scope={"document": "D"})
+    assert rule.fires(b, a) and not rule.fires(a, b)
+
+
+def test_fires_never_on_itself():
+    rule = Rule(name="r", trigger="*", target="*", order="later")
+    a = rec("a", at=1)
+    assert not rule.fires(a, a)
+    assert not rule.fires(a, a.model_copy(update={"published_at": datetime(2000, 1, 1, tzinfo=timezone.utc)}))
+
+
+def test_order_later():
+    rule = Rule(name="r", trigger="x", target="y", order="later")
+    assert rule.fires(rec("t", "x", at=2), rec("u", "y", at=1))
+    assert not rule.fires(rec("t", "x", at=1), rec("u", "y", at=1))  # equal: not strictly later
+    assert not rule.fires(rec("t", "x", at=1), rec("u", "y", at=2))
+    assert not rule.fires(rec("t", "x"), rec("u", "y", at=1))  # trigger undated
+    assert not rule.fires(rec("t", "x", at=2), rec("u", "y"))  # target undated
+    assert not rule.fires(rec("t", "x"), rec("u", "y"))
+
+
+def test_order_later_uses_effective_date():
+    rule = Rule(name="r", trigger="x", target="y", order="later")
+    # published later but effective earlier than the target's publication: does not fire
+    trig = rec("t", "x", at=10, effective_at=datetime(2023, 6, 1, tzinfo=timezone.utc))
+    assert not rule.fires(trig, rec("u", "y", at=1))
+    trig2 = rec("t2", "x", at=0, effective_at=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    assert rule.fires(trig2, rec("u", "y", at=1))
+
+
+def test_order_later_naive_and_aware_dates_compare():
+    rule = Rule(name="r", trigger="x", target="y", order="later")
+    trig = rec("t", "x", published_at="2024-01-02T00:00:00")  # naive -> UTC
+    targ = rec("u", "y", published_at="2024-01-02T00:30:00+01:00")  # = 2024-01-01T23:30Z
+    assert rule.fires(trig, targ)
+
+
+@pytest.mark.parametrize(
+    "higher, lower",
+    [
+        ("2.0", "1.0"),
+        ("1.10", "1.9"),  # PEP 440, not string order
+        ("1.0.1", "1.0"),
+        ("2.0", "2.0rc1"),
+        ("v3", "v2"),
+        ("2024-R3", "2024-R2"),
+        ("2024-R10", "2024-R9"),
+        ("rev 12 / draft", "rev 3 / final"),  # neither PEP 440: numeric parts
+        ("Edition 2025", "Edition 2024"),
+    ],
+)
+def test_version_is_higher(higher, lower):
+    assert version_is_higher(higher, lower)
+    assert not version_is_higher(lower, higher)
+    assert not version_is_higher(higher, higher)
+
+
+def test_version_without_numbers_is_unordered():
+    assert not version_is_higher("draft", "final")
+    assert not version_is_higher("final", "draft")
+    assert not version_is_higher("1.0", "1.0.0")  # equal under PEP 440
+
+
+VERSION_POOL = ["1.0", "1.0rc1", "1.0.0-draft", "2024-R2", "2024-R3", "rev 12", "3.1", "3.1a1", "3.1.0 (2024)", "draft"]
+
+
+def test_version_is_higher_is_asymmetric():
+    for a in VERSION_POOL:
+        assert not version_is_higher(a, a)
+        for b in VERSION_POOL:
+            assert not (version_is_higher(a, b) and version_is_higher(b, a)), (a, b)
+
+
+def test_version_is_higher_is_transitive():
+    bad = [
+        (a, b, c)
+        for a in VERSION_POOL
+        for b in VERSION_POOL
+        for c in VERSION_POOL
+        if version_is_higher(a, b) and version_is_higher(b, c) and not version_is_higher(a, c)
+    ]
+    assert bad == []
+
+
+def test_order_higher_version():
+    rule = Rule(name="r", trigger="*", target="*", within=("document",), order="higher_version")
+    v = lambda i, ver: rec(f"d{i}", "policy_doc", version=ver, scope={"document": "HR"})  # noqa: E731
+    assert rule.fires(v(1, "1.10"), v(2, "1.9"))
+    assert not rule.fires(v(1, "1.9"), v(2, "1.10"))
+    assert rule.fires(v(1, "2024-R3"), v(2, "2024-R2"))
+    assert not rule.fires(v(1, "2024-R2"), v(2, "2024-R3"))
+    assert not rule.fires(v(1, "2.0"), v(2, "2.0"))
+    assert not rule.fires(v(1, "2.0"), rec("n", "policy_doc", scope={"document": "HR"}))  # target has no version
+    assert not rule.fires(rec("n", "policy_doc", scope={"document": "HR"}), v(2, "1.0"))
+    # version order does not look at dates
+    assert rule.fires(rec("a", "x", at=1, version="3", scope={"document": "HR"}),
+                      rec("b", "x", at=9, version="2", scope={"document": "HR"}))
+
+
+def test_edges_between_lists_explicit_first_then_rules():
+    policy = load_policy("security-advisory")
+    scope = {"package": "lodash", "cve_id": "CVE-2019-10744"}
+    d = rec("d", "vulnerability_disclosure", at=1, scope=scope)
+    p1 = rec("p1", "patch_release", at=2, scope=scope, supersedes=["d"])
+    p2 = rec("p2", "patch_release", at=3, scope=scope)
+    assert policy.edges_between(p1, d) == [EXPLICIT_RULE, "patch_fixes_disclosure"]
+    assert policy.edges_between(p2, p1) == ["later_patch"]
+    assert policy.edges_between(p1, p2) == []
+    assert policy.edges_between(d, p1) == []
+    assert EXPLICIT_RULE == "explicit"
