@@ -1,22 +1,27 @@
 """car-rag: retrieval that answers from the document that controls, not the one that matches."""
 
+from car_rag.eligibility import CallerContext
 from car_rag.embedding import DEFAULT_MODEL, Embedder
+from car_rag.evidence import EvidencePacket, build_packets
 from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.policy import EXPLICIT_RULE, Policy, PolicyError, Rule, builtin_policies, load_policy
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
 from car_rag.retriever import ControllingAuthorityRetriever, RetrievalResult, RetrievedRecord
 from car_rag.store import CARStore, IngestReport, StoreError
+from car_rag.xml_render import render_xml
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AuthorityGraph",
     "CARStore",
+    "CallerContext",
     "ControllingAuthorityRetriever",
     "DEFAULT_MODEL",
     "EXPLICIT_RULE",
     "Edge",
     "Embedder",
+    "EvidencePacket",
     "IngestReport",
     "LoadReport",
     "Policy",
@@ -29,9 +34,11 @@ __all__ = [
     "Rule",
     "StoreError",
     "SupersessionCycleError",
+    "build_packets",
     "builtin_policies",
     "load_policy",
     "load_records",
     "parse_records",
+    "render_xml",
     "__version__",
 ]

@@ -60,6 +60,20 @@ class Record(BaseModel):
             raise ValueError("doc_id must not start or end with white space")
         return value
 
+    @field_validator("doc_id", "text", "doc_type", "version", "source", "uri", "tenant", "scope", "allowed_principals", "supersedes")
+    @classmethod
+    def _valid_unicode(cls, value: object) -> object:
+        # A lone surrogate cannot be encoded: it would break hashing, storage and rendering.
+        strings = value.items() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        for item in strings:
+            for text in item if isinstance(item, tuple) else (item,):
+                if isinstance(text, str):
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError as exc:
+                        raise ValueError(f"unpaired surrogate at position {exc.start}: not valid Unicode") from None
+        return value
+
     @field_validator("published_at", "effective_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
@@ -110,6 +124,8 @@ class LoadReport:
 
     records: list[Record] = field(default_factory=list)
     errors: list[RecordError] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+    """Line (or item) number of each accepted record, for errors found later, e.g. at ingest."""
 
 
 def _errors_from_validation(exc: ValidationError, source: str, line: int | None, doc_id: str | None) -> list[RecordError]:
@@ -144,6 +160,7 @@ def _validate(numbered: Iterable[tuple[int, Any, str | None]], source: str) -> L
             continue
         seen.add(record.doc_id)
         report.records.append(record)
+        report.lines[record.doc_id] = number
     return report
 
 

@@ -42,7 +42,8 @@ class RetrievedRecord:
     role: Role
     rank: int
     anchor_id: str | None = None
-    """The Stage-1 anchor whose authority chain brought it in (itself for an anchor)."""
+    """The Stage-1 hit (or query-named record) heading the best-ranked chain it belongs to:
+    itself when it heads its own chain, another anchor when a better-ranked chain contains it."""
     stage1: FusedHit | None = None
     """Fused score and per-channel scores/ranks if Stage 1 found it."""
     superseded_by: list[str] = field(default_factory=list)
@@ -173,6 +174,8 @@ class ControllingAuthorityRetriever:
         self.scope_lookup_limit = scope_lookup_limit
         self._mask_index: object = None
         self._masks: dict[CallerContext, np.ndarray] = {}
+        if anchors != "bm25":
+            store.embedder.model  # load now, so no query's timing includes loading the model
 
     # ------------------------------------------------------------------ Stage 1
     def stage1(self, query: str, caller: CallerContext | None = None) -> list[FusedHit]:
@@ -249,7 +252,8 @@ class ControllingAuthorityRetriever:
         for rank, doc_id in enumerate(sorted(members, key=order), 1):
             group, role, anchor_id = members[doc_id]
             voided = rssg.voided_by.get(doc_id, {})
-            controlling = rssg.controlling(doc_id)
+            # A record voided by something the caller cannot see does not control anything.
+            controlling = [c for c in rssg.controlling(doc_id) if c not in hidden]
             ranked.append(
                 RetrievedRecord(
                     record=graph.records[doc_id],

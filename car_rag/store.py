@@ -84,9 +84,9 @@ def chroma_metadata(record: Record) -> dict[str, Any]:
     return meta
 
 
-def _scope_key_errors(record: Record, source: str) -> list[RecordError]:
+def _scope_key_errors(record: Record, source: str, line: int | None) -> list[RecordError]:
     return [
-        RecordError(source, None, record.doc_id, f"scope.{key}", f"scope key {key!r} is reserved for car-rag metadata")
+        RecordError(source, line, record.doc_id, f"scope.{key}", f"scope key {key!r} is reserved for car-rag metadata")
         for key in record.scope
         if key in RESERVED_METADATA
     ]
@@ -123,7 +123,7 @@ class CARStore:
         )
         self._client = chroma_client or self._connect_chroma()
         collection = self._client.get_or_create_collection(
-            config["collection"], embedding_function=None, configuration={"hnsw": config["hnsw"]}
+            config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
         )
         self.dense = DenseChannel(collection)
         self._load()
@@ -173,7 +173,12 @@ class CARStore:
                 "bm25_backend": bm25_backend,
                 "hnsw": {**DEFAULT_HNSW, **(hnsw or {})},
             }
+            try:
+                store = cls(path, config, embedder=embedder)  # connect before the location is pinned
+            except Exception as exc:
+                raise StoreError(f"cannot create a store at {path}: {exc}") from exc
             config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False))
+            return store
         return cls(path, config, embedder=embedder)
 
     def _connect_chroma(self) -> Any:
@@ -236,7 +241,7 @@ class CARStore:
         fingerprints = dict(self._db.execute("SELECT doc_id, fingerprint FROM records"))
         changed: list[Record] = []
         for record in loaded.records:
-            problems = _scope_key_errors(record, label)
+            problems = _scope_key_errors(record, label, loaded.lines.get(record.doc_id))
             if problems:
                 report.errors.extend(problems)
                 continue
@@ -253,7 +258,8 @@ class CARStore:
                 try:
                     report.new_edges.extend(self.graph.add(record))
                 except SupersessionCycleError as exc:
-                    report.errors.append(RecordError(label, None, record.doc_id, "supersedes", str(exc)))
+                    line = loaded.lines.get(record.doc_id)
+                    report.errors.append(RecordError(label, line, record.doc_id, "supersedes", str(exc)))
                     continue
                 accepted.append(record)
                 (report.updated if record.doc_id in fingerprints else report.added).append(record.doc_id)

@@ -34,11 +34,17 @@ class DenseChannel:
         with tqdm(total=len(doc_ids), desc="chroma upsert", unit="rec", disable=not progress or len(doc_ids) <= batch_size) as bar:
             for start in range(0, len(doc_ids), batch_size):
                 stop = start + batch_size
+                ids = list(doc_ids[start:stop])
+                batch_meta = [dict(m) for m in metadatas[start:stop]]
+                # Chroma merges metadata on upsert; a key the stored copy has and the new one
+                # lacks must be sent as None to be deleted, or Stage-2 lookups find stale scope.
+                stored = self.collection.get(ids=ids, include=["metadatas"])
+                previous = dict(zip(stored["ids"], stored["metadatas"]))
+                for doc_id, meta in zip(ids, batch_meta):
+                    for key in previous.get(doc_id) or {}:
+                        meta.setdefault(key, None)
                 self.collection.upsert(
-                    ids=list(doc_ids[start:stop]),
-                    embeddings=vectors[start:stop],
-                    documents=list(texts[start:stop]),
-                    metadatas=[dict(m) for m in metadatas[start:stop]],
+                    ids=ids, embeddings=vectors[start:stop], documents=list(texts[start:stop]), metadatas=batch_meta
                 )
                 bar.update(len(doc_ids[start:stop]))
 
