@@ -1,0 +1,407 @@
+"""Evidence packets rendered as XML for a language model's context.
+
+Layout (one ``<evidence>`` root; instructions never appear in it — they belong in the
+system prompt, see :mod:`car_rag.prompts`)::
+
+    <evidence packets="2">
+      <evidence-packet id="EP-1" doc-id="rel-4.17.12" status="active" doc-type="patch_release" …>
+        <supersedes doc-id="CVE-…" rule="patch_fixes_disclosure" scope="package=lodash; cve_id=CVE-…">
+          patch release 4.17.12 supersedes vulnerability disclosure CVE-… for package lodash and …</supersedes>
+        <citation uri="…" version="4.17.12"/>
+        <rationale role="superseder" anchor="CVE-…"/>
+        <text>…verbatim text, escaped…</text>
+      </evidence-packet>
+      <evidence-packet id="EP-2" doc-id="CVE-…" status="superseded" …>
+        <superseded-by doc-id="rel-4.17.12" packet-ref="EP-1" controlling="true" …>…</superseded-by>
+        <text>…</text>
+      </evidence-packet>
+      <conflict-group scope="package=lodash; cve_id=CVE-…">…members…</conflict-group>
+      <dropped reason="token-budget" …>…</dropped>
+    </evidence>
+
+Every string that reaches the output — record text, ids, doc types, scope keys and values,
+rule names and descriptions — is treated as untrusted. Characters XML 1.0 forbids (C0
+controls other than tab, newline and carriage return, lone surrogates, U+FFFE/U+FFFF) are
+replaced by U+FFFD; then ``&``, ``<`` and ``>`` are escaped everywhere (so neither a tag nor
+the CDATA terminator ``]]>`` can appear), ``"`` and literal tab/newline/CR are escaped in
+attribute values, and CR is escaped in text, so a conforming parser reads back exactly the
+sanitized string. Tag and attribute names are constants of this module, never data. No
+CDATA sections are used.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, time, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+from car_rag.evidence import EvidencePacket, build_packets, record_label
+
+if TYPE_CHECKING:
+    from car_rag.policy import Policy
+    from car_rag.retriever import RetrievalResult
+
+__all__ = [
+    "SupersededMode",
+    "TokenCounter",
+    "approx_tokens",
+    "format_scope",
+    "parse_scope",
+    "render_xml",
+    "sanitize_xml_text",
+]
+
+TokenCounter = Callable[[str], float]
+SupersededMode = Literal["include", "omit"]
+
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_TEXT_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"}
+_ATTR_ESCAPES = {**_TEXT_ESCAPES, '"': "&quot;", "\n": "&#10;", "\t": "&#9;"}
+_TEXT_RE = re.compile("[&<>\r]")
+_ATTR_RE = re.compile('[&<>\r"\n\t]')
+_SCOPE_SPECIAL = re.compile(r"([\\;=])")
+
+
+def sanitize_xml_text(value: str) -> str:
+    """``value`` with every character XML 1.0 cannot carry replaced by U+FFFD.
+
+    A surrogate pair held as two code points is first joined into the character it encodes;
+    a lone surrogate becomes U+FFFD. Everything else is returned unchanged.
+    """
+    if _SURROGATE.search(value):
+        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return _FORBIDDEN.sub(REPLACEMENT, value)
+
+
+def _escape_text(value: str) -> str:
+    return _TEXT_RE.sub(lambda m: _TEXT_ESCAPES[m.group()], sanitize_xml_text(value))
+
+
+def _escape_attr(value: str) -> str:
+    return _ATTR_RE.sub(lambda m: _ATTR_ESCAPES[m.group()], sanitize_xml_text(value))
+
+
+def approx_tokens(text: str) -> float:
+    """Rough token count: whitespace-separated words × 1.3."""
+    return len(text.split()) * 1.3
+
+
+def format_scope(scope: dict[str, str]) -> str:
+    """``{"package": "lodash", "cve_id": "CVE-1"}`` → ``"package=lodash; cve_id=CVE-1"``.
+
+    ``\\``, ``;`` and ``=`` inside keys or values are backslash-escaped, so
+    :func:`parse_scope` reads any scope back unambiguously.
+    """
+    quote = lambda s: _SCOPE_SPECIAL.sub(r"\\\1", s)  # noqa: E731
+    return "; ".join(f"{quote(k)}={quote(v)}" for k, v in scope.items())
+
+
+def parse_scope(text: str) -> dict[str, str]:
+    """Inverse of :func:`format_scope`."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    key: list[str] | None = None
+    part: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            part.append(text[i + 1])
+            i += 2
+            continue
+        if ch == "=" and key is None:
+            key, part = part, []
+        elif ch == ";":
+            out["".join(key or [])] = "".join(part)
+            key, part = None, []
+            i += 1
+            if i < len(text) and text[i] == " ":
+                i += 1
+            continue
+        else:
+            part.append(ch)
+        i += 1
+    out["".join(key or [])] = "".join(part)
+    return out
+
+
+# ---------------------------------------------------------------------- a tiny element tree
+class _El:
+    """An element whose tag and attribute names are constants of this module."""
+
+    __slots__ = ("tag", "attrs", "children", "text")
+
+    def __init__(self, tag: str, attrs: dict[str, str | None] | None = None, text: str | None = None):
+        self.tag = tag
+        self.attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        self.children: list[_El] = []
+        self.text = text
+
+    def add(self, child: _El) -> _El:
+        self.children.append(child)
+        return child
+
+    def write(self, out: list[str], indent: str | None, level: int = 0) -> None:
+        pad = "" if indent is None else "\n" + indent * level
+        if level:
+            out.append(pad)
+        attrs = "".join(f' {name}="{_escape_attr(value)}"' for name, value in self.attrs.items())
+        if not self.children and self.text is None:
+            out.append(f"<{self.tag}{attrs}/>")
+            return
+        out.append(f"<{self.tag}{attrs}>")
+        if self.text is not None:
+            out.append(_escape_text(self.text))
+        for child in self.children:
+            child.write(out, indent, level + 1)
+        if self.children and indent is not None:
+            out.append(pad)
+        out.append(f"</{self.tag}>")
+
+
+def _when(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.time() == time(0) and value.utcoffset() in (None, timezone.utc.utcoffset(None)):
+        return value.date().isoformat()
+    return value.isoformat()
+
+
+def _num(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+# ---------------------------------------------------------------------- packets
+def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: bool) -> _El:
+    ep = packet.epistemic_metadata
+    prov = packet.provenance
+    el = _El(
+        "evidence-packet",
+        {
+            "id": packet.evidence_packet_id,
+            "doc-id": packet.doc_id,
+            "status": packet.status,
+            "doc-type": packet.doc_type,
+            "rank": str(packet.rank) if packet.rank is not None else None,
+            "version": packet.version,
+            "published": _when(prov.published_at),
+            "effective": _when(prov.effective_at),
+            "source": prov.source_id,
+            "authority": _num(prov.source_authority_score),
+            "permission": None if packet.governance.permission_status == "cleared" else "restricted",
+            "scope": format_scope(packet.scope) if packet.scope else None,
+        },
+    )
+    for link in ep.supersedes:
+        el.add(
+            _El(
+                "supersedes",
+                {
+                    "doc-id": link.doc_id,
+                    "packet-ref": refs.get(link.doc_id),
+                    "doc-type": link.doc_type,
+                    "rule": link.rule,
+                    "scope": format_scope(link.scope) if link.scope else None,
+                },
+                packet.supersedes_sentence(link),
+            )
+        )
+    for link in ep.superseded_by:
+        el.add(
+            _El(
+                "superseded-by",
+                {
+                    "doc-id": link.doc_id,
+                    "packet-ref": refs.get(link.doc_id),
+                    "doc-type": link.doc_type,
+                    "rule": link.rule,
+                    "scope": format_scope(link.scope) if link.scope else None,
+                    "controlling": "true" if link.controlling else "false",
+                },
+                packet.superseded_by_sentence(link),
+            )
+        )
+    if ep.conflict_indicators.hidden_superseder:
+        # Never an id, a type or a rule of the hidden record: only that it exists.
+        el.add(_El("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))
+    cite = packet.citation_coordinates
+    if any(v is not None for v in (cite.uri, cite.version_id, cite.section_path, cite.page_number)):
+        el.add(
+            _El(
+                "citation",
+                {
+                    "uri": cite.uri,
+                    "version": cite.version_id,
+                    "section": cite.section_path,
+                    "page": str(cite.page_number) if cite.page_number is not None else None,
+                },
+            )
+        )
+    if rationale:
+        why = packet.retrieval_rationale
+        r = el.add(
+            _El(
+                "rationale",
+                {
+                    "role": why.role,
+                    "anchor": why.anchor_id if why.anchor_id != packet.doc_id else None,
+                    "stage1-rank": str(why.stage1_rank) if why.stage1_rank is not None else None,
+                    "fused-score": _num(why.fused_score),
+                    "status-rule": why.status_rule,
+                },
+            )
+        )
+        for name, score in why.channel_scores.items():
+            rank = why.channel_ranks.get(name)
+            r.add(_El("channel", {"name": name, "score": _num(score), "rank": str(rank) if rank is not None else None}))
+        for span in packet.content.exact_matching_spans:
+            r.add(_El("match", text=span))
+    el.add(_El("text", text=packet.text))
+    return el
+
+
+def _conflict_groups(packets: Sequence[EvidencePacket]) -> list[_El]:
+    """Records of one scope (equal scope, or linked by supersession) whose statuses disagree."""
+    parent = list(range(len(packets)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    by_id: dict[str, list[int]] = {}
+    by_scope: dict[tuple, list[int]] = {}
+    for i, p in enumerate(packets):
+        by_id.setdefault(p.doc_id, []).append(i)
+        if p.scope:
+            by_scope.setdefault(tuple(sorted(p.scope.items())), []).append(i)
+    for i, p in enumerate(packets):
+        ep = p.epistemic_metadata
+        for link in [*ep.supersedes, *ep.superseded_by]:
+            for j in by_id.get(link.doc_id, ()):
+                parent[find(j)] = find(i)
+    for members in by_scope.values():
+        for j in members[1:]:
+            parent[find(j)] = find(members[0])
+
+    groups: dict[int, list[int]] = {}
+    for i in range(len(packets)):
+        groups.setdefault(find(i), []).append(i)
+    out = []
+    for members in groups.values():
+        statuses = {packets[i].status for i in members}
+        if len(members) < 2 or len(statuses) < 2:
+            continue
+        shared = dict(packets[members[0]].scope)
+        for i in members[1:]:
+            shared = {k: v for k, v in shared.items() if packets[i].scope.get(k) == v}
+        group = _El("conflict-group", {"scope": format_scope(shared) if shared else None})
+        for i in members:
+            p = packets[i]
+            group.add(_El("member", {"packet-ref": p.evidence_packet_id, "doc-id": p.doc_id, "status": p.status}))
+        where = " for " + " and ".join(f"{k} {v}" for k, v in shared.items()) if shared else ", linked by supersession,"
+        parts = [
+            f"{record_label(packets[i].doc_type, packets[i].version, packets[i].doc_id)} is {packets[i].status}"
+            for i in members
+        ]
+        group.add(_El("note", text=f"{len(members)} records{where} disagree in status: " + "; ".join(parts) + "."))
+        out.append(group)
+    return out
+
+
+def _document(
+    shown: Sequence[EvidencePacket],
+    omitted: Sequence[EvidencePacket],
+    dropped: Sequence[EvidencePacket],
+    *,
+    budget: float | None,
+    query_id: str | None,
+    rationale: bool,
+    indent: str | None,
+) -> str:
+    refs: dict[str, str] = {}
+    for p in shown:
+        refs.setdefault(p.doc_id, p.evidence_packet_id)
+    root = _El("evidence", {"query-id": query_id, "packets": str(len(shown))})
+    for packet in shown:
+        root.add(_packet_element(packet, refs, rationale))
+    for group in _conflict_groups(shown):
+        root.add(group)
+    if omitted:
+        note = _El("omitted", {"reason": "superseded"})
+        for p in omitted:
+            note.add(_El("packet", {"id": p.evidence_packet_id, "doc-id": p.doc_id, "status": p.status}))
+        root.add(note)
+    if dropped:
+        note = _El("dropped", {"reason": "token-budget", "budget": _num(budget)})
+        for p in dropped:
+            why = (
+                "active evidence, dropped last, lowest rank first"
+                if p.is_active
+                else "superseded provenance, dropped before active evidence, lowest rank first"
+            )
+            note.add(_El("packet", {"id": p.evidence_packet_id, "doc-id": p.doc_id, "status": p.status, "reason": why}))
+        root.add(note)
+    out: list[str] = []
+    root.write(out, indent)
+    return "".join(out)
+
+
+def render_xml(
+    evidence: RetrievalResult | Iterable[EvidencePacket],
+    *,
+    policy: Policy | None = None,
+    k: int | None = None,
+    superseded: SupersededMode = "include",
+    token_budget: float | None = None,
+    token_counter: TokenCounter | None = None,
+    query_id: str | None = None,
+    rationale: bool = True,
+    indent: str | None = "  ",
+) -> str:
+    """The ``<evidence>`` XML for a retrieval result (packets built with ``policy``) or for packets.
+
+    Active packets come first, each in its given order, then superseded (and archived) ones.
+    ``superseded="omit"`` leaves the superseded packets out and lists their ids in an
+    ``<omitted>`` element; the default keeps them, marked ``status="superseded"`` with a
+    ``<superseded-by>`` pointer. ``k`` keeps the first ``k`` packets (in result order).
+    ``token_budget`` drops packets until the whole output fits under ``token_counter``
+    (default :func:`approx_tokens`): superseded before active, lowest rank first; what was
+    dropped is listed in a ``<dropped>`` element. ``indent=None`` renders without line breaks.
+    """
+    if superseded not in ("include", "omit"):
+        raise ValueError(f"superseded must be 'include' or 'omit', got {superseded!r}")
+    if k is not None and k < 0:
+        raise ValueError(f"k must be >= 0 or None, got {k}")
+    if isinstance(evidence, (str, bytes)):
+        raise TypeError("render_xml takes a RetrievalResult or EvidencePacket objects, not text")
+    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
+        packets = build_packets(evidence, policy, k)  # type: ignore[arg-type]
+    else:
+        packets = list(evidence)[:k]
+        for p in packets:
+            if not isinstance(p, EvidencePacket):
+                raise TypeError(f"expected EvidencePacket objects, got {type(p).__name__}")
+    ordered = [p for p in packets if p.is_active] + [p for p in packets if not p.is_active]
+    if superseded == "omit":
+        shown, omitted = [p for p in ordered if p.is_active], [p for p in ordered if not p.is_active]
+    else:
+        shown, omitted = ordered, []
+    dropped: list[EvidencePacket] = []
+    count = token_counter or approx_tokens
+    options: dict[str, Any] = {"query_id": query_id, "rationale": rationale, "indent": indent}
+    text = _document(shown, omitted, dropped, budget=token_budget, **options)
+    # Active packets precede superseded ones in ``shown``, each in rank order, so the last
+    # one is always the least useful: superseded provenance first, lowest rank first.
+    while token_budget is not None and shown and count(text) > token_budget:
+        dropped.append(shown.pop())
+        text = _document(shown, omitted, dropped, budget=token_budget, **options)
+    return text
