@@ -1,0 +1,99 @@
+"""Shared fixtures: the real MiniLM embedder, the demo policy and a demo store built once.
+
+The environment is pinned before anything can import torch or transformers: the packaged
+MiniLM copy is loaded offline, and one OpenMP thread keeps CPU timings stable and avoids
+oversubscription when Chroma and tokenizers spin up their own threads.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+import car_rag  # noqa: E402
+from car_rag import CARStore, Embedder, Policy, load_policy  # noqa: E402
+
+DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
+"""The demo corpus shipped in the package (security advisories + case law)."""
+
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "data" / "car-benchmarks" / "corpora"
+"""The CAR benchmark corpora; CI runs a fresh clone with ``../shared`` beside it."""
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def corpora() -> Path:
+    """The benchmark corpora folder; tests using it are skipped when it is absent."""
+    if not CORPORA.is_dir():
+        pytest.skip(f"benchmark corpora not found at {CORPORA}")
+    return CORPORA
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """The real all-MiniLM-L6-v2 (packaged copy, offline), loaded once per session."""
+    emb = Embedder()
+    emb.model  # load now so that no test's timing includes it
+    return emb
+
+
+@pytest.fixture(scope="session")
+def security_policy() -> Policy:
+    return load_policy("security-advisory")
+
+
+@pytest.fixture(scope="session")
+def legal_policy() -> Policy:
+    return load_policy("legal-precedent")
+
+
+@pytest.fixture(scope="session")
+def demo_policy(security_policy: Policy, legal_policy: Policy) -> Policy:
+    """The built-in security-advisory and legal-precedent policies, combined."""
+    sec, leg = security_policy, legal_policy
+    return Policy(
+        name="demo",
+        scope_keys=sec.scope_keys + leg.scope_keys,
+        rules=sec.rules + leg.rules,
+        scope_patterns=sec.scope_patterns,
+        case_insensitive_keys=sec.case_insensitive_keys,
+    )
+
+
+@pytest.fixture(scope="session")
+def demo_corpus_path() -> Path:
+    return DEMO / "corpus.jsonl"
+
+
+@pytest.fixture(scope="session")
+def demo_records() -> list[dict]:
+    return read_jsonl(DEMO / "corpus.jsonl")
+
+
+@pytest.fixture(scope="session")
+def demo_queries() -> list[dict]:
+    return read_jsonl(DEMO / "queries.jsonl")
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory, demo_policy: Policy, embedder: Embedder):
+    """The demo corpus in an embedded-Chroma store, built once. Treat it as read-only."""
+    path = tmp_path_factory.mktemp("demo-store")
+    store = CARStore.open(path, demo_policy, embedder=embedder)
+    report = store.ingest(DEMO / "corpus.jsonl", progress=False)
+    assert report.errors == [], [str(e) for e in report.errors]
+    assert len(report.added) == len(read_jsonl(DEMO / "corpus.jsonl"))
+    yield store
+    store.close()

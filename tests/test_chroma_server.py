@@ -1,0 +1,161 @@
+"""A store whose vectors live in a real `chroma run` server on loopback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
+
+pytestmark = pytest.mark.server
+
+HOST = "127.0.0.1"
+
+
+def _chroma_cli() -> str:
+    beside = Path(sys.executable).parent / "chroma"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("chroma")
+    if found is None:
+        pytest.fail(f"the `chroma` CLI (from chromadb) is neither at {beside} nor on PATH")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def _http_client(port: int):
+    import chromadb
+    from chromadb.config import Settings
+
+    return chromadb.HttpClient(host=HOST, port=port, settings=Settings(anonymized_telemetry=False))
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory):
+    """`chroma run` on a free loopback port; yields (url, port)."""
+    folder = tmp_path_factory.mktemp("chroma-server")
+    port = _free_port()
+    log = (folder / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [_chroma_cli(), "run", "--host", HOST, "--port", str(port), "--path", str(folder / "data")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"chroma run exited with {proc.returncode}: {(folder / 'server.log').read_text()[-2000:]}")
+            try:
+                _http_client(port).heartbeat()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"chroma run did not answer within 30 s: {(folder / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.25)
+        yield f"http://{HOST}:{port}", port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server_store_path(chroma_server, tmp_path_factory, demo_policy, embedder, demo_corpus_path):
+    url, _ = chroma_server
+    path = tmp_path_factory.mktemp("server-store")
+    store = CARStore.open(path, demo_policy, chroma_url=url, embedder=embedder)
+    try:
+        report = store.ingest(demo_corpus_path, progress=False)
+        assert report.errors == [] and len(report.added) == 45
+    finally:
+        store.close()
+    return path
+
+
+def test_server_store_ranks_like_the_embedded_store(server_store_path, chroma_server, demo_store, demo_queries, embedder):
+    url, _ = chroma_server
+    store = CARStore.open(server_store_path, chroma_url=url, embedder=embedder)
+    try:
+        assert not (server_store_path / "chroma").exists()  # no embedded database was created
+        assert json.loads((server_store_path / "car-store.json").read_text())["chroma_url"] == url
+        assert store.dense.collection.count() == 45
+        served = ControllingAuthorityRetriever(store, anchors="hybrid")
+        embedded = ControllingAuthorityRetriever(demo_store, anchors="hybrid")
+        for q in demo_queries:
+            a, b = served.retrieve(q["query"]), embedded.retrieve(q["query"])
+            assert a.doc_ids(5) == b.doc_ids(5), q["query_id"]
+            assert [h.doc_id for h in a.anchors] == [h.doc_id for h in b.anchors], q["query_id"]
+            assert a.anchors[0].channel_scores["dense"] == pytest.approx(b.anchors[0].channel_scores["dense"], abs=1e-5)
+            assert q["gold_doc_ids"][0] in a.doc_ids(5)
+    finally:
+        store.close()
+
+
+def test_reopening_without_url_reuses_the_server(server_store_path, chroma_server, embedder):
+    url, port = chroma_server
+    store = CARStore.open(server_store_path, embedder=embedder)
+    try:
+        assert store.config["chroma_url"] == url
+        settings = store._client.get_settings()
+        assert settings.chroma_api_impl == "chromadb.api.fastapi.FastAPI"
+        assert (settings.chroma_server_host, int(settings.chroma_server_http_port)) == (HOST, port)
+        assert not (server_store_path / "chroma").exists()
+        assert len(store) == 45 and store.dense.collection.count() == 45
+        result = ControllingAuthorityRetriever(store, anchors="dense").retrieve(
+            "Can an attacker still abuse a protocol-relative URL with an axios baseURL to perform SSRF?"
+        )
+        assert result.ranked[0].doc_id == "sec-axios-1.7.4-release"
+        assert result.get("sec-axios-cve-2099-10003-disclosure").status == "superseded"
+    finally:
+        store.close()
+    with pytest.raises(StoreError, match="uses Chroma at"):
+        CARStore.open(server_store_path, chroma_url="http://127.0.0.1:1", embedder=embedder)
+
+
+def test_records_are_visible_through_a_fresh_http_client(server_store_path, chroma_server, demo_records):
+    _, port = chroma_server
+    name = json.loads((server_store_path / "car-store.json").read_text())["collection"]
+    client = _http_client(port)
+    assert name in [c.name for c in client.list_collections()]
+    collection = client.get_collection(name)
+    assert collection.count() == 45
+    got = collection.get(ids=[r["doc_id"] for r in demo_records], include=["documents"])
+    assert dict(zip(got["ids"], got["documents"])) == {r["doc_id"]: r["text"] for r in demo_records}
+    scoped = collection.get(where={"cve_id": "CVE-2099-10005"}, include=["metadatas"])
+    assert sorted(scoped["ids"]) == [
+        "sec-zipcraft-2.3.1-release",
+        "sec-zipcraft-2.3.4-release",
+        "sec-zipcraft-cve-2099-10005-disclosure",
+    ]
+    assert {m["package"] for m in scoped["metadatas"]} == {"zipcraft"}
+
+
+def test_failed_create_against_an_unreachable_server_can_be_retried(chroma_server, tmp_path, demo_policy, embedder):
+    url, _ = chroma_server
+    path = tmp_path / "store"
+    dead = f"http://{HOST}:{_free_port()}"
+    with pytest.raises((StoreError, ValueError), match="(?i)connect"):
+        CARStore.open(path, demo_policy, chroma_url=dead, embedder=embedder)
+    store = CARStore.open(path, demo_policy, chroma_url=url, embedder=embedder)
+    try:
+        assert store.config["chroma_url"] == url
+        assert json.loads((path / "car-store.json").read_text())["chroma_url"] == url
+    finally:
+        store.close()

@@ -1,0 +1,450 @@
+"""CARStore: persistence, idempotent ingest, replacement, rejection, Chroma batching and
+scope metadata — against real Chroma (embedded) and the real MiniLM embedder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from car_rag import CARStore, Edge, Record, StoreError
+from car_rag.channels import DenseChannel
+from car_rag.store import chroma_metadata
+
+LODASH_PATCH = "sec-lodash-4.17.12-release"
+LODASH_DISCLOSURE = "sec-lodash-cve-2099-10001-disclosure"
+AXIOS_PATCH = "sec-axios-1.7.4-release"
+AXIOS_DISCLOSURE = "sec-axios-cve-2099-10003-disclosure"
+ZIP_FIRST_FIX = "sec-zipcraft-2.3.1-release"
+ZIP_FINAL_FIX = "sec-zipcraft-2.3.4-release"
+
+
+def edge_set(store: CARStore) -> set[tuple[str, str, str]]:
+    return {(e.superseder, e.target, e.rule) for e in store.graph.edges()}
+
+
+def chroma_ids(store: CARStore, ids: list[str]) -> list[str]:
+    return store.dense.collection.get(ids=ids, include=[])["ids"]
+
+
+@pytest.fixture
+def fresh_store(tmp_path, demo_policy, embedder, demo_corpus_path):
+    """A private store holding the demo corpus, for tests that write to it."""
+    store = CARStore.open(tmp_path / "store", demo_policy, embedder=embedder)
+    report = store.ingest(demo_corpus_path, progress=False)
+    assert report.errors == []
+    yield store
+    store.close()
+
+
+# --------------------------------------------------------------------------- open / reopen
+def test_reopened_store_keeps_records_edges_and_indexes(tmp_path, demo_policy, embedder, demo_corpus_path, demo_records):
+    path = tmp_path / "store"
+    store = CARStore.open(path, demo_policy, embedder=embedder)
+    report = store.ingest(demo_corpus_path, progress=False)
+    assert len(report.added) == len(demo_records) == 45
+    assert (path / "car-store.json").is_file() and (path / "records.sqlite").is_file()
+    assert (path / "bm25" / "index.json").is_file() and (path / "chroma").is_dir()
+
+    records = dict(store.records)
+    edges = edge_set(store)
+    assert (LODASH_PATCH, LODASH_DISCLOSURE, "patch_fixes_disclosure") in edges
+    assert (AXIOS_PATCH, AXIOS_DISCLOSURE, "explicit") in edges
+    assert (ZIP_FINAL_FIX, ZIP_FIRST_FIX, "explicit") in edges
+    query = "zipcraft archive extraction path traversal"
+    bm25_before = [(h.doc_id, h.rank) for h in store.lexical.search(query, 10)]
+    assert bm25_before[0][0] == "sec-zipcraft-cve-2099-10005-disclosure"
+    vector = embedder.encode([query])[0]
+    dense_before = [h.doc_id for h in store.dense.search(vector, 10)]
+    store.close()
+
+    # Reopened without a policy: everything comes back from disk.
+    reopened = CARStore.open(path, embedder=embedder)
+    try:
+        assert reopened.policy == demo_policy
+        assert len(reopened) == 45
+        assert reopened.records == records
+        assert list(reopened.records) == [r["doc_id"] for r in demo_records]  # ingest order kept
+        assert edge_set(reopened) == edges
+        assert reopened.graph.is_superseded(LODASH_DISCLOSURE)
+        assert not reopened.graph.is_superseded(LODASH_PATCH)
+        assert reopened.lexical.doc_ids == [r["doc_id"] for r in demo_records]
+        assert [(h.doc_id, h.rank) for h in reopened.lexical.search(query, 10)] == bm25_before
+        assert reopened.dense.collection.count() == 45
+        assert [h.doc_id for h in reopened.dense.search(vector, 10)] == dense_before
+    finally:
+        reopened.close()
+
+    # Reopened with the very same policy: accepted.
+    CARStore.open(path, demo_policy, embedder=embedder).close()
+
+
+def test_reopen_with_a_different_policy_raises(tmp_path, demo_policy, legal_policy, embedder):
+    path = tmp_path / "store"
+    CARStore.open(path, demo_policy, embedder=embedder).close()
+    with pytest.raises(StoreError, match="different policy"):
+        CARStore.open(path, legal_policy, embedder=embedder)
+    with pytest.raises(StoreError, match="different policy"):
+        CARStore.open(path, "security-advisory", embedder=embedder)
+    # The refused open left the configuration alone.
+    config = json.loads((path / "car-store.json").read_text())
+    assert config["policy"]["name"] == "demo"
+
+
+def test_opening_a_missing_store_without_policy_raises(tmp_path, embedder):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(StoreError, match="no car-rag store"):
+        CARStore.open(missing, embedder=embedder)
+    assert not missing.exists()
+
+
+# --------------------------------------------------------------------------- idempotence
+def test_reingesting_the_same_file_changes_nothing(fresh_store, demo_corpus_path):
+    store = fresh_store
+    records = dict(store.records)
+    edges = edge_set(store)
+    lexical_ids = list(store.lexical.doc_ids)
+    assert len(edges) == 18
+
+    report = store.ingest(demo_corpus_path, progress=False)
+
+    assert report.added == []
+    assert report.updated == []
+    assert report.unchanged == 45
+    assert report.errors == []
+    assert report.new_edges == []
+    assert report.newly_superseded == []
+    assert store.dense.collection.count() == 45
+    assert len(store) == 45
+    assert store.records == records
+    assert edge_set(store) == edges
+    assert store.lexical.doc_ids == lexical_ids
+    persisted = sorted(store._db.execute("SELECT superseder, target, rule FROM edges"))
+    assert set(persisted) == edges and len(persisted) == 18
+
+
+# --------------------------------------------------------------------------- replacement
+def test_changed_record_replaces_the_old_one(fresh_store, demo_records, embedder):
+    store = fresh_store
+    edges = edge_set(store)
+    old = next(r for r in demo_records if r["doc_id"] == LODASH_PATCH)
+    assert "isEqual" in old["text"]
+    new_text = (
+        "Release 4.17.12 (re-issued). Hardened merge against quokka-style constructor keys "
+        "so deep merges can no longer reach the shared object prototype."
+    )
+    changed = {**old, "text": new_text}
+
+    report = store.ingest([changed], progress=False)
+
+    assert report.updated == [LODASH_PATCH]
+    assert report.added == []
+    assert report.unchanged == 0
+    assert report.errors == []
+    assert len(store) == 45
+    assert store.dense.collection.count() == 45
+    assert store.get(LODASH_PATCH).text == new_text
+    # Chroma holds the new document and its new vector.
+    got = store.dense.collection.get(ids=[LODASH_PATCH], include=["documents", "embeddings", "metadatas"])
+    assert got["documents"] == [new_text]
+    np.testing.assert_allclose(got["embeddings"][0], embedder.encode([new_text])[0], atol=1e-5)
+    assert got["metadatas"][0]["cve_id"] == "CVE-2099-10001"
+    # BM25 was rebuilt: the new wording is found, the old one is gone.
+    assert store.lexical.search("quokka", 5)[0].doc_id == LODASH_PATCH
+    assert LODASH_PATCH not in [h.doc_id for h in store.lexical.search("isEqual toolchain", 45)]
+    # Its authority edge was re-derived, nothing else moved.
+    assert edge_set(store) == edges
+    assert store.graph.superseders(LODASH_DISCLOSURE) == [Edge(LODASH_PATCH, LODASH_DISCLOSURE, "patch_fixes_disclosure")]
+
+    # And all of that is what a reopened store sees.
+    path = store.path
+    store.close()
+    reopened = CARStore.open(path, embedder=store.embedder)
+    try:
+        assert reopened.get(LODASH_PATCH).text == new_text
+        assert edge_set(reopened) == edges
+        assert reopened.lexical.search("quokka", 5)[0].doc_id == LODASH_PATCH
+        assert list(reopened.records).index(LODASH_PATCH) == 1  # kept its place in ingest order
+    finally:
+        reopened.close()
+
+
+def test_replaced_record_leaves_no_stale_chroma_metadata(fresh_store):
+    store = fresh_store
+    old = store.get(LODASH_PATCH)
+    # Correction: this release note was filed under the wrong CVE; it now names only its package.
+    corrected = {**old.model_dump(mode="json"), "scope": {"package": "lodash"}, "version": None}
+
+    report = store.ingest([corrected], progress=False)
+
+    assert report.updated == [LODASH_PATCH]
+    # The authority graph and entity index follow the correction ...
+    assert [r.doc_id for r in store.graph.lookup({"cve_id": "CVE-2099-10001"})] == [LODASH_DISCLOSURE]
+    assert not store.graph.is_superseded(LODASH_DISCLOSURE)
+    # ... and so must the vector store's metadata, which integrations query for Stage 2.
+    meta = store.dense.collection.get(ids=[LODASH_PATCH], include=["metadatas"])["metadatas"][0]
+    assert meta == chroma_metadata(store.get(LODASH_PATCH))
+    assert store.dense.collection.get(where={"cve_id": "CVE-2099-10001"}, include=[])["ids"] == [LODASH_DISCLOSURE]
+
+
+def test_explicit_edge_to_a_record_ingested_later_survives_reopen(tmp_path, security_policy, embedder):
+    path = tmp_path / "store"
+    newer = {
+        "doc_id": "advisory-v2",
+        "text": "Revised advisory: the flaw also affects the streaming parser.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "parsekit", "cve_id": "CVE-2099-30001"},
+        "supersedes": ["advisory-v1"],
+    }
+    older = {
+        "doc_id": "advisory-v1",
+        "text": "Initial advisory: heap overflow in the parsekit tokenizer.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "parsekit", "cve_id": "CVE-2099-30001"},
+    }
+    store = CARStore.open(path, security_policy, embedder=embedder)
+    assert store.ingest([newer], progress=False).new_edges == []
+    store.close()
+
+    store = CARStore.open(path, embedder=embedder)
+    report = store.ingest([older], progress=False)
+    assert report.new_edges == [Edge("advisory-v2", "advisory-v1", "explicit")]
+    assert report.newly_superseded == ["advisory-v1"]
+    store.close()
+
+    store = CARStore.open(path, embedder=embedder)
+    try:
+        assert edge_set(store) == {("advisory-v2", "advisory-v1", "explicit")}
+        assert store.graph.frontier(["advisory-v1", "advisory-v2"]) == {"advisory-v2"}
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------- rejection
+def _write_jsonl(path: Path, items: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    return path
+
+
+def test_bad_records_are_reported_and_the_rest_ingested(fresh_store, tmp_path):
+    store = fresh_store
+    before = dict(store.records)
+    edges = edge_set(store)
+    good_disclosure = {
+        "doc_id": "sec-inkwell-cve-2099-20001-disclosure",
+        "text": "CVE-2099-20001: stored cross-site scripting in inkwell comment rendering.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "inkwell", "cve_id": "CVE-2099-20001"},
+        "published_at": "2024-11-02",
+    }
+    no_type = {"doc_id": "bad-no-type", "text": "a record without a type", "scope": {"package": "inkwell"}}
+    ill_typed = {
+        "doc_id": "bad-authority",
+        "text": "authority must be a number",
+        "doc_type": "vulnerability_disclosure",
+        "authority": "very high",
+    }
+    reserved = {
+        "doc_id": "bad-tenant-scope",
+        "text": "tenant is reserved car-rag metadata",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "inkwell", "tenant": "acme"},
+    }
+    good_patch = {
+        "doc_id": "sec-inkwell-5.0.1-release",
+        "text": "5.0.1: comment bodies are escaped before rendering.",
+        "doc_type": "patch_release",
+        "scope": {"package": "inkwell", "cve_id": "CVE-2099-20001"},
+        "published_at": "2024-11-20",
+    }
+    path = _write_jsonl(tmp_path / "mixed.jsonl", [good_disclosure, no_type, ill_typed, reserved, good_patch])
+
+    report = store.ingest(path, progress=False)
+
+    errors = {(e.doc_id, e.field) for e in report.errors}
+    assert errors == {("bad-no-type", "doc_type"), ("bad-authority", "authority"), ("bad-tenant-scope", "scope.tenant")}
+    lines = {e.doc_id: e.line for e in report.errors}
+    assert lines["bad-no-type"] == 2 and lines["bad-authority"] == 3
+    assert all(e.source == str(path) for e in report.errors)
+    assert "reserved" in next(e.message for e in report.errors if e.doc_id == "bad-tenant-scope")
+    assert report.added == [good_disclosure["doc_id"], good_patch["doc_id"]]
+    assert report.updated == [] and report.unchanged == 0
+    assert report.new_edges == [Edge(good_patch["doc_id"], good_disclosure["doc_id"], "patch_fixes_disclosure")]
+
+    # Everything stored earlier is still there, unchanged.
+    assert len(store) == 47
+    assert {d: store.get(d) for d in before} == before
+    assert edge_set(store) - edges == {(good_patch["doc_id"], good_disclosure["doc_id"], "patch_fixes_disclosure")}
+    assert store.dense.collection.count() == 47
+    rejected = ["bad-no-type", "bad-authority", "bad-tenant-scope"]
+    assert chroma_ids(store, rejected) == []
+    assert not set(rejected) & set(store.lexical.doc_ids)
+    assert not set(rejected) & set(store.records)
+
+
+def test_record_closing_a_supersession_cycle_is_rejected(fresh_store):
+    store = fresh_store
+    edges = edge_set(store)
+    before = dict(store.records)
+    first = {
+        "doc_id": "sec-axios-cve-2099-10111-disclosure",
+        "text": "CVE-2099-10111: axios leaks proxy credentials on redirect.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "axios", "cve_id": "CVE-2099-10111"},
+    }
+    # A disclosure claiming to void the patch that (by rule) voids it: a cycle.
+    cyclic = {
+        "doc_id": "sec-axios-cve-2099-10003-reopened",
+        "text": "CVE-2099-10003 reopened: the 1.7.4 fix is incomplete.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
+        "supersedes": [AXIOS_PATCH],
+    }
+    last = {
+        "doc_id": "sec-axios-1.7.9-release",
+        "text": "v1.7.9: proxy authorization is dropped on cross-origin redirects.",
+        "doc_type": "patch_release",
+        "scope": {"package": "axios", "cve_id": "CVE-2099-10111"},
+    }
+
+    report = store.ingest([first, cyclic, last], progress=False)
+
+    assert [(e.doc_id, e.field) for e in report.errors] == [(cyclic["doc_id"], "supersedes")]
+    assert "cycle" in report.errors[0].message
+    assert report.added == [first["doc_id"], last["doc_id"]]
+    assert cyclic["doc_id"] not in store.records
+    assert chroma_ids(store, [cyclic["doc_id"]]) == []
+    assert cyclic["doc_id"] not in store.lexical.doc_ids
+    assert not store.graph.is_superseded(AXIOS_PATCH)
+    assert edge_set(store) == edges | {(last["doc_id"], first["doc_id"], "patch_fixes_disclosure")}
+    assert {d: store.get(d) for d in before} == before
+    assert store.dense.collection.count() == 47
+
+
+def test_replacement_closing_a_cycle_keeps_the_previous_version(fresh_store):
+    store = fresh_store
+    edges = edge_set(store)
+    old = store.get(ZIP_FIRST_FIX)
+    changed = {**old.model_dump(mode="json"), "text": "2.3.1 (amended)", "supersedes": [ZIP_FINAL_FIX]}
+
+    report = store.ingest([changed], progress=False)
+
+    assert [(e.doc_id, e.field) for e in report.errors] == [(ZIP_FIRST_FIX, "supersedes")]
+    assert report.updated == [] and report.added == []
+    assert store.get(ZIP_FIRST_FIX) == old
+    assert edge_set(store) == edges
+    assert store.graph.superseders(ZIP_FIRST_FIX) == [Edge(ZIP_FINAL_FIX, ZIP_FIRST_FIX, "explicit")]
+    assert store.dense.collection.get(ids=[ZIP_FIRST_FIX], include=["documents"])["documents"] == [old.text]
+    # Re-ingesting the old version is a no-op: the graph was restored to exactly it.
+    again = store.ingest([old], progress=False)
+    assert again.unchanged == 1 and again.updated == [] and again.new_edges == []
+
+
+# --------------------------------------------------------------------------- Chroma batches
+def _generated(n_pairs: int, offset: int = 0) -> list[dict]:
+    out = []
+    for i in range(offset, offset + n_pairs):
+        scope = {"package": f"genpkg{i}", "cve_id": f"CVE-2098-{10000 + i}"}
+        out.append(
+            {
+                "doc_id": f"gen-{i}-disclosure",
+                "text": f"CVE-2098-{10000 + i}: buffer overflow in genpkg{i} header parser number {i}.",
+                "doc_type": "vulnerability_disclosure",
+                "scope": scope,
+                "published_at": "2024-01-01",
+            }
+        )
+        out.append(
+            {
+                "doc_id": f"gen-{i}-release",
+                "text": f"genpkg{i} 1.0.{i}: bounds checks added to the header parser.",
+                "doc_type": "patch_release",
+                "scope": scope,
+                "published_at": "2024-02-01",
+                "version": f"1.0.{i}",
+            }
+        )
+    return out
+
+
+class RecordingCollection:
+    """The real Chroma collection, noting the size of every upsert sent to it."""
+
+    def __init__(self, collection):
+        self.collection = collection
+        self.batch_sizes: list[int] = []
+
+    def upsert(self, **kwargs):
+        self.batch_sizes.append(len(kwargs["ids"]))
+        return self.collection.upsert(**kwargs)
+
+    def get(self, **kwargs):
+        return self.collection.get(**kwargs)
+
+
+def test_generated_records_and_small_upsert_batches(tmp_path, security_policy, embedder):
+    store = CARStore.open(tmp_path / "store", security_policy, embedder=embedder)
+    try:
+        records = _generated(60)
+        report = store.ingest(records, progress=False)
+        assert len(report.added) == 120 and report.errors == []
+        assert len(report.new_edges) == 60
+        assert store.dense.collection.count() == 120
+        assert len(store.lexical.doc_ids) == 120
+        assert store._client.get_max_batch_size() >= 1
+        hit = store.dense.collection.get(where={"cve_id": "CVE-2098-10042"}, include=[])
+        assert sorted(hit["ids"]) == ["gen-42-disclosure", "gen-42-release"]
+
+        # DenseChannel.upsert never sends more than batch_size records at once.
+        extra = _generated(15, offset=1000)
+        ids = [r["doc_id"] for r in extra]
+        texts = [r["text"] for r in extra]
+        vectors = embedder.encode(texts)
+        metadatas = [chroma_metadata(Record.model_validate(r)) for r in extra]
+        recorder = RecordingCollection(store.dense.collection)
+        DenseChannel(recorder).upsert(ids, vectors, texts, metadatas, batch_size=7)
+        assert recorder.batch_sizes == [7, 7, 7, 7, 2]
+        assert store.dense.collection.count() == 150
+        got = store.dense.collection.get(ids=ids, include=["documents", "metadatas"])
+        assert sorted(got["ids"]) == sorted(ids)
+        by_id = dict(zip(got["ids"], zip(got["documents"], got["metadatas"])))
+        for rec in extra:
+            document, meta = by_id[rec["doc_id"]]
+            assert document == rec["text"]
+            assert meta["cve_id"] == rec["scope"]["cve_id"] and meta["doc_type"] == rec["doc_type"]
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------- scope metadata
+def test_scope_keys_are_chroma_metadata_for_stage2_lookups(demo_store):
+    collection = demo_store.dense.collection
+    got = collection.get(where={"cve_id": "CVE-2099-10001"}, include=["metadatas"])
+    assert sorted(got["ids"]) == sorted([LODASH_DISCLOSURE, LODASH_PATCH])
+    meta = dict(zip(got["ids"], got["metadatas"]))
+    assert meta[LODASH_PATCH]["package"] == "lodash"
+    assert meta[LODASH_PATCH]["doc_type"] == "patch_release"
+    assert meta[LODASH_PATCH]["version"] == "4.17.12"
+    assert meta[LODASH_PATCH]["published_at"].startswith("2024-03-19")
+    assert meta[LODASH_DISCLOSURE]["doc_type"] == "vulnerability_disclosure"
+
+    patches = collection.get(where={"$and": [{"cve_id": "CVE-2099-10005"}, {"doc_type": "patch_release"}]}, include=[])
+    assert sorted(patches["ids"]) == [ZIP_FIRST_FIX, ZIP_FINAL_FIX]
+
+    case = collection.get(where={"case": "dalton_v_northgate_bank_702f3d88"}, include=[])
+    assert sorted(case["ids"]) == sorted(
+        [
+            "law-dalton-v-northgate-standing-ruling",
+            "law-dalton-v-northgate-classcert-ruling",
+            "law-scotus-2018-concrete-harm-overruling",
+            "law-ca7-en-banc-2020-overruling",
+        ]
+    )
+    both = collection.get(
+        where={"$and": [{"case": "dalton_v_northgate_bank_702f3d88"}, {"question_id": "Q-standing"}]}, include=[]
+    )
+    assert sorted(both["ids"]) == ["law-dalton-v-northgate-standing-ruling", "law-scotus-2018-concrete-harm-overruling"]
+    # The entity index of the graph agrees with the vector store.
+    assert sorted(r.doc_id for r in demo_store.graph.lookup({"cve_id": "CVE-2099-10001"})) == sorted(got["ids"])
