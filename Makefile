@@ -11,7 +11,7 @@ export OMP_NUM_THREADS      ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export ANONYMIZED_TELEMETRY ?= False
 
-.PHONY: install demo test clean
+.PHONY: install demo test bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -30,3 +30,8 @@ test: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+SUITES := ghsa-freeform ghsa-structured finsuperqa finsuperqa-contaminated cvepatchqa cvepatchqa-freeform legalprecedentqa legalprecedentqa-freeform
+
+bench: install  ## every suite, every system; results under evals/results/ (stores cached in .car-stores/)
+	for suite in $(SUITES); do $(VENV)/bin/car-rag bench --suite $$suite --k 5 --out evals/results || exit 1; done

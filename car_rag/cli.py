@@ -115,6 +115,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from car_rag.eval.runner import DEFAULT_SYSTEMS, run_suite, write_results
+    from car_rag.eval.suites import custom_suite, load_suite
+
+    if args.suite:
+        suite = load_suite(args.suite, args.corpora)
+    elif args.corpus and args.queries and args.policy:
+        suite = custom_suite(args.corpus, args.queries, args.policy)
+    else:
+        raise SystemExit("car-rag bench: give --suite NAME, or --corpus, --queries and --policy")
+    systems = tuple(args.systems.split(",")) if args.systems else DEFAULT_SYSTEMS
+    results = run_suite(suite, k=args.k, systems=systems, stores_dir=args.stores, depth=args.depth)
+    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
+    for path in write_results(results, args.out, command):
+        print(f"wrote {path}")
+    print((args.out / f"{suite.name}.md").read_text())
+    return 0
+
+
 def _cmd_policies(args: argparse.Namespace) -> int:
     from car_rag.policy import builtin_policies, load_policy
 
@@ -160,6 +179,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--k", type=int, default=5)
     demo.add_argument("--store", type=Path, help="keep the demo store here (default: a temporary directory)")
     demo.set_defaults(func=_cmd_demo)
+
+    bench = sub.add_parser("bench", help="benchmark retrieval systems side by side on a suite")
+    bench.add_argument("--suite", help="built-in suite (see car_rag.eval.SUITES)")
+    bench.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
+    bench.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    bench.add_argument("--policy", help="its policy (name or file)")
+    bench.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
+    bench.add_argument("--k", type=int, default=5)
+    bench.add_argument("--depth", type=int, default=100, help="ranking depth for ranks and MRR")
+    bench.add_argument("--systems", help="comma-separated subset of systems (default: all)")
+    bench.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
+    bench.add_argument("--out", type=Path, default=Path("evals/results"))
+    bench.set_defaults(func=_cmd_bench)
 
     policies = sub.add_parser("policies", help="list the built-in policies and their rules")
     policies.set_defaults(func=_cmd_policies)

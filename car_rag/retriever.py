@@ -9,6 +9,7 @@ first, each in its anchor's Stage-1 order, superseded records after them as prov
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from car_rag.channels import ChannelHit, FusedHit, reciprocal_rank_fusion
+from car_rag.channels import ChannelHit, FusedHit, LexicalIndex, reciprocal_rank_fusion
 from car_rag.eligibility import CallerContext
 from car_rag.graph import RSSG, Edge
 from car_rag.records import Record
@@ -147,7 +148,8 @@ class ControllingAuthorityRetriever:
     anchors; ``depth`` is how deep each channel is read before fusion; ``resolution`` is
     ``"rules"`` (policy rules and explicit edges, the RSSG) or ``"timestamp"`` (the paper's
     anchor-only baseline, for comparison); ``scope_lookup_limit`` caps how many records one
-    scope id named in the query may pull in.
+    scope id named in the query may pull in; ``lexical`` replaces the store's BM25 index for
+    Stage 1 (e.g. a ``rank-bm25`` index for parity with the paper).
     """
 
     def __init__(
@@ -159,6 +161,7 @@ class ControllingAuthorityRetriever:
         depth: int = 50,
         resolution: Resolution = "rules",
         scope_lookup_limit: int = 20,
+        lexical: LexicalIndex | None = None,
     ):
         if anchors not in ("bm25", "dense", "hybrid"):
             raise ValueError(f"anchors must be 'bm25', 'dense' or 'hybrid', got {anchors!r}")
@@ -172,6 +175,7 @@ class ControllingAuthorityRetriever:
         self.depth = depth
         self.resolution = resolution
         self.scope_lookup_limit = scope_lookup_limit
+        self.lexical = lexical
         self._mask_index: object = None
         self._masks: dict[CallerContext, np.ndarray] = {}
         if anchors != "bm25":
@@ -182,7 +186,7 @@ class ControllingAuthorityRetriever:
         """Fused Stage-1 anchors for ``query`` (top ``k1``), among records ``caller`` may read."""
         runs: dict[str, list[ChannelHit]] = {}
         if self.anchor_mode in ("bm25", "hybrid"):
-            runs["bm25"] = self.store.lexical.search(query, self.depth, mask=self._mask(caller))
+            runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(caller))
         if self.anchor_mode in ("dense", "hybrid"):
             vector = self.store.embedder.encode([query])[0]
             where = caller.chroma_where() if caller is not None else None
@@ -192,7 +196,7 @@ class ControllingAuthorityRetriever:
     def _mask(self, caller: CallerContext | None) -> np.ndarray | None:
         if caller is None:
             return None
-        lexical = self.store.lexical
+        lexical = self.lexical or self.store.lexical
         if self._mask_index is not lexical:  # the index was rebuilt by an ingest
             self._mask_index, self._masks = lexical, {}
         if caller not in self._masks:
@@ -219,10 +223,11 @@ class ControllingAuthorityRetriever:
                 members[doc_id] = (group, role if doc_id not in members else members[doc_id][1], anchor_id)
 
         scope_ids = self.store.policy.scope_ids_in(query)
-        for key, values in scope_ids.items():
-            for value in values:
-                for record in graph.lookup({key: value})[-self.scope_lookup_limit :]:
-                    admit(record.doc_id, 0, "scope_match", record.doc_id)
+        keys = list(scope_ids)
+        # Keys named together narrow one lookup (CVE id and package: that CVE of that package).
+        for values in itertools.product(*(scope_ids[k] for k in keys)) if keys else ():
+            for record in graph.lookup(dict(zip(keys, values)))[-self.scope_lookup_limit :]:
+                admit(record.doc_id, 0, "scope_match", record.doc_id)
         for hit in anchors:
             admit(hit.doc_id, hit.rank, "anchor", hit.doc_id)
         for doc_id, (group, _, _) in list(members.items()):

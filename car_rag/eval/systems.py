@@ -1,0 +1,122 @@
+"""The retrieval systems a benchmark compares, behind one small interface.
+
+Every system answers a question with a ranking of doc ids (best first) and, when it has a
+Stage 1, the anchors it found; all of them read the same store, so they rank the same
+corpus with the same model.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from car_rag.channels import LexicalIndex, make_lexical_index, reciprocal_rank_fusion
+from car_rag.retriever import ControllingAuthorityRetriever
+from car_rag.store import CARStore
+
+__all__ = ["SystemOutput", "System", "SYSTEMS", "build_system", "rank_bm25_index"]
+
+
+@dataclass
+class SystemOutput:
+    doc_ids: list[str]
+    anchors: list[str] | None
+    ms: float
+
+
+class System(ABC):
+    """A named retriever: question in, ranked ids out."""
+
+    def __init__(self, name: str, label: str):
+        self.name = name
+        self.label = label
+
+    @abstractmethod
+    def _rank(self, query: str) -> tuple[list[str], list[str] | None]: ...
+
+    def run(self, query: str) -> SystemOutput:
+        started = time.perf_counter()
+        ids, anchors = self._rank(query)
+        return SystemOutput(ids, anchors, (time.perf_counter() - started) * 1000)
+
+
+class _Lexical(System):
+    def __init__(self, name: str, label: str, index: LexicalIndex, depth: int):
+        super().__init__(name, label)
+        self.index, self.depth = index, depth
+
+    def _rank(self, query: str) -> tuple[list[str], None]:
+        return [h.doc_id for h in self.index.search(query, self.depth)], None
+
+
+class _Dense(System):
+    def __init__(self, name: str, label: str, store: CARStore, depth: int):
+        super().__init__(name, label)
+        self.store, self.depth = store, depth
+
+    def _rank(self, query: str) -> tuple[list[str], None]:
+        vector = self.store.embedder.encode([query])[0]
+        return [h.doc_id for h in self.store.dense.search(vector, self.depth)], None
+
+
+class _Hybrid(System):
+    def __init__(self, name: str, label: str, store: CARStore, depth: int):
+        super().__init__(name, label)
+        self.store, self.depth = store, depth
+
+    def _rank(self, query: str) -> tuple[list[str], None]:
+        vector = self.store.embedder.encode([query])[0]
+        runs = {"bm25": self.store.lexical.search(query, self.depth), "dense": self.store.dense.search(vector, self.depth)}
+        return [h.doc_id for h in reciprocal_rank_fusion(runs, k=self.depth)], None
+
+
+class _CAR(System):
+    def __init__(self, name: str, label: str, retriever: ControllingAuthorityRetriever):
+        super().__init__(name, label)
+        self.retriever = retriever
+
+    def _rank(self, query: str) -> tuple[list[str], list[str]]:
+        result = self.retriever.retrieve(query)
+        return result.doc_ids(), [h.doc_id for h in result.anchors]
+
+
+def rank_bm25_index(store: CARStore) -> LexicalIndex:
+    """A rank-bm25 index over the store's records, in ingest order (the paper's BM25)."""
+    index = make_lexical_index("rank-bm25")
+    ids = store.lexical.doc_ids
+    index.build(ids, [store.records[d].text for d in ids])
+    return index
+
+
+def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules", lexical: Callable | None = None):
+    def build(store: CARStore, depth: int) -> System:
+        retriever = ControllingAuthorityRetriever(
+            store, anchors=anchors, k1=k1, depth=max(depth, k1), resolution=resolution, lexical=lexical(store) if lexical else None
+        )
+        return _CAR(name, label, retriever)
+
+    return build
+
+
+SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
+    "bm25": lambda store, depth: _Lexical("bm25", "BM25 (bm25s)", store.lexical, depth),
+    "bm25-rank": lambda store, depth: _Lexical("bm25-rank", "BM25 (rank-bm25)", rank_bm25_index(store), depth),
+    "dense": lambda store, depth: _Dense("dense", "Dense MiniLM", store, depth),
+    "hybrid": lambda store, depth: _Hybrid("hybrid", "Hybrid RRF (BM25 + MiniLM)", store, depth),
+    "car-bm25-rank": _car("car-bm25-rank", "car-rag, rank-bm25 anchors, k1=5 (paper's Two-Stage)", "bm25", 5, lexical=rank_bm25_index),
+    "car-bm25": _car("car-bm25", "car-rag, BM25 anchors, k1=5", "bm25", 5),
+    "car-dense": _car("car-dense", "car-rag, dense anchors, k1=10", "dense", 10),
+    "car-hybrid": _car("car-hybrid", "car-rag, hybrid anchors, k1=10", "hybrid", 10),
+    "car-timestamp": _car("car-timestamp", "car-rag anchor-only: later in scope voids (no RSSG)", "hybrid", 10, "timestamp"),
+}
+"""Every car-rag system resolves authority with the RSSG (policy rules) except
+``car-timestamp``, the paper's anchor-only baseline (a later record in the same scope voids
+an earlier one, whatever its type)."""
+
+
+def build_system(name: str, store: CARStore, depth: int = 100) -> System:
+    if name not in SYSTEMS:
+        raise ValueError(f"unknown system {name!r}; choose from {sorted(SYSTEMS)}")
+    return SYSTEMS[name](store, depth)
