@@ -226,7 +226,9 @@ class ControllingAuthorityRetriever:
         keys = list(scope_ids)
         # Keys named together narrow one lookup (CVE id and package: that CVE of that package).
         for values in itertools.product(*(scope_ids[k] for k in keys)) if keys else ():
-            for record in graph.lookup(dict(zip(keys, values)))[-self.scope_lookup_limit :]:
+            # Filter before capping: restricted records must not crowd readable ones out.
+            matches = [r for r in graph.lookup(dict(zip(keys, values))) if readable(r.doc_id)]
+            for record in matches[-self.scope_lookup_limit :]:
                 admit(record.doc_id, 0, "scope_match", record.doc_id)
         for hit in anchors:
             admit(hit.doc_id, hit.rank, "anchor", hit.doc_id)

@@ -448,3 +448,12 @@ def test_scope_keys_are_chroma_metadata_for_stage2_lookups(demo_store):
     assert sorted(both["ids"]) == ["law-dalton-v-northgate-standing-ruling", "law-scotus-2018-concrete-harm-overruling"]
     # The entity index of the graph agrees with the vector store.
     assert sorted(r.doc_id for r in demo_store.graph.lookup({"cve_id": "CVE-2099-10001"})) == sorted(got["ids"])
+
+
+def test_lexical_ties_are_broken_by_corpus_order():
+    from car_rag.channels import make_lexical_index
+
+    index = make_lexical_index("bm25s")
+    texts = ["alpha beta"] * 40 + ["alpha alpha alpha beta"]
+    index.build([f"d{i}" for i in range(41)], texts)
+    assert [h.doc_id for h in index.search("alpha", 5)] == ["d40", "d0", "d1", "d2", "d3"]

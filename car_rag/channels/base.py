@@ -43,9 +43,12 @@ class LexicalIndex(ABC):
         k = min(k, len(scores))
         if k <= 0:
             return []
-        top = np.argpartition(-scores, k - 1)[:k]
-        # Stable order: score descending, ties broken by index (corpus) order.
-        top = sorted(top.tolist(), key=lambda i: (-scores[i], i))
+        # The k-th best score, then everything above it and the earliest records tied with it:
+        # ties are broken by index (corpus) order, without sorting the whole corpus.
+        threshold = -np.partition(-scores, k - 1)[k - 1]
+        above = np.flatnonzero(scores > threshold)
+        tied = np.flatnonzero(scores == threshold)[: k - len(above)]
+        top = sorted(np.concatenate([above, tied]).tolist(), key=lambda i: (-scores[i], i))
         return [ChannelHit(self.doc_ids[i], float(scores[i]), r) for r, i in enumerate(top, 1) if scores[i] > 0]
 
     @abstractmethod
