@@ -38,6 +38,7 @@ def fin():
     records = {r.doc_id: r for r in [
         _fin("pc", "pre_clearance_approved", 1), _fin("ba", "blackout_announced", 3), _fin("ee", "emergency_exception", 5),
         _fin("pc-late", "pre_clearance_approved", 4), _fin("other", "policy_acknowledged", 2, ticker="ABC"),
+        _fin("bl", "blackout_lifted", 6),
     ]}
     graph = AuthorityGraph(policy)
     for record in records.values():
@@ -54,25 +55,35 @@ def _score(fin, ranked, anchors=None):
 
 def test_full_chain_in_top_k_is_tca(fin):
     score = _score(fin, ["ee", "ba", "pc", "other"])
-    assert score.tca and score.answer == "compliant" and score.no_ignored_superseder
+    assert score.tca and score.tca_answer and score.answer == "compliant" and score.no_ignored_superseder
     assert score.provenance_recall == 1.0 and score.gold_rank == 1 and score.reciprocal_rank == 1.0
 
 
 def test_superseded_record_without_its_superseder_is_an_ignored_superseder(fin):
     score = _score(fin, ["pc", "other", "x"])
-    assert not score.tca and score.ignored == ["pc"] and score.answer == "active"
+    assert not score.tca and not score.tca_answer and score.ignored == ["pc"] and score.answer == "active"
 
 
 def test_supersession_is_transitive_for_no_ignored_superseder(fin):
     # pc is voided by ba, and transitively by ee: ee in the top k covers it (Definition 7).
     score = _score(fin, ["ee", "pc", "other"])
-    assert score.no_ignored_superseder and score.tca and score.answer == "compliant"
+    assert score.no_ignored_superseder and score.tca and score.tca_answer and score.answer == "compliant"
 
 
 def test_right_answer_with_an_ignored_superseder_is_not_tca(fin):
     # ba shown without ee: the reader still says non_compliant (wrong) and ba is ignored.
     score = _score(fin, ["ba", "pc", "other"])
-    assert score.answer == "non_compliant" and score.ignored == ["ba"] and not score.tca
+    assert score.answer == "non_compliant" and score.ignored == ["ba"] and not score.tca and not score.tca_answer
+
+
+def test_an_active_same_scope_record_can_make_the_answer_wrong_while_tca_holds(fin):
+    # The contaminated-T3 pattern: the chain pc < ba < bl is complete in the top k, but a
+    # second pre-clearance granted after the blackout is active under R1-R10, so a
+    # rule-following reader answers 'active' where the label says 'non_compliant'.
+    policy, records, graph, query = fin
+    t3 = query.model_copy(update={"gold_doc_ids": ["bl"], "chain_doc_ids": ["pc", "ba", "bl"], "answer": "non_compliant"})
+    score = score_query(t3, ["bl", "ba", "pc", "pc-late"], k=4, records=records, kb=graph, policy=policy, answer_rule=FINSUPERQA_ANSWER)
+    assert score.tca and score.answer == "active" and score.tca_answer is False
 
 
 def test_reader_applies_rules_among_what_it_sees(fin):
@@ -100,7 +111,7 @@ def test_summary_breaks_down_by_hop_type(fin):
     t0 = query.model_copy(update={"query_id": "t0", "hop_type": "T0", "chain_doc_ids": ["other"], "gold_doc_ids": ["other"]})
     scores = [_score(fin, ["ee", "ba", "pc"]), score_query(t0, ["pc"], k=3, records=records, kb=graph, policy=policy, answer_rule=None)]
     summary = summarise(scores)
-    assert summary["n"] == 2 and summary["tca"]["successes"] == 1
+    assert summary["n"] == 2 and summary["tca"]["successes"] == 1 and summary["tca_answer"]["n"] == 1
     assert set(summary["by_hop"]) == {"T0", "T2"} and summary["by_hop"]["T2"]["tca"]["value"] == 1.0
 
 
@@ -117,7 +128,7 @@ def test_audit_set_reports_closure_violations(fin):
     _, _, graph, _ = fin
     report = audit_set(["pc", "other", "ghost"], graph, anchor="pc")
     assert report.superseded == ["pc"] and report.unknown == ["ghost"]
-    assert [(v.doc_id, v.controlling) for v in report.violations] == [("pc", ("ee",))]
+    assert [(v.doc_id, v.controlling) for v in report.violations] == [("pc", ("bl", "ee"))]
     assert report.frontier_included is False and report.theorem4 is False
     assert audit_set(["ee", "pc"], graph, anchor="pc").theorem4 is True
 
@@ -151,7 +162,7 @@ def test_bench_on_a_user_corpus_writes_tables_and_plots(tmp_path, demo_store):
     written = write_results(results, tmp_path / "out", "car-rag bench --corpus ...")
     assert {p.suffix for p in written} == {".json", ".md", ".png"} and all(p.stat().st_size > 0 for p in written)
     table = (tmp_path / "out" / "demo.md").read_text()
-    assert "car-rag, hybrid anchors" in table and "TCA@5 by hop type" in table
+    assert "car-rag, hybrid anchors" in table and "TCA@5 (Definition 7) by hop type" in table
     data = json.loads((tmp_path / "out" / "demo.json").read_text())
     assert len(data["systems"]["dense"]["per_query"]) == 10
 

@@ -1,10 +1,11 @@
 """Scoring one ranked list against one labelled query, and aggregating over a suite.
 
 TCA@k follows the CAR paper's Definition 7 / Theorem 4: the top k must include the
-controlling record (frontier inclusion; where the suite defines a deterministic answer,
-the answer a rule-following reader derives from the top k must be right) AND no record in
-the top k may be superseded, within the example's authority chain, without something that
-supersedes it also in the top k (no ignored superseder; supersession is transitive).
+controlling record (frontier inclusion) AND no record in the top k may be superseded,
+within the example's authority chain, without something that supersedes it also in the
+top k (no ignored superseder; supersession is transitive). Where a suite defines a
+deterministic answer, ``tca_answer`` is the paper's table metric instead: the answer a
+rule-following reader derives from the top k must be right AND no superseder ignored.
 
 The answer reader sees only the top k: it keeps the records in the query's scope (the
 anchor's scope), decides which are active by applying the suite policy's rules among them,
@@ -34,6 +35,7 @@ class QueryScore:
     query_id: str
     hop_type: str | None
     tca: bool
+    tca_answer: bool | None
     frontier_included: bool
     no_ignored_superseder: bool
     answer: str | None
@@ -103,7 +105,8 @@ def score_query(
     return QueryScore(
         query_id=query.query_id,
         hop_type=query.hop_type,
-        tca=(correct if answer_rule else frontier) and not ignored,
+        tca=frontier and not ignored,
+        tca_answer=None if correct is None else correct and not ignored,
         frontier_included=frontier,
         no_ignored_superseder=not ignored,
         answer=answer,
@@ -133,6 +136,7 @@ def _rates(scores: Sequence[QueryScore]) -> dict:
     judged = [s for s in scores if s.answer_correct is not None]
     if judged:
         out["answer_accuracy"] = Rate(sum(bool(s.answer_correct) for s in judged), len(judged)).to_dict()
+        out["tca_answer"] = Rate(sum(bool(s.tca_answer) for s in judged), len(judged)).to_dict()
     for name in ("recall", "provenance_recall", "reciprocal_rank", "lvr", "orr", "crr", "cd"):
         out["mrr" if name == "reciprocal_rank" else name] = round(statistics.fmean(getattr(s, name) for s in scores), 4) if n else 0.0
     ranks = [s.gold_rank for s in scores if s.gold_rank is not None]

@@ -140,4 +140,4 @@ def load_suite(name: str, corpora_dir: str | Path | None = None) -> Suite:
 def custom_suite(corpus: str | Path, queries: str | Path, policy: str, name: str | None = None) -> Suite:
     """A user corpus and query set in the neutral format; scored by gold inclusion (no answer rule)."""
     corpus, queries = Path(corpus), Path(queries)
-    return Suite(name or corpus.stem.split(".")[0], corpus, queries, policy)
+    return Suite(name or corpus.stem.split(".")[0], corpus, queries, policy, description=f"user corpus {corpus.name}")
