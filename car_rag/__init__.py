@@ -6,7 +6,8 @@ from car_rag.evidence import EvidencePacket, build_packets
 from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.policy import EXPLICIT_RULE, Policy, PolicyError, Rule, builtin_policies, load_policy
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
-from car_rag.retriever import ControllingAuthorityRetriever, RetrievalResult, RetrievedRecord
+from car_rag.resolution import RetrievalResult, RetrievedRecord, resolve_authority
+from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore, IngestReport, StoreError
 from car_rag.xml_render import render_xml
 
@@ -40,5 +41,6 @@ __all__ = [
     "load_records",
     "parse_records",
     "render_xml",
+    "resolve_authority",
     "__version__",
 ]

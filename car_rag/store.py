@@ -40,7 +40,10 @@ DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "ma
 duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.3 ms/query."""
 FORMAT_VERSION = 1
 RESERVED_METADATA = frozenset(
-    {"doc_id", "doc_type", "published_at", "version", "source", "tenant", "allowed_principals", "car_tenant", "car_public"}
+    {
+        "doc_id", "doc_type", "published_at", "effective_at", "version", "source", "uri", "authority",
+        "tenant", "allowed_principals", "supersedes", "car_tenant", "car_public",
+    }
 )
 
 
@@ -71,14 +74,19 @@ class IngestReport:
 
 
 def chroma_metadata(record: Record) -> dict[str, Any]:
-    """Flat Chroma metadata for a record: its type, dates, governance and scope keys."""
-    meta: dict[str, Any] = {"doc_type": record.doc_type}
-    if record.published_at is not None:
-        meta["published_at"] = record.published_at.isoformat()
-    for name in ("version", "source", "tenant"):
+    """Flat Chroma metadata for a record: everything but its text and free metadata, so the
+    collection alone can rebuild the record for Stage-2 lookups (the integrations do)."""
+    meta: dict[str, Any] = {"doc_id": record.doc_id, "doc_type": record.doc_type}
+    for name in ("published_at", "effective_at"):
+        value = getattr(record, name)
+        if value is not None:
+            meta[name] = value.isoformat()
+    for name in ("version", "source", "uri", "authority", "tenant"):
         value = getattr(record, name)
         if value is not None:
             meta[name] = value
+    if record.supersedes:
+        meta["supersedes"] = list(record.supersedes)
     meta.update(governance_metadata(record))
     meta.update(record.scope)
     return meta
