@@ -11,13 +11,17 @@ export OMP_NUM_THREADS      ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export ANONYMIZED_TELEMETRY ?= False
 
+# Framework integrations: standalone packages, installed and tested beside the core.
+INTEGRATIONS := integrations/llama-index-retrievers-car
+
 .PHONY: install demo test bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) $(WHEELS) $(TORCH)
 	$(PIP) $(WHEELS) -e ".[test]"
+	for pkg in $(INTEGRATIONS); do $(PIP) $(WHEELS) -e "./$$pkg[test]" || exit 1; done
 	touch $@
 
 install: $(VENV)/.installed
@@ -26,7 +30,7 @@ demo: install
 	$(VENV)/bin/car-rag demo
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q tests $(addsuffix /tests,$(INTEGRATIONS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

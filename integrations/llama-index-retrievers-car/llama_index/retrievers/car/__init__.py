@@ -1,0 +1,78 @@
+"""car-rag for LlamaIndex: controlling-authority retrieval over the vector store you already run.
+
+>>> from llama_index.retrievers.car import CARRetriever, EvidenceSynthesizer
+>>> retriever = CARRetriever(index.as_retriever(similarity_top_k=10), index.vector_store, "security-advisory")  # doctest: +SKIP
+
+The node postprocessors live in :mod:`llama_index.postprocessor.car` (same distribution).
+"""
+
+from llama_index.retrievers.car.base import CARRetriever
+from llama_index.retrievers.car.embedding import CAREmbedding
+from llama_index.retrievers.car.layout import (
+    MetadataLayout,
+    load_nodes,
+    node_to_record,
+    record_to_node,
+    records_to_nodes,
+)
+from llama_index.retrievers.car.lookup import (
+    AuthorityLookup,
+    NodeAuthorityLookup,
+    ScopeQuery,
+    VectorStoreAuthorityLookup,
+    authority_lookup,
+)
+from llama_index.retrievers.car.resolver import (
+    CAR_ANCHOR_ID,
+    CAR_HIDDEN_SUPERSEDER,
+    CAR_KEYS,
+    CAR_RANK,
+    CAR_ROLE,
+    CAR_RULE,
+    CAR_STAGE1_RANK,
+    CAR_STAGE1_SCORE,
+    CAR_STATUS,
+    CAR_SUPERSEDED_BY,
+    CAR_SUPERSEDES,
+    CAR_VOIDED_BY,
+    AuthorityResolver,
+    Resolution,
+    nodes_to_result,
+)
+from llama_index.retrievers.car.synthesizer import EvidenceSynthesizer, evidence_prompt_template, render_evidence
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuthorityLookup",
+    "AuthorityResolver",
+    "CAREmbedding",
+    "CARRetriever",
+    "CAR_ANCHOR_ID",
+    "CAR_HIDDEN_SUPERSEDER",
+    "CAR_KEYS",
+    "CAR_RANK",
+    "CAR_ROLE",
+    "CAR_RULE",
+    "CAR_STAGE1_RANK",
+    "CAR_STAGE1_SCORE",
+    "CAR_STATUS",
+    "CAR_SUPERSEDED_BY",
+    "CAR_SUPERSEDES",
+    "CAR_VOIDED_BY",
+    "EvidenceSynthesizer",
+    "MetadataLayout",
+    "NodeAuthorityLookup",
+    "Resolution",
+    "ScopeQuery",
+    "VectorStoreAuthorityLookup",
+    "authority_lookup",
+    "evidence_prompt_template",
+    "load_nodes",
+    "node_to_record",
+    "nodes_to_result",
+    "record_to_node",
+    "records_to_nodes",
+    "render_evidence",
+    "__version__",
+]

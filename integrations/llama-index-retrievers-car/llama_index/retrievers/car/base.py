@@ -1,0 +1,104 @@
+"""CARRetriever: any LlamaIndex retriever as Stage 1, authority resolved on the same store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from car_rag import CallerContext, Policy, load_policy
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
+
+from llama_index.retrievers.car.layout import MetadataLayout
+from llama_index.retrievers.car.lookup import AuthorityLookup, authority_lookup
+from llama_index.retrievers.car.resolver import AuthorityResolver, Resolution
+
+__all__ = ["CARRetriever"]
+
+
+class CARRetriever(BaseRetriever):
+    """Controlling-authority retrieval around an existing retriever.
+
+    Stage 1 is ``retriever`` (a ``VectorIndexRetriever``, a ``QueryFusionRetriever``, a
+    ``BM25Retriever``, …): its nodes are the anchors, in its order. Stage 2 looks up, by
+    metadata filter only, the records in ``store`` that can supersede each anchor (same
+    scope keys, superseding types), transitively; Stage 3 is car-rag's supersession graph
+    and active frontier. The result ranks active records first, each in its anchor's Stage-1
+    order, and superseded ones after them; nothing is dropped. Every node carries its
+    status in metadata (``car_status``, ``car_superseded_by``, ``car_rule``, ``car_voided_by``,
+    ``car_supersedes``, ``car_role``, ``car_stage1_score``, ``car_stage1_rank``, …).
+
+    Args:
+        retriever: the Stage-1 retriever to wrap.
+        store: where Stage 2 looks records up: the vector store behind the index (any
+            ``BasePydanticVectorStore`` whose ``get_nodes`` takes metadata filters), a
+            docstore or list of nodes (held in memory), or an ``AuthorityLookup``.
+        policy: a car-rag policy, or the name or path of one (``"security-advisory"``).
+        layout: where node metadata keeps ``doc_id``, ``doc_type`` and the rest.
+        k1: keep only the first ``k1`` Stage-1 documents as anchors (default: all).
+        caller: the reader the results are for; records they may not read are never
+            returned, and a record voided only by such a record is reported superseded
+            with ``car_hidden_superseder``. Filter Stage 1 for the caller yourself
+            (e.g. ``MetadataFilters`` on the wrapped retriever).
+        scope_lookup_limit: most records one scope id named in the query may pull in.
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        store: Any,
+        policy: Policy | str | Path,
+        *,
+        layout: MetadataLayout | None = None,
+        k1: int | None = None,
+        caller: CallerContext | None = None,
+        scope_lookup_limit: int = 20,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if k1 is not None and k1 < 1:
+            raise ValueError(f"k1 must be >= 1 or None, got {k1}")
+        self.retriever = retriever
+        self.policy = load_policy(policy)
+        self.layout = layout or MetadataLayout()
+        self.lookup: AuthorityLookup = authority_lookup(store, self.layout)
+        self.k1 = k1
+        self.caller = caller
+        self.resolver = AuthorityResolver(
+            self.lookup,
+            self.policy,
+            self.layout,
+            scope_lookup_limit=scope_lookup_limit,
+            channel=type(retriever).__name__,
+        )
+        super().__init__(callback_manager=callback_manager or getattr(retriever, "callback_manager", None), verbose=verbose)
+
+    @classmethod
+    def from_index(cls, index: Any, policy: Policy | str | Path, *, similarity_top_k: int = 10, **kwargs: Any) -> "CARRetriever":
+        """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``."""
+        return cls(index.as_retriever(similarity_top_k=similarity_top_k), index.vector_store, policy, **kwargs)
+
+    def _get_prompt_modules(self) -> dict[str, Any]:
+        return {"retriever": self.retriever}
+
+    # ------------------------------------------------------------------ resolution alone
+    def resolve(self, query: QueryType, nodes: list[NodeWithScore]) -> Resolution:
+        """Stages 2 and 3 for Stage-1 ``nodes`` you already have (sync)."""
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        return self.resolver.resolve(bundle.query_str, nodes, caller=self.caller, k1=self.k1)
+
+    async def aresolve(self, query: QueryType, nodes: list[NodeWithScore]) -> Resolution:
+        """Stages 2 and 3 for Stage-1 ``nodes`` you already have (async lookups)."""
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        return await self.resolver.aresolve(bundle.query_str, nodes, caller=self.caller, k1=self.k1)
+
+    # ------------------------------------------------------------------ BaseRetriever
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        anchors = self.retriever.retrieve(query_bundle)
+        return self.resolver.resolve(query_bundle.query_str, anchors, caller=self.caller, k1=self.k1).nodes
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        anchors = await self.retriever.aretrieve(query_bundle)
+        resolution = await self.resolver.aresolve(query_bundle.query_str, anchors, caller=self.caller, k1=self.k1)
+        return resolution.nodes

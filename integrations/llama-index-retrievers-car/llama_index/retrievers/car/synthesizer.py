@@ -1,0 +1,173 @@
+"""Response synthesis from car-rag's XML evidence packets instead of raw node text.
+
+The nodes a query engine hands to its synthesizer become one ``<evidence>`` document
+(:func:`car_rag.render_xml`): active packets first, superseded ones marked with a pointer
+to what voids them, conflict groups, injection-safe escaping. The LLM gets car-rag's
+answer prompt: a system message that defines the evidence as data, and a user message
+with the evidence and the question.
+
+    engine = RetrieverQueryEngine(retriever, response_synthesizer=EvidenceSynthesizer(llm=llm, policy=policy))
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Generator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from car_rag import Policy, load_policy, render_xml
+from car_rag.prompts import SYSTEM_PROMPT, USER_PROMPT, load_prompt
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.indices.prompt_helper import PromptHelper
+from llama_index.core.llms import LLM
+from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType
+from llama_index.core.response_synthesizers.base import BaseSynthesizer, QueryTextType
+from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.types import RESPONSE_TEXT_TYPE
+
+from llama_index.retrievers.car.layout import MetadataLayout
+from llama_index.retrievers.car.resolver import nodes_to_result
+
+__all__ = ["EvidenceSynthesizer", "evidence_prompt_template", "render_evidence"]
+
+
+def evidence_prompt_template() -> ChatPromptTemplate:
+    """car-rag's answer prompt as a LlamaIndex chat template over ``{context_str}`` (the XML
+    evidence) and ``{query_str}``."""
+    user = load_prompt(USER_PROMPT).replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
+    return ChatPromptTemplate(
+        message_templates=[
+            ChatMessage(role=MessageRole.SYSTEM, content=load_prompt(SYSTEM_PROMPT).strip()),
+            ChatMessage(role=MessageRole.USER, content=user.strip()),
+        ]
+    )
+
+
+def render_evidence(
+    query: str,
+    nodes: Sequence[NodeWithScore],
+    policy: Policy | str | Path,
+    *,
+    layout: MetadataLayout | None = None,
+    **render_kwargs: Any,
+) -> str:
+    """The ``<evidence>`` XML for nodes (see :func:`car_rag.render_xml` for ``k``,
+    ``superseded``, ``token_budget``, ``query_id``, ``rationale``, ``indent``).
+
+    Nodes from :class:`CARRetriever` or the car-rag postprocessors keep their status; other
+    nodes are resolved among themselves (see :func:`nodes_to_result`)."""
+    policy = load_policy(policy)
+    result = nodes_to_result(query, nodes, policy, layout)
+    return render_xml(result, policy=policy, **render_kwargs)
+
+
+class EvidenceSynthesizer(BaseSynthesizer):
+    """Answers from one ``<evidence>`` document built from all retrieved nodes, in one LLM call.
+
+    Args:
+        llm: the chat model (default ``Settings.llm``).
+        policy: the car-rag policy the nodes were resolved under (rule descriptions and scope
+            keys in the supersession sentences).
+        text_qa_template: a chat template over ``{context_str}`` and ``{query_str}``; default
+            :func:`evidence_prompt_template` (car-rag's answer prompt).
+        k: render only the first ``k`` records.
+        superseded: ``"include"`` (marked, with a pointer to what voids them) or ``"omit"``.
+        token_budget: drop the least useful packets (superseded first, lowest rank first)
+            until the evidence fits; what was dropped is listed in ``<dropped>``.
+    """
+
+    def __init__(
+        self,
+        llm: LLM | None = None,
+        policy: Policy | str | Path | None = None,
+        *,
+        layout: MetadataLayout | None = None,
+        text_qa_template: BasePromptTemplate | None = None,
+        k: int | None = None,
+        superseded: Literal["include", "omit"] = "include",
+        token_budget: float | None = None,
+        callback_manager: CallbackManager | None = None,
+        prompt_helper: PromptHelper | None = None,
+        streaming: bool = False,
+    ) -> None:
+        if policy is None:
+            raise ValueError("EvidenceSynthesizer needs the car-rag policy the nodes were resolved under")
+        super().__init__(llm=llm, callback_manager=callback_manager, prompt_helper=prompt_helper, streaming=streaming)
+        self.policy = load_policy(policy)
+        self.layout = layout or MetadataLayout()
+        self._text_qa_template = text_qa_template or evidence_prompt_template()
+        self._render_kwargs: dict[str, Any] = {"k": k, "superseded": superseded, "token_budget": token_budget}
+
+    def _get_prompts(self) -> PromptDictType:
+        return {"text_qa_template": self._text_qa_template}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if "text_qa_template" in prompts:
+            self._text_qa_template = prompts["text_qa_template"]
+
+    def render(self, query: str, nodes: Sequence[NodeWithScore]) -> str:
+        """The evidence XML this synthesizer puts in front of the LLM for ``nodes``."""
+        return render_evidence(query, nodes, self.policy, layout=self.layout, **self._render_kwargs)
+
+    # The base class hands get_response only the nodes' text; pass the nodes along.
+    def synthesize(
+        self,
+        query: QueryTextType,
+        nodes: list[NodeWithScore],
+        additional_source_nodes: Sequence[NodeWithScore] | None = None,
+        **response_kwargs: Any,
+    ) -> Any:
+        return super().synthesize(query, nodes, additional_source_nodes, car_nodes=nodes, **response_kwargs)
+
+    async def asynthesize(
+        self,
+        query: QueryTextType,
+        nodes: list[NodeWithScore],
+        additional_source_nodes: Sequence[NodeWithScore] | None = None,
+        **response_kwargs: Any,
+    ) -> Any:
+        return await super().asynthesize(query, nodes, additional_source_nodes, car_nodes=nodes, **response_kwargs)
+
+    def _messages(self, query_str: str, text_chunks: Sequence[str], car_nodes: Sequence[NodeWithScore] | None) -> list[ChatMessage]:
+        if car_nodes is None:  # called directly with text: each chunk is an unresolved document
+            car_nodes = [NodeWithScore(node=TextNode(text=t, id_=f"chunk-{i}")) for i, t in enumerate(text_chunks, 1)]
+        evidence = self.render(query_str, car_nodes)
+        return self._text_qa_template.format_messages(context_str=evidence, query_str=query_str)
+
+    def get_response(
+        self,
+        query_str: str,
+        text_chunks: Sequence[str],
+        car_nodes: Sequence[NodeWithScore] | None = None,
+        **response_kwargs: Any,
+    ) -> RESPONSE_TEXT_TYPE:
+        messages = self._messages(query_str, text_chunks, car_nodes)
+        if self._streaming:
+            stream = self._llm.stream_chat(messages, **response_kwargs)
+
+            def deltas() -> Generator[str, None, None]:
+                for chunk in stream:
+                    yield chunk.delta or ""
+
+            return deltas()
+        return self._llm.chat(messages, **response_kwargs).message.content or ""
+
+    async def aget_response(
+        self,
+        query_str: str,
+        text_chunks: Sequence[str],
+        car_nodes: Sequence[NodeWithScore] | None = None,
+        **response_kwargs: Any,
+    ) -> RESPONSE_TEXT_TYPE:
+        messages = self._messages(query_str, text_chunks, car_nodes)
+        if self._streaming:
+            stream = await self._llm.astream_chat(messages, **response_kwargs)
+
+            async def deltas() -> AsyncGenerator[str, None]:
+                async for chunk in stream:
+                    yield chunk.delta or ""
+
+            return deltas()
+        return (await self._llm.achat(messages, **response_kwargs)).message.content or ""

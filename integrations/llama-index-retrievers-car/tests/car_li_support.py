@@ -1,0 +1,57 @@
+"""Test support shared by the LlamaIndex integration tests (a uniquely named module, so the
+suite can run in one session with car-rag's own tests)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
+from llama_index.core.llms import CustomLLM
+from llama_index.core.llms.callbacks import llm_completion_callback
+
+POLICY = "security-advisory"
+STOPWORDS = frozenset(
+    "a an and are as at be by can for from has have in is it its of on or so still the to via was with "
+    "what when which who will".split()
+)
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased word tokens minus stop words, to check vocabulary disjointness."""
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS}
+
+
+class FakeLLM(CustomLLM):
+    """A fake LLM, named as such: no model behind it. It records every prompt it is given and
+    answers by citing the first active evidence packet it sees (or says it used the context)."""
+
+    prompts: list[str] = []
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="fake-llm", context_window=32_000, num_output=256)
+
+    def _answer(self, prompt: str) -> str:
+        self.prompts.append(prompt)
+        active = re.search(r'<evidence-packet id="(EP-\d+)" doc-id="([^"]+)" status="active"', prompt)
+        if active:
+            return f"Answered from {active.group(2)} [{active.group(1)}]."
+        return "Answered from the context."
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return CompletionResponse(text=self._answer(prompt))
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        text = self._answer(prompt)
+
+        def gen() -> CompletionResponseGen:
+            so_far = ""
+            for word in text.split(" "):
+                delta = word if not so_far else " " + word
+                so_far += delta
+                yield CompletionResponse(text=so_far, delta=delta)
+
+        return gen()
