@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export ANONYMIZED_TELEMETRY ?= False
 
 # Framework integrations: standalone packages, installed and tested beside the core.
-INTEGRATIONS := integrations/llama-index-retrievers-car
+INTEGRATIONS := integrations/llama-index-retrievers-car integrations/langchain-car
 
 .PHONY: install demo test bench clean
 
@@ -30,7 +30,9 @@ demo: install
 	$(VENV)/bin/car-rag demo
 
 test: install
-	$(PY) -m pytest -q tests $(addsuffix /tests,$(INTEGRATIONS))
+	$(PY) -m pytest -q tests integrations/llama-index-retrievers-car/tests
+	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
+	$(PY) -m pytest -q integrations/langchain-car/tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

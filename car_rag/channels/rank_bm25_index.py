@@ -16,13 +16,14 @@ import numpy as np
 
 from car_rag.channels.base import LexicalIndex
 
-__all__ = ["RankBM25Index"]
+__all__ = ["RankBM25Index", "tokenize"]
 
 
 _PUNCTUATION = re.compile(r"[^\w\s]")
 
 
-def _tokens(text: str) -> list[str]:
+def tokenize(text: str) -> list[str]:
+    """The paper's tokens; pass it as a framework BM25's preprocessor for an identical Stage 1."""
     return _PUNCTUATION.sub(" ", text.lower()).split()
 
 
@@ -41,13 +42,13 @@ class RankBM25Index(LexicalIndex):
 
     def build(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self.doc_ids = list(doc_ids)
-        self._corpus = [_tokens(t) for t in texts]
+        self._corpus = [tokenize(t) for t in texts]
         self._bm25 = self._cls(self._corpus) if self._corpus else None
 
     def scores(self, query: str) -> np.ndarray:
         if self._bm25 is None:
             return np.zeros(0, dtype=np.float32)
-        return np.asarray(self._bm25.get_scores(_tokens(query)), dtype=np.float32)
+        return np.asarray(self._bm25.get_scores(tokenize(query)), dtype=np.float32)
 
     def _save_body(self, folder: Path) -> None:
         (folder / "corpus_tokens.json").write_text(json.dumps(self._corpus))

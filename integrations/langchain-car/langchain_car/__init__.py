@@ -1,0 +1,42 @@
+"""LangChain integration for car-rag: controlling-authority retrieval in LCEL chains.
+
+>>> from langchain_car import CARRetriever, format_evidence, answer_prompt  # doctest: +SKIP
+"""
+
+from importlib import metadata
+
+from langchain_car.documents import (
+    document_metadata,
+    document_to_record,
+    load_documents,
+    record_to_document,
+    records_to_documents,
+)
+from langchain_car.embeddings import CAREmbeddings
+from langchain_car.evidence import answer_prompt, documents_to_result, evidence_formatter, format_evidence
+from langchain_car.lookup import ChromaLookup, DocumentListLookup, MetadataLookup
+from langchain_car.retrievers import CARRetriever
+
+try:
+    __version__ = metadata.version("langchain-car")
+except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = ""
+del metadata
+
+__all__ = [
+    "CAREmbeddings",
+    "CARRetriever",
+    "ChromaLookup",
+    "DocumentListLookup",
+    "MetadataLookup",
+    "answer_prompt",
+    "document_metadata",
+    "document_to_record",
+    "documents_to_result",
+    "evidence_formatter",
+    "format_evidence",
+    "load_documents",
+    "record_to_document",
+    "records_to_documents",
+    "__version__",
+]

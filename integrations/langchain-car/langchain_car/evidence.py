@@ -1,0 +1,197 @@
+"""Evidence for the model: retrieved documents → car-rag XML evidence packets → prompt.
+
+``format_evidence`` is a runnable, so a chain reads::
+
+    chain = (
+        {"context": retriever | format_evidence, "question": RunnablePassthrough()}
+        | answer_prompt
+        | llm
+    )
+
+The documents are turned back into the car-rag :class:`~car_rag.RetrievalResult` their
+``car_*`` metadata describe, and rendered by :func:`car_rag.render_xml` (packets built by
+:func:`car_rag.build_packets`): the same escaping, conflict groups, token budget and
+supersession sentences as the core, nothing re-implemented. Documents that did not come
+from :class:`~langchain_car.CARRetriever` are rendered as active packets in their order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from car_rag import Policy, Record, RetrievalResult, RetrievedRecord, builtin_policies, load_policy, render_xml
+from car_rag.channels import FusedHit
+from car_rag.channels.fusion import RRF_K
+from car_rag.graph import Edge
+from car_rag.prompts import answer_messages
+from car_rag.xml_render import SupersededMode, TokenCounter
+from langchain_core.documents import Document
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.prompt_values import ChatPromptValue
+from langchain_core.runnables import Runnable, RunnableLambda
+
+from langchain_car.documents import document_to_record
+
+__all__ = ["answer_prompt", "documents_to_result", "evidence_formatter", "format_evidence"]
+
+
+def _record(doc: Document, position: int, policy: Policy | None, id_key: str) -> Record:
+    try:
+        return document_to_record(doc, policy, id_key=id_key)
+    except ValueError:
+        # Not car-rag metadata: still evidence, as an untyped record.
+        meta = doc.metadata or {}
+        doc_id = meta.get(id_key) or doc.id or f"doc-{position}"
+        return Record(doc_id=str(doc_id), text=doc.page_content, doc_type=str(meta.get("doc_type") or "document"))
+
+
+def _ghost(link: dict[str, Any], rank: int) -> RetrievedRecord:
+    """A record a returned document links to but that was cut by ``k``: enough of it to name it."""
+    record = Record(
+        doc_id=link["doc_id"],
+        text="",
+        doc_type=link.get("doc_type") or "record",
+        version=link.get("version"),
+        scope=link.get("scope") or {},
+    )
+    return RetrievedRecord(record=record, status=link.get("status") or "active", role="superseder", rank=rank)
+
+
+def documents_to_result(
+    documents: Sequence[Document], *, policy: Policy | None = None, query: str | None = None, id_key: str = "doc_id"
+) -> RetrievalResult:
+    """The car-rag result the documents' ``car_*`` metadata describe, in the given order.
+
+    Ranks (and so packet ids ``EP-<rank>``) are the documents' positions. Records linked by
+    a supersession edge but not among the documents are kept, text-less, so that packets
+    can still name them; they are ranked after the documents (render only the first
+    ``len(documents)`` records).
+    """
+    return _build(documents, policy, query, id_key)[0]
+
+
+def _build(
+    documents: Sequence[Document], policy: Policy | None, query: str | None, id_key: str
+) -> tuple[RetrievalResult, int]:
+    ranked: list[RetrievedRecord] = []
+    links: list[dict[str, Any]] = []
+    for doc in documents:
+        meta = doc.metadata or {}
+        record = _record(doc, len(ranked) + 1, policy, id_key)
+        if any(r.doc_id == record.doc_id for r in ranked):
+            continue
+        rank = len(ranked) + 1
+        if "car_status" not in meta:
+            ranked.append(RetrievedRecord(record=record, status="active", role="anchor", rank=rank, anchor_id=record.doc_id))
+            continue
+        s1_rank, s1_score, channel = meta.get("car_stage1_rank"), meta.get("car_stage1_score"), meta.get("car_stage1_channel")
+        stage1 = None
+        if isinstance(s1_rank, int):
+            name = channel or "stage1"
+            stage1 = FusedHit(
+                record.doc_id,
+                1.0 / (RRF_K + s1_rank),
+                s1_rank,
+                channel_scores={name: float(s1_score)} if isinstance(s1_score, (int, float)) else {},
+                channel_ranks={name: s1_rank},
+            )
+        voided_by = list(meta.get("car_voided_by") or [])
+        voids = list(meta.get("car_voids") or [])
+        links.extend(voided_by + voids)
+        ranked.append(
+            RetrievedRecord(
+                record=record,
+                status=meta["car_status"],
+                role=meta.get("car_role") or "anchor",
+                rank=rank,
+                anchor_id=meta.get("car_anchor_id"),
+                stage1=stage1,
+                superseded_by=list(meta.get("car_superseded_by") or []),
+                voided_by=[Edge(link["doc_id"], record.doc_id, link["rule"]) for link in voided_by],
+                voids=[Edge(record.doc_id, link["doc_id"], link["rule"]) for link in voids],
+                hidden_superseder=bool(meta.get("car_hidden_superseder", False)),
+            )
+        )
+    real = len(ranked)
+    shown = {r.doc_id for r in ranked}
+    for link in links:
+        if link["doc_id"] not in shown:
+            shown.add(link["doc_id"])
+            ranked.append(_ghost(link, len(ranked) + 1))
+    if query is None:
+        query = next((d.metadata["car_query"] for d in documents if isinstance((d.metadata or {}).get("car_query"), str)), "")
+    anchors = [r.stage1 for r in ranked if r.stage1 is not None]
+    return RetrievalResult(query=query, ranked=ranked, anchors=anchors, scope_ids={}, timings_ms={}), real
+
+
+def _policy_for(documents: Sequence[Document]) -> Policy | None:
+    """The built-in policy the documents were retrieved under, when they name one whose rules
+    cover every rule on their edges (else None: sentences then name rules without descriptions)."""
+    names = {(d.metadata or {}).get("car_policy") for d in documents} - {None}
+    if len(names) != 1 or (name := names.pop()) not in builtin_policies():
+        return None
+    policy = load_policy(name)
+    rules = {link["rule"] for d in documents for link in [*(d.metadata or {}).get("car_voided_by", []), *(d.metadata or {}).get("car_voids", [])]}
+    known = {r.name for r in policy.rules} | {"explicit"}
+    return policy if rules <= known else None
+
+
+def evidence_formatter(
+    policy: Policy | str | None = None,
+    *,
+    k: int | None = None,
+    superseded: SupersededMode = "include",
+    token_budget: float | None = None,
+    token_counter: TokenCounter | None = None,
+    query_id: str | None = None,
+    rationale: bool = True,
+    indent: str | None = "  ",
+    id_key: str = "doc_id",
+) -> Runnable[list[Document], str]:
+    """A runnable rendering a list of documents as car-rag ``<evidence>`` XML.
+
+    ``policy`` supplies rule descriptions for the supersession sentences (default: the
+    built-in policy named in the documents' ``car_policy``, if any). The other options are
+    :func:`car_rag.render_xml`'s: ``k`` packets at most, ``superseded="omit"`` to leave
+    superseded packets out (listed in ``<omitted>``), a ``token_budget``.
+    """
+    bound = load_policy(policy) if isinstance(policy, str) else policy
+
+    def format_evidence(documents: list[Document]) -> str:
+        docs = list(documents)
+        policy_ = bound or _policy_for(docs)
+        result, shown = _build(docs, policy_, None, id_key)
+        return render_xml(
+            result,
+            policy=policy_,
+            k=shown if k is None else min(k, shown),
+            superseded=superseded,
+            token_budget=token_budget,
+            token_counter=token_counter,
+            query_id=query_id,
+            rationale=rationale,
+            indent=indent,
+        )
+
+    return RunnableLambda(format_evidence, name="format_evidence")
+
+
+format_evidence: Runnable[list[Document], str] = evidence_formatter()
+"""Documents → ``<evidence>`` XML with the default options (see :func:`evidence_formatter`)."""
+
+
+def _answer_prompt(inputs: dict[str, Any]) -> ChatPromptValue:
+    evidence = inputs.get("context", inputs.get("evidence"))
+    question = inputs.get("question")
+    if not isinstance(evidence, str) or not isinstance(question, str):
+        raise TypeError("answer_prompt takes {'context': <evidence XML str>, 'question': <str>}")
+    system, user = answer_messages(question, evidence)
+    return ChatPromptValue(messages=[SystemMessage(content=system["content"]), HumanMessage(content=user["content"])])
+
+
+answer_prompt: Runnable[dict[str, Any], ChatPromptValue] = RunnableLambda(_answer_prompt, name="car_answer_prompt")
+"""car-rag's packaged answer prompt (:mod:`car_rag.prompts`) as a runnable: takes
+``{"context": evidence_xml, "question": str}`` and gives system + user chat messages. The
+system prompt defines the evidence as data and asks for answers from active packets with
+packet-id citations."""

@@ -1,0 +1,121 @@
+"""Filter-only metadata lookups: how Stage 2 asks the vector store for superseders.
+
+Stage 2 is not a similarity search. It asks the store for the records that share an
+anchor's scope (``{"$and": [{"package": "lodash"}, {"cve_id": "CVE-…"}]}``) or that name
+it in their ``supersedes`` list, with a Chroma-style ``where`` filter. A
+:class:`MetadataLookup` answers such filters with ``Document`` objects:
+
+* :class:`ChromaLookup` wraps anything with Chroma's ``get(where=..., include=...)``:
+  ``langchain_chroma.Chroma`` or a ``chromadb`` collection (embedded or server).
+* :class:`DocumentListLookup` evaluates the filters over documents held in memory, for
+  stores with no filter-only get (e.g. a BM25-only setup) and for tests.
+
+The filters used are a small subset of Chroma's: ``$and``, ``$or``, equality (``$eq``),
+``$ne``, ``$in``, ``$nin`` and ``$contains`` on list metadata.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.runnables.config import run_in_executor
+
+__all__ = ["ChromaLookup", "DocumentListLookup", "MetadataLookup", "as_lookup", "matches_where"]
+
+
+class MetadataLookup(ABC):
+    """Answers a Chroma-style ``where`` filter with every matching document."""
+
+    @abstractmethod
+    def get(self, where: Mapping[str, Any]) -> list[Document]:
+        """Documents whose metadata satisfy ``where`` (no similarity, no limit)."""
+
+    async def aget(self, where: Mapping[str, Any]) -> list[Document]:
+        """Async :meth:`get`; by default the sync call runs in an executor thread."""
+        return await run_in_executor(None, self.get, where)
+
+
+class ChromaLookup(MetadataLookup):
+    """Lookups through ``get(where=...)`` on a ``langchain_chroma.Chroma`` vector store or a
+    ``chromadb`` collection."""
+
+    def __init__(self, store: Any):
+        if not callable(getattr(store, "get", None)):
+            raise TypeError(f"{type(store).__name__} has no get(where=...) method")
+        self.store = store
+
+    def get(self, where: Mapping[str, Any]) -> list[Document]:
+        got = self.store.get(where=dict(where), include=["documents", "metadatas"])
+        return [
+            Document(id=doc_id, page_content=text or "", metadata=dict(meta or {}))
+            for doc_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"])
+        ]
+
+    def __repr__(self) -> str:
+        return f"ChromaLookup({type(self.store).__name__})"
+
+
+class DocumentListLookup(MetadataLookup):
+    """Evaluates ``where`` filters over an in-memory list of documents."""
+
+    def __init__(self, documents: Iterable[Document]):
+        self.documents = list(documents)
+
+    def get(self, where: Mapping[str, Any]) -> list[Document]:
+        return [d for d in self.documents if matches_where(d.metadata or {}, where)]
+
+    def __repr__(self) -> str:
+        return f"DocumentListLookup({len(self.documents)} documents)"
+
+
+def as_lookup(store: Any) -> MetadataLookup:
+    """A :class:`MetadataLookup` for ``store``: a lookup as is, a list of documents held in
+    memory, or anything with Chroma's ``get(where=...)``."""
+    if isinstance(store, MetadataLookup):
+        return store
+    if isinstance(store, Sequence) and not isinstance(store, (str, bytes)) and all(isinstance(d, Document) for d in store):
+        return DocumentListLookup(store)
+    return ChromaLookup(store)
+
+
+def _compare(value: Any, condition: Any) -> bool:
+    if not isinstance(condition, Mapping):
+        return value == condition
+    if len(condition) != 1:
+        raise ValueError(f"a field condition takes exactly one operator, got {dict(condition)}")
+    ((op, operand),) = condition.items()
+    if op == "$eq":
+        return value == operand
+    if op == "$ne":
+        return value != operand
+    if op == "$in":
+        return value in operand
+    if op == "$nin":
+        return value not in operand
+    if op == "$contains":
+        return isinstance(value, (list, tuple)) and operand in value
+    if op == "$not_contains":
+        return not (isinstance(value, (list, tuple)) and operand in value)
+    raise ValueError(f"unsupported filter operator {op!r}")
+
+
+def matches_where(metadata: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+    """Whether ``metadata`` satisfies a Chroma-style ``where`` filter (the subset above)."""
+    for key, condition in where.items():
+        if key == "$and":
+            if not all(matches_where(metadata, c) for c in condition):
+                return False
+        elif key == "$or":
+            if not any(matches_where(metadata, c) for c in condition):
+                return False
+        elif key.startswith("$"):
+            raise ValueError(f"unsupported filter operator {key!r}")
+        elif key not in metadata:
+            if not (isinstance(condition, Mapping) and next(iter(condition), None) in ("$ne", "$nin", "$not_contains")):
+                return False
+        elif not _compare(metadata[key], condition):
+            return False
+    return True

@@ -1,0 +1,177 @@
+"""CARRetriever without a vector store or a model: a keyword Stage 1 and an in-memory lookup."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+from car_rag import Record, load_policy
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+
+from langchain_car import CARRetriever, DocumentListLookup, record_to_document
+from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, content_words, records
+
+POLICY = load_policy("security-advisory")
+DOCS = [record_to_document(r) for r in records()]
+
+
+class KeywordRetriever(BaseRetriever):
+    """A tiny Stage 1: documents ranked by the content words they share with the query."""
+
+    documents: list[Document]
+    k: int = 3
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        words = content_words(query)
+        scored = [(len(words & content_words(d.page_content)), i) for i, d in enumerate(self.documents)]
+        top = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))[: self.k]
+        return [self.documents[i] for _, i in top]
+
+
+def make(k: int = 5, docs: list[Document] = DOCS, **kwargs: Any) -> CARRetriever:
+    return CARRetriever(
+        base_retriever=KeywordRetriever(documents=docs), vectorstore=DocumentListLookup(docs), policy=POLICY, k=k, **kwargs
+    )
+
+
+def test_superseder_with_no_shared_word_is_brought_in_and_put_first() -> None:
+    superseder = next(d for d in DOCS if d.id == SUPERSEDER)
+    assert not content_words(QUERY) & content_words(superseder.page_content)
+    stage1 = KeywordRetriever(documents=DOCS).invoke(QUERY)
+    assert SUPERSEDER not in [d.id for d in stage1]
+
+    docs = make().invoke(QUERY)
+    by_id = {d.id: d.metadata for d in docs}
+    assert docs[0].id == SUPERSEDER
+    assert by_id[SUPERSEDER]["car_status"] == "active"
+    assert by_id[SUPERSEDER]["car_role"] == "superseder"
+    assert by_id[SUPERSEDER]["car_anchor_id"] == ANCHOR
+    assert by_id[SUPERSEDER]["car_voids"] == [
+        {
+            "doc_id": ANCHOR,
+            "rule": "patch_fixes_disclosure",
+            "doc_type": "vulnerability_disclosure",
+            "version": None,
+            "scope": {"package": "lodash", "cve_id": "CVE-2099-20001"},
+            "status": "superseded",
+        }
+    ]
+    assert by_id[SUPERSEDER]["car_stage1_rank"] is None
+    anchor = by_id[ANCHOR]
+    assert anchor["car_status"] == "superseded"
+    assert anchor["car_superseded_by"] == [SUPERSEDER]
+    assert anchor["car_rule"] == "patch_fixes_disclosure"
+    assert anchor["car_stage1_rank"] == 1 and anchor["car_stage1_channel"] == "keyword"
+    assert anchor["package"] == "lodash"  # the store's own metadata is kept
+    # Frontier first, superseded provenance last.
+    statuses = [d.metadata["car_status"] for d in docs]
+    assert statuses == sorted(statuses)  # "active" < "superseded"
+
+
+def test_three_record_chain_through_an_explicit_edge() -> None:
+    docs = make(k=10).invoke(CHAIN_QUERY)
+    by_id = {d.id: d.metadata for d in docs}
+    assert docs[0].id == "zipcraft-2.3.4-release"
+    assert by_id["zipcraft-2.3.1-release"]["car_status"] == "superseded"
+    assert by_id["zipcraft-2.3.1-release"]["car_rule"] == "explicit"
+    assert by_id["zipcraft-disclosure"]["car_superseded_by"] == ["zipcraft-2.3.4-release"]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_k_caps_the_output_in_the_constructor_and_per_invoke(k: int) -> None:
+    assert len(make(k=k).invoke(QUERY)) == k
+    assert len(make(k=5).invoke(QUERY, k=k)) == k
+
+
+@pytest.mark.parametrize("k", [0, -1, 1.5, True])
+def test_invalid_k_per_invoke(k: Any) -> None:
+    with pytest.raises(ValueError, match="k must be"):
+        make().invoke(QUERY, k=k)
+
+
+def test_invalid_k_in_the_constructor() -> None:
+    with pytest.raises(ValueError):
+        make(k=0)
+
+
+def test_k1_keeps_the_first_stage1_documents_only() -> None:
+    docs = make(k=10, k1=1).invoke(QUERY)
+    assert {d.id for d in docs} == {ANCHOR, SUPERSEDER}
+
+
+def test_policy_by_name() -> None:
+    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy="security-advisory")
+    assert retriever.policy == POLICY and isinstance(retriever.lookup, DocumentListLookup)
+
+
+def test_scope_id_named_in_the_query_pulls_its_records() -> None:
+    docs = make(k=10).invoke("What happened with CVE-2099-20003?")
+    by_id = {d.id: d.metadata for d in docs}
+    assert by_id["axios-1.7.4-release"]["car_status"] == "active"
+    assert by_id["axios-disclosure"]["car_role"] == "scope_match"
+    assert by_id["axios-disclosure"]["car_status"] == "superseded"
+
+
+def test_lookup_filter_is_anded_into_stage2() -> None:
+    docs = make(lookup_filter={"source": "GitHub Advisory Database"}).invoke(QUERY)
+    assert SUPERSEDER not in [d.id for d in docs]  # the release note's source does not pass the filter
+
+
+def test_stage1_document_without_car_metadata_is_an_error() -> None:
+    plain = [Document(id="x", page_content="prototype pollution lodash merge", metadata={})]
+    with pytest.raises(ValueError, match="no 'doc_type'"):
+        make(docs=plain).invoke(QUERY)
+
+
+def test_unusable_stage2_documents_are_skipped_with_a_warning() -> None:
+    broken = Document(id="junk", page_content="?", metadata={"package": "lodash", "cve_id": "CVE-2099-20001", "doc_type": "patch_release", "authority": 7.0})
+    docs = DOCS + [broken]
+    retriever = CARRetriever(
+        base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DocumentListLookup(docs), policy=POLICY
+    )
+    with pytest.warns(UserWarning, match="unusable document"):
+        out = retriever.invoke(QUERY)
+    assert out[0].id == SUPERSEDER
+
+
+def test_a_cycle_in_store_metadata_is_skipped_with_a_warning() -> None:
+    a = Record(doc_id="a", text="prototype pollution lodash merge", doc_type="note", supersedes=["b"])
+    b = Record(doc_id="b", text="unrelated", doc_type="note", supersedes=["a"])
+    docs = [record_to_document(a), record_to_document(b)]
+    with pytest.warns(UserWarning, match="cycle"):
+        out = make(docs=docs).invoke(QUERY)
+    assert [d.id for d in out] == ["a"]
+
+
+def test_full_result_is_available_for_diagnostics() -> None:
+    result = make(k=1).retrieve(QUERY)
+    assert len(result) > 1 and result.ranked[0].doc_id == SUPERSEDER
+
+
+async def test_async_matches_sync() -> None:
+    retriever = make()
+    assert await retriever.ainvoke(QUERY) == retriever.invoke(QUERY)
+    assert len(await retriever.ainvoke(QUERY, k=2)) == 2
+
+
+class _Starts(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
+        self.names.append(kwargs.get("name") or "")
+
+
+def test_stage1_runs_as_a_child_of_the_car_run() -> None:
+    handler = _Starts()
+    make().invoke(QUERY, config={"callbacks": [handler]})
+    assert handler.names == ["CARRetriever", "KeywordRetriever"]
+
+
+def test_no_warnings_on_a_clean_run() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make().invoke(QUERY)
