@@ -24,6 +24,8 @@ class SystemOutput:
     doc_ids: list[str]
     anchors: list[str] | None
     ms: float
+    stage23_ms: float | None = None
+    """car-rag systems: authority resolution and frontier alone (Stages 2+3)."""
 
 
 class System(ABC):
@@ -39,7 +41,9 @@ class System(ABC):
     def run(self, query: str) -> SystemOutput:
         started = time.perf_counter()
         ids, anchors = self._rank(query)
-        return SystemOutput(ids, anchors, (time.perf_counter() - started) * 1000)
+        return SystemOutput(ids, anchors, (time.perf_counter() - started) * 1000, self._stage23_ms)
+
+    _stage23_ms: float | None = None
 
 
 class _Lexical(System):
@@ -79,6 +83,7 @@ class _CAR(System):
 
     def _rank(self, query: str) -> tuple[list[str], list[str]]:
         result = self.retriever.retrieve(query)
+        self._stage23_ms = result.timings_ms["stage23"]
         return result.doc_ids(), [h.doc_id for h in result.anchors]
 
 
@@ -114,6 +119,9 @@ SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
 """Every car-rag system resolves authority with the RSSG (policy rules) except
 ``car-timestamp``, the paper's anchor-only baseline (a later record in the same scope voids
 an earlier one, whatever its type)."""
+
+from car_rag.eval.framework_systems import FRAMEWORK_SYSTEMS  # noqa: E402  (LlamaIndex/LangChain, imported when built)
+SYSTEMS.update(FRAMEWORK_SYSTEMS)
 
 
 def build_system(name: str, store: CARStore, depth: int = 100) -> System:
