@@ -1,0 +1,94 @@
+"""The `car-rag` command line, run in-process against real stores."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from car_rag.cli import main
+
+DEMO = Path(__file__).resolve().parents[1] / "car_rag" / "data" / "demo"
+
+
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli") / "store"
+    assert main(["ingest", str(DEMO / "corpus.jsonl"), "--store", str(folder), "--policy", str(DEMO / "policy.toml"), "--quiet"]) == 0
+    return folder
+
+
+def test_ingest_is_idempotent_and_reports_counts(cli_store, capsys):
+    assert main(["ingest", str(DEMO / "corpus.jsonl"), "--store", str(cli_store), "--quiet"]) == 0
+    assert "0 added, 0 updated, 45 unchanged, 0 rejected" in capsys.readouterr().out
+
+
+def test_ingest_names_rejected_records_and_exits_1(cli_store, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"doc_id": "no-type", "text": "x"}) + "\n")
+    assert main(["ingest", str(bad), "--store", str(cli_store), "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert "record 'no-type' field 'doc_type'" in captured.err and "holds 45 records" in captured.out
+
+
+def test_query_table_puts_the_controlling_record_first(cli_store, capsys):
+    assert main(["query", "--store", str(cli_store), "Is zipcraft still open to Zip Slip path traversal?", "--anchors", "bm25"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = lines[1].split()
+    assert first[:3] == ["1", "active", "sec-zipcraft-2.3.4-release"]
+    assert any(line.split()[:2] == ["prov", "superseded"] and "sec-zipcraft-cve-2099-10005-disclosure" in line for line in lines)
+
+
+def test_query_json_and_xml(cli_store, capsys):
+    question = "Is lodash still vulnerable to CVE-2099-10001?"
+    assert main(["query", "--store", str(cli_store), question, "--format", "json", "--k", "3"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scope_ids"] == {"cve_id": ["CVE-2099-10001"]} and len(data["records"]) == 3
+    assert data["records"][0]["doc_id"] == "sec-lodash-4.17.12-release" and data["records"][0]["status"] == "active"
+    assert main(["query", "--store", str(cli_store), question, "--format", "xml", "--k", "3"]) == 0
+    root = ET.fromstring(capsys.readouterr().out)
+    assert root.tag == "evidence" and root.find("evidence-packet").get("doc-id") == "sec-lodash-4.17.12-release"
+
+
+def test_query_batch_writes_one_line_per_query(cli_store, tmp_path):
+    out = tmp_path / "answers.jsonl"
+    assert main(["query", "--store", str(cli_store), "--queries", str(DEMO / "queries.jsonl"), "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    gold = {json.loads(q)["query_id"]: json.loads(q)["gold_doc_ids"] for q in (DEMO / "queries.jsonl").read_text().splitlines()}
+    assert [line["query_id"] for line in lines] == list(gold)
+    for line in lines:
+        assert set(gold[line["query_id"]]) & set(line["doc_ids"])
+        assert all(r["status"] in ("active", "superseded") for r in line["records"])
+
+
+def test_query_with_a_caller_hides_what_it_may_not_read(tmp_path, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        json.dumps({"doc_id": "d", "text": "yamlite unsafe load deserialization", "doc_type": "vulnerability_disclosure", "scope": {"package": "yamlite", "cve_id": "CVE-1"}})
+        + "\n"
+        + json.dumps({"doc_id": "p", "text": "Release 3.0.0 notes", "doc_type": "patch_release", "scope": {"package": "yamlite", "cve_id": "CVE-1"}, "tenant": "acme"})
+        + "\n"
+    )
+    store = tmp_path / "s"
+    assert main(["ingest", str(corpus), "--store", str(store), "--policy", "security-advisory", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["query", "--store", str(store), "yamlite deserialization", "--anchors", "bm25", "--tenant", "globex", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(r["doc_id"], r["status"], r["hidden_superseder"]) for r in data["records"]] == [("d", "superseded", True)]
+
+
+def test_demo_and_policies(capsys):
+    assert main(["demo"]) == 0
+    assert "car-rag  controlling record shown for 10/10; superseded records shown without their superseder: 0" in capsys.readouterr().out
+    assert main(["policies"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in ("security-advisory", "legal-precedent", "drug-regulation", "sec-204a1", "versioned-document"))
+
+
+def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
+    assert main(["query", "--store", str(tmp_path / "missing"), "anything"]) == 2
+    assert "no car-rag store at" in capsys.readouterr().err
+    assert main(["ingest", str(tmp_path / "nope.jsonl"), "--store", str(tmp_path / "s"), "--policy", "nope"]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
