@@ -134,6 +134,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval_llm(args: argparse.Namespace) -> int:
+    from car_rag.eval.llm import run_eval_llm
+
+    if (args.answers is None) == (args.base_url is None):
+        raise SystemExit("car-rag eval-llm: give --answers FILE.jsonl, or --base-url URL and --model NAME")
+    if args.base_url and not args.model:
+        raise SystemExit("car-rag eval-llm: --base-url needs --model")
+    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag eval-llm ..."
+    options = {} if args.answers else {
+        "k": args.k, "limit": args.limit, "stores_dir": args.stores, "concurrency": args.concurrency,
+        "timeout": args.timeout, "max_retries": args.retries, "cache": args.cache,
+    }
+    paths = run_eval_llm(
+        args.suite, args.out, answers=args.answers, base_url=args.base_url, model=args.model,
+        conditions=tuple(args.conditions.split(",")), corpora_dir=args.corpora, command=command, **options,
+    )
+    for path in paths:
+        print(f"wrote {path}")
+    print((args.out / "report.md").read_text())
+    return 0
+
+
 def _cmd_policies(args: argparse.Namespace) -> int:
     from car_rag.policy import builtin_policies, load_policy
 
@@ -192,6 +214,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     bench.add_argument("--out", type=Path, default=Path("evals/results"))
     bench.set_defaults(func=_cmd_bench)
+
+    evalllm = sub.add_parser("eval-llm", help="classify reader answers per retrieval condition (given, or from a chat server)")
+    evalllm.add_argument("--suite", required=True, help="built-in suite (see car_rag.eval.SUITES)")
+    evalllm.add_argument("--answers", type=Path, help="JSONL of query_id, condition, answer[, controlling_in_context]: classify only")
+    evalllm.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (key: $OPENAI_API_KEY or 'sk-local')")
+    evalllm.add_argument("--model", help="model name on that server")
+    evalllm.add_argument("--conditions", default="dense,car-plain,car-xml,car-xml-omit", help="comma-separated; also closed-book")
+    evalllm.add_argument("--k", type=int, default=5, help="records in each context")
+    evalllm.add_argument("--limit", type=int, help="first N queries only")
+    evalllm.add_argument("--concurrency", type=int, default=4, help="model calls in flight")
+    evalllm.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
+    evalllm.add_argument("--retries", type=int, default=4, help="retries per model call")
+    evalllm.add_argument("--cache", type=Path, help="answer cache JSONL (default OUT/cache.jsonl)")
+    evalllm.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
+    evalllm.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
+    evalllm.add_argument("--out", type=Path, required=True)
+    evalllm.set_defaults(func=_cmd_eval_llm)
 
     policies = sub.add_parser("policies", help="list the built-in policies and their rules")
     policies.set_defaults(func=_cmd_policies)

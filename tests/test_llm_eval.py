@@ -1,0 +1,226 @@
+"""Reader-answer classification and the ``eval-llm`` command.
+
+The model path is driven through the real ``openai`` client against FakeOpenAIServer, a
+real HTTP server on 127.0.0.1 speaking the chat-completions API with scripted answers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from car_rag.eval.answers import GoldAnswer, classify, extract_versions, normalise_version
+from car_rag.eval.llm import AnswerCache, ChatClient, Job, answer_jobs, cache_key
+
+openai = pytest.importorskip("openai")
+
+PATCHED = GoldAnswer("patched", "v1.15.0")
+
+
+@pytest.mark.parametrize(
+    "text, label",
+    [
+        ("(1) Yes, the vulnerability is patched. (2) The version that fixes it is 1.15.0.", "correct"),
+        ("It was fixed in v1.15.0 and later.", "correct"),
+        ("Yes, it has been patched; upgrade to 1.15 or later.", "correct"),
+        ("Yes, the vulnerability is patched. The version that fixes it is 1.13.2.", "patched_wrong_version"),
+        ("Yes, it is patched. The version that fixes it is not explicitly mentioned in the documents.", "patched_no_version"),
+        ("The vulnerability has not been patched.", "confident_wrong"),
+        ("No patch is available for this issue.", "confident_wrong"),
+        ("The flaw remains unpatched.", "confident_wrong"),
+        ("The documents do not indicate that it has been fixed. Therefore, the vulnerability is not patched.", "confident_wrong"),
+        ("(1) No. (2) There is no version that fixes it.", "confident_wrong"),
+        ("I cannot confirm whether it has been patched.", "uncertain"),
+        ("There is no information about whether this was patched.", "uncertain"),
+        ("The documents do not mention a patch for this issue.", "uncertain"),
+        ("The documents do not indicate that the issue has been fixed. There is no mention of a patch or a version.", "uncertain"),
+        ("It is unclear if a patch exists.", "uncertain"),
+        ("The vulnerability has not been explicitly stated as patched in the provided documents.", "uncertain"),
+        ("It may have been fixed in a later release.", "uncertain"),
+        ("", "uncertain"),
+    ],
+)
+def test_security_classifier_negation_and_hedges(text, label):
+    got = classify(text, "ghsa-freeform", PATCHED)
+    assert got.label == label, got.reason
+    assert got.reason
+
+
+def test_security_gold_vulnerable_and_unknown_version():
+    assert classify("The vulnerability is not patched.", "cvepatchqa", "vulnerable").label == "correct"
+    assert classify("It has been patched in 2.0.", "cvepatchqa", "vulnerable").label == "confident_wrong"
+    assert classify("It has been patched.", "cvepatchqa", GoldAnswer("patched")).label == "correct"
+
+
+def test_versions():
+    assert normalise_version("v1.15.0") == normalise_version("1.15") == normalise_version("pkg@1.15.0")
+    assert normalise_version("2.24.0-beta.4") != normalise_version("2.24.0")
+    assert extract_versions("CVSS 7.5; fixed in 3.33.4 on 2026-04-04 (CVE-2025-62718)") == ["3.33.4"]
+
+
+@pytest.mark.parametrize(
+    "text, gold, label",
+    [
+        ("The precedent has been overruled by the en banc court.", "overruled", "correct"),
+        ("It has not been overruled and remains good law.", "overruled", "confident_wrong"),
+        ("It is no longer good law.", "overruled", "correct"),
+        ("The documents do not indicate whether it has been overruled.", "overruled", "uncertain"),
+        ("Yes, it is still good law.", "good_law", "correct"),
+    ],
+)
+def test_legal_classifier(text, gold, label):
+    assert classify(text, "legalprecedentqa", gold).label == label
+
+
+@pytest.mark.parametrize(
+    "text, gold, label",
+    [
+        ("The trade is non-compliant: a blackout is in effect.", "non_compliant", "correct"),
+        ("Yes, the pre-clearance is still valid.", "active", "correct"),
+        ("The pre-clearance is still valid.", "non_compliant", "confident_wrong"),
+        ("The trade is compliant under the emergency exception.", "compliant", "correct"),
+        ("I cannot determine whether the trade is permitted.", "active", "uncertain"),
+    ],
+)
+def test_compliance_classifier(text, gold, label):
+    assert classify(text, "finsuperqa", gold).label == label
+
+
+# --------------------------------------------------------------------------- fake server
+
+class FakeOpenAIServer:
+    """A real HTTP server on 127.0.0.1 answering ``POST /v1/chat/completions``.
+
+    ``answer(messages) -> str`` scripts the reply; ``fail_first`` requests get HTTP 500;
+    ``delay`` seconds per request; records every request and the peak concurrency seen.
+    """
+
+    def __init__(self, answer=lambda messages: "It has been patched in 1.15.0.", fail_first=0, delay=0.0):
+        self.answer, self.fail_first, self.delay = answer, fail_first, delay
+        self.requests: list[dict] = []
+        self.in_flight = self.peak = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append(body)
+                    number = len(server.requests)
+                    server.in_flight += 1
+                    server.peak = max(server.peak, server.in_flight)
+                try:
+                    time.sleep(server.delay)
+                    if not self.path.endswith("/chat/completions"):
+                        return self._send(404, {"error": {"message": "not found"}})
+                    if number <= server.fail_first:
+                        return self._send(500, {"error": {"message": "scripted failure", "type": "server_error"}})
+                    content = server.answer(body["messages"])
+                    self._send(200, {
+                        "id": f"chatcmpl-{number}", "object": "chat.completion", "created": int(time.time()),
+                        "model": body["model"],
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    })
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+            def _send(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _jobs(n: int) -> list[Job]:
+    return [Job(f"q{i}", "dense", [{"role": "user", "content": f"question {i}"}], {"controlling_in_context": i % 2 == 0}) for i in range(n)]
+
+
+def test_retries_on_500(tmp_path):
+    with FakeOpenAIServer(fail_first=2) as server:
+        client = ChatClient(server.base_url, "fake", max_retries=3, timeout=10, cache=AnswerCache(tmp_path / "c.jsonl"))
+        assert client.complete([{"role": "user", "content": "hi"}]) == "It has been patched in 1.15.0."
+        assert len(server.requests) == 3
+        assert server.requests[-1]["temperature"] == 0
+
+
+def test_cache_hit_on_rerun_sends_nothing(tmp_path):
+    cache_path = tmp_path / "cache.jsonl"
+    with FakeOpenAIServer(answer=lambda m: "echo " + m[-1]["content"]) as server:
+        first = answer_jobs(_jobs(5), ChatClient(server.base_url, "fake", cache=AnswerCache(cache_path)), concurrency=2, progress=False)
+        assert len(server.requests) == 5
+        again = ChatClient(server.base_url, "fake", cache=AnswerCache(cache_path))  # a new process would reload the file
+        second = answer_jobs(_jobs(5), again, concurrency=2, progress=False)
+        assert len(server.requests) == 5 and again.calls == 0 and again.cache_hits == 5
+    assert [r["answer"] for r in first] == [r["answer"] for r in second] == [f"echo question {i}" for i in range(5)]
+    lines = [json.loads(line) for line in cache_path.read_text().splitlines()]
+    assert {entry["key"] for entry in lines} == {cache_key("fake", j.messages) for j in _jobs(5)}
+
+
+def test_concurrency_limit_respected(tmp_path):
+    with FakeOpenAIServer(delay=0.15) as server:
+        client = ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl"))
+        rows = answer_jobs(_jobs(9), client, concurrency=3, progress=False)
+    assert len(rows) == 9 and len(server.requests) == 9
+    assert 2 <= server.peak <= 3
+
+
+def test_failed_call_is_reported_not_cached(tmp_path):
+    errors = []
+    with FakeOpenAIServer(fail_first=100) as server:
+        client = ChatClient(server.base_url, "fake", max_retries=0, cache=AnswerCache(tmp_path / "c.jsonl"))
+        rows = answer_jobs(_jobs(2), client, concurrency=1, progress=False, on_error=lambda j, e: errors.append(j.query_id))
+    assert rows == [] and sorted(errors) == ["q0", "q1"]
+    assert not (tmp_path / "c.jsonl").exists()
+
+
+# --------------------------------------------------------------------------- --answers end to end
+
+def test_eval_llm_answers_end_to_end(corpora, tmp_path, capsys):
+    from car_rag.cli import main
+
+    queries = [json.loads(line) for line in (corpora / "ghsa-freeform.queries.jsonl").read_text().splitlines()[:2]]
+    rows = [
+        {"query_id": queries[0]["query_id"], "condition": "dense", "answer": "The vulnerability is not patched.", "controlling_in_context": False},
+        {"query_id": queries[1]["query_id"], "condition": "dense", "answer": "I cannot confirm whether it has been patched.", "controlling_in_context": False},
+        {"query_id": queries[0]["query_id"], "condition": "car-xml", "answer": "Yes, it is patched; fixed in 1.15.0 [EP-1].", "controlling_in_context": True},
+        {"query_id": queries[1]["query_id"], "condition": "car-xml", "answer": "Yes, it has been fixed.", "controlling_in_context": True},
+    ]
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert main(["eval-llm", "--suite", "ghsa-freeform", "--answers", str(answers), "--out", str(out), "--corpora", str(corpora)]) == 0
+    labelled = [json.loads(line) for line in (out / "answers.labelled.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in labelled] == ["confident_wrong", "uncertain", "correct", "patched_no_version"]
+    assert all(r["reason"] for r in labelled)
+    report = json.loads((out / "report.json").read_text())
+    assert report["conditions"]["car-xml"]["rates"]["correct"]["successes"] == 1
+    assert report["conditions"]["dense"]["by_retrieval"]["not_in_context"]["counts"]["confident_wrong"] == 1
+    assert (out / "labels.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "car-xml" in (out / "report.md").read_text()
