@@ -29,6 +29,7 @@ def plot_suite(results: dict[str, Any], out_dir: Path) -> list[Path]:
     # 1. TCA@k by hop type (overall when the suite has none), Wilson 95% error bars.
     hops = sorted({h for e in systems.values() for h in e["summary"].get("by_hop", {})}) or ["all"]
     fig, ax = plt.subplots(figsize=(max(9, 2.2 * len(hops) + 3), 6))
+    palette = plt.get_cmap("tab20" if len(systems) > 10 else "tab10")
     width = 0.8 / len(systems)
     for i, entry in enumerate(systems.values()):
         by_hop = entry["summary"].get("by_hop") or {"all": entry["summary"]}
@@ -36,7 +37,7 @@ def plot_suite(results: dict[str, Any], out_dir: Path) -> list[Path]:
         values = [r["value"] for r in rates]
         errors = [[v - r["ci95"][0] for v, r in zip(values, rates)], [r["ci95"][1] - v for v, r in zip(values, rates)]]
         xs = [j + (i - (len(systems) - 1) / 2) * width for j in range(len(hops))]
-        ax.bar(xs, values, width, yerr=errors, capsize=2, label=entry["label"])
+        ax.bar(xs, values, width, yerr=errors, capsize=2, label=entry["label"], color=palette(i))
     ax.set_xticks(range(len(hops)), hops)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel(f"TCA@{k}")
