@@ -423,7 +423,9 @@ def _int_meta(meta: dict[str, Any], *keys: str) -> int | None:
 
 
 def build_packets(result: RetrievalResult, policy: Policy | None = None, k: int | None = None) -> list[EvidencePacket]:
-    """Evidence packets for the top ``k`` records of ``result`` (all when ``k`` is None), in its order.
+    """Evidence packets for the top ``k`` records of ``result`` (all when ``k`` is None), in its order,
+    plus, as provenance, the superseded records those ``k`` void (so the reader sees what was
+    replaced and by what; the renderer can omit them or drop them under a token budget).
 
     Packet ids are ``EP-<rank>``. ``policy`` (normally ``store.policy``) supplies each rule's
     description and scope keys for the supersession sentences; without it the sentences
@@ -431,4 +433,8 @@ def build_packets(result: RetrievalResult, policy: Policy | None = None, k: int 
     """
     if k is not None and k < 0:
         raise ValueError(f"k must be >= 0 or None, got {k}")
-    return [_packet(item, result, policy, f"EP-{item.rank}") for item in result.ranked[:k]]
+    shown = result.ranked[:k]
+    if k is not None:
+        ids = {item.doc_id for item in shown}
+        shown += [item for item in result.ranked[k:] if item.status == "superseded" and ids & set(item.superseded_by)]
+    return [_packet(item, result, policy, f"EP-{item.rank}") for item in shown]

@@ -383,8 +383,17 @@ def test_pluggable_token_counter(retriever: Retriever, store: CARStore) -> None:
 
 def test_k_keeps_the_top_of_the_result(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_ZIP)
-    assert [p.doc_id for p in build_packets(result, store.policy, k=2)] == result.doc_ids(2)
-    assert len(_root(render_xml(result, policy=store.policy, k=1)).findall("evidence-packet")) == 1
+    packets = build_packets(result, store.policy, k=2)
+    top = result.doc_ids(2)
+    assert [p.doc_id for p in packets[:2]] == top
+    # After the top k come, as provenance, the superseded records they void; nothing else.
+    assert packets[2:], "expected the voided disclosure as provenance"
+    for packet in packets[2:]:
+        assert packet.status == "superseded" and set(result.get(packet.doc_id).superseded_by) & set(top)
+    shown = _root(render_xml(result, policy=store.policy, k=1)).findall("evidence-packet")
+    assert shown[0].get("doc-id") == result.doc_ids(1)[0] and all(p.get("status") == "superseded" for p in shown[1:])
+    omitted = _root(render_xml(result, policy=store.policy, k=1, superseded="omit")).findall("evidence-packet")
+    assert [p.get("doc-id") for p in omitted] == result.doc_ids(1)
     assert build_packets(result, store.policy, k=0) == []
     with pytest.raises(ValueError):
         build_packets(result, store.policy, k=-1)

@@ -7,6 +7,7 @@ real HTTP server on 127.0.0.1 speaking the chat-completions API with scripted an
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -224,3 +225,39 @@ def test_eval_llm_answers_end_to_end(corpora, tmp_path, capsys):
     assert report["conditions"]["dense"]["by_retrieval"]["not_in_context"]["counts"]["confident_wrong"] == 1
     assert (out / "labels.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "car-xml" in (out / "report.md").read_text()
+
+
+def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
+    """The model path end to end on the demo corpus: four conditions' contexts built from a
+    real store, sent through the real openai client to a loopback server, then classified."""
+    from pathlib import Path
+
+    from car_rag.eval.llm import build_jobs
+    from car_rag.eval.suites import custom_suite
+
+    demo = Path(__file__).resolve().parents[1] / "car_rag" / "data" / "demo"
+    security = [line for line in (demo / "queries.jsonl").read_text().splitlines() if '"sec-' in line]
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("\n".join(security) + "\n")
+    suite = custom_suite(demo / "corpus.jsonl", queries, str(demo / "policy.toml"), name="demo-security")
+    jobs = build_jobs(suite, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security")
+    assert len(jobs) == 4 * len(security)
+    by = {(j.query_id, j.condition): j for j in jobs}
+    xml = by[("demo-q01", "car-xml")].messages[-1]["content"]
+    assert "<evidence" in xml and "sec-lodash-4.17.12-release" in xml and "<supersedes" in xml
+    superseded_packet = re.compile(r'<evidence-packet [^>]*status="superseded"')
+    assert superseded_packet.search(xml) and not superseded_packet.search(by[("demo-q01", "car-xml-omit")].messages[-1]["content"])
+    assert all(j.meta["controlling_in_context"] for j in jobs if j.condition.startswith("car"))
+    assert "Is the vulnerability patched?" in by[("demo-q01", "dense")].messages[-1]["content"]
+
+    # A scripted reader that says "patched" only when the context states a supersession.
+    def reader(messages):
+        return "Yes, it is patched [EP-1]." if "<supersedes" in messages[-1]["content"] else "No, it has not been patched."
+
+    with FakeOpenAIServer(answer=reader) as server:
+        client = ChatClient(server.base_url, "scripted", cache=AnswerCache(tmp_path / "cache.jsonl"))
+        rows = answer_jobs(jobs, client, concurrency=2, progress=False)
+        assert len(server.requests) == len(jobs) == len(rows)
+    gold = GoldAnswer("patched", "4.17.12")
+    labels = {(r["query_id"], r["condition"]): classify(r["answer"], "ghsa-freeform", gold).label for r in rows}
+    assert labels[("demo-q01", "car-xml")] != "confident_wrong" and labels[("demo-q01", "car-plain")] == "confident_wrong"

@@ -193,8 +193,12 @@ def build_jobs(
     max_doc_chars: int = 3000,
     token_budget: float | None = None,
     progress: bool = True,
+    kind: str | None = None,
 ) -> list[Job]:
-    """Messages for every query × condition of ``suite``, contexts from the suite's store."""
+    """Messages for every query × condition of ``suite``, contexts from the suite's store.
+
+    ``kind`` ("security", "legal", "compliance") picks the question asked of the reader;
+    by default it follows the built-in suite's name (needed for a user corpus)."""
     from car_rag.eval.runner import open_suite_store
     from car_rag.prompts import answer_messages
     from car_rag.queries import load_queries
@@ -204,7 +208,7 @@ def build_jobs(
     unknown = [c for c in conditions if c not in CONDITIONS]
     if unknown:
         raise ValueError(f"unknown conditions {unknown}; choose from {list(CONDITIONS)}")
-    suffix = QUESTION_SUFFIX[suite_kind(suite.name)]
+    suffix = QUESTION_SUFFIX[kind or suite_kind(suite.name)]
     queries = load_queries(suite.queries)[:limit]
     needs_store = any(c != "closed-book" for c in conditions)
     store = open_suite_store(suite, stores_dir, progress) if needs_store else None
