@@ -422,10 +422,13 @@ def _int_meta(meta: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def build_packets(result: RetrievalResult, policy: Policy | None = None, k: int | None = None) -> list[EvidencePacket]:
+def build_packets(
+    result: RetrievalResult, policy: Policy | None = None, k: int | None = None, *, provenance: bool = True
+) -> list[EvidencePacket]:
     """Evidence packets for the top ``k`` records of ``result`` (all when ``k`` is None), in its order,
     plus, as provenance, the superseded records those ``k`` void (so the reader sees what was
     replaced and by what; the renderer can omit them or drop them under a token budget).
+    ``provenance=False`` keeps exactly the top ``k``.
 
     Packet ids are ``EP-<rank>``. ``policy`` (normally ``store.policy``) supplies each rule's
     description and scope keys for the supersession sentences; without it the sentences
@@ -434,7 +437,7 @@ def build_packets(result: RetrievalResult, policy: Policy | None = None, k: int 
     if k is not None and k < 0:
         raise ValueError(f"k must be >= 0 or None, got {k}")
     shown = result.ranked[:k]
-    if k is not None:
+    if k is not None and provenance:
         ids = {item.doc_id for item in shown}
         shown += [item for item in result.ranked[k:] if item.status == "superseded" and ids & set(item.superseded_by)]
     return [_packet(item, result, policy, f"EP-{item.rank}") for item in shown]

@@ -366,13 +366,15 @@ def render_xml(
     query_id: str | None = None,
     rationale: bool = True,
     indent: str | None = "  ",
+    provenance: bool = True,
 ) -> str:
     """The ``<evidence>`` XML for a retrieval result (packets built with ``policy``) or for packets.
 
     Active packets come first, each in its given order, then superseded (and archived) ones.
     ``superseded="omit"`` leaves the superseded packets out and lists their ids in an
     ``<omitted>`` element; the default keeps them, marked ``status="superseded"`` with a
-    ``<superseded-by>`` pointer. ``k`` keeps the first ``k`` packets (in result order).
+    ``<superseded-by>`` pointer. ``k`` keeps the first ``k`` records of a result (in result
+    order) plus, with ``provenance`` (default), the superseded records those void.
     ``token_budget`` drops packets until the whole output fits under ``token_counter``
     (default :func:`approx_tokens`): superseded before active, lowest rank first; what was
     dropped is listed in a ``<dropped>`` element. ``indent=None`` renders without line breaks.
@@ -384,7 +386,7 @@ def render_xml(
     if isinstance(evidence, (str, bytes)):
         raise TypeError("render_xml takes a RetrievalResult or EvidencePacket objects, not text")
     if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
-        packets = build_packets(evidence, policy, k)  # type: ignore[arg-type]
+        packets = build_packets(evidence, policy, k, provenance=provenance)  # type: ignore[arg-type]
     else:
         packets = list(evidence)[:k]
         for p in packets:

@@ -172,6 +172,7 @@ def evidence_formatter(
             query_id=query_id,
             rationale=rationale,
             indent=indent,
+            provenance=False,  # records beyond the documents are text-less placeholders here
         )
 
     return RunnableLambda(format_evidence, name="format_evidence")
