@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from car_rag.channels.base import BACKENDS
+
 __all__ = ["main"]
 
 
@@ -145,6 +147,7 @@ def _cmd_eval_llm(args: argparse.Namespace) -> int:
     options = {} if args.answers else {
         "k": args.k, "limit": args.limit, "stores_dir": args.stores, "concurrency": args.concurrency,
         "timeout": args.timeout, "max_retries": args.retries, "cache": args.cache,
+        "max_doc_chars": args.max_doc_chars, "max_tokens": args.max_tokens,
     }
     paths = run_eval_llm(
         args.suite, args.out, answers=args.answers, base_url=args.base_url, model=args.model,
@@ -178,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
     ingest.add_argument("--policy", help="built-in policy name or .toml/.json file (needed to create a store)")
     ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000")
-    ingest.add_argument("--bm25-backend", default="bm25s", choices=["bm25s", "rank-bm25"])
+    ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS))
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.set_defaults(func=_cmd_ingest)
 
@@ -223,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--conditions", default="dense,car-plain,car-xml,car-xml-omit", help="comma-separated; also closed-book")
     evalllm.add_argument("--k", type=int, default=5, help="records in each context")
     evalllm.add_argument("--limit", type=int, help="first N queries only")
+    evalllm.add_argument("--max-doc-chars", type=int, default=3000, help="each record's text is cut to this many characters, in every condition")
+    evalllm.add_argument("--max-tokens", type=int, default=512, help="answer length cap per model call")
     evalllm.add_argument("--concurrency", type=int, default=4, help="model calls in flight")
     evalllm.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
     evalllm.add_argument("--retries", type=int, default=4, help="retries per model call")

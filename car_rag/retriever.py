@@ -56,7 +56,7 @@ class ControllingAuthorityRetriever:
         self.resolution = resolution
         self.scope_lookup_limit = scope_lookup_limit
         self.lexical = lexical
-        self._mask_index: object = None
+        self._mask_index: tuple[object, int] | None = None
         self._masks: dict[CallerContext, np.ndarray] = {}
         if anchors != "bm25":
             store.embedder.model  # load now, so no query's timing includes loading the model
@@ -64,11 +64,15 @@ class ControllingAuthorityRetriever:
     # ------------------------------------------------------------------ Stage 1
     def stage1(self, query: str, caller: CallerContext | None = None) -> list[FusedHit]:
         """Fused Stage-1 anchors for ``query`` (top ``k1``), among records ``caller`` may read."""
+        vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
+        with self.store.lock.read():
+            return self._stage1(query, vector, caller)
+
+    def _stage1(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> list[FusedHit]:
         runs: dict[str, list[ChannelHit]] = {}
         if self.anchor_mode in ("bm25", "hybrid"):
             runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(caller))
-        if self.anchor_mode in ("dense", "hybrid"):
-            vector = self.store.embedder.encode([query])[0]
+        if vector is not None:
             where = caller.chroma_where() if caller is not None else None
             runs["dense"] = self.store.dense.search(vector, self.depth, where=where)
         return reciprocal_rank_fusion(runs, k=self.k1)
@@ -77,8 +81,8 @@ class ControllingAuthorityRetriever:
         if caller is None:
             return None
         lexical = self.lexical or self.store.lexical
-        if self._mask_index is not lexical:  # the index was rebuilt by an ingest
-            self._mask_index, self._masks = lexical, {}
+        if self._mask_index != (lexical, lexical.generation):  # an ingest changed the index
+            self._mask_index, self._masks = (lexical, lexical.generation), {}
         if caller not in self._masks:
             if len(self._masks) >= 64:
                 self._masks.pop(next(iter(self._masks)))
@@ -88,10 +92,11 @@ class ControllingAuthorityRetriever:
     # ------------------------------------------------------------------ Stage 2 + 3
     def resolve(self, query: str, anchors: list[FusedHit], caller: CallerContext | None = None) -> RetrievalResult:
         """Stage 2 + 3 over the store's graph for given Stage-1 anchors (see :func:`resolve_authority`)."""
-        return resolve_authority(
-            self.store.graph, self.store.policy, query, anchors, caller,
-            resolution=self.resolution, scope_lookup_limit=self.scope_lookup_limit,
-        )
+        with self.store.lock.read():
+            return resolve_authority(
+                self.store.graph, self.store.policy, query, anchors, caller,
+                resolution=self.resolution, scope_lookup_limit=self.scope_lookup_limit,
+            )
 
     # ------------------------------------------------------------------ both
     def retrieve(self, query: str, caller: CallerContext | None = None) -> RetrievalResult:
@@ -100,8 +105,12 @@ class ControllingAuthorityRetriever:
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         started = time.perf_counter()
-        anchors = self.stage1(query, caller)
-        stage1_ms = (time.perf_counter() - started) * 1000
-        result = self.resolve(query, anchors, caller)
+        # The query is embedded before the lock is taken; both stages then read one state
+        # of the store, so an ingest running meanwhile is seen entirely or not at all.
+        vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
+        with self.store.lock.read():
+            anchors = self._stage1(query, vector, caller)
+            stage1_ms = (time.perf_counter() - started) * 1000
+            result = self.resolve(query, anchors, caller)
         result.timings_ms = {"stage1": stage1_ms, **result.timings_ms, "total": (time.perf_counter() - started) * 1000}
         return result

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import numpy as np
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
 from car_rag.eligibility import governance_metadata
 from car_rag.embedding import DEFAULT_MODEL, Embedder
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
+from car_rag.locking import ReadWriteLock
 from car_rag.policy import Policy, load_policy
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
 
@@ -60,6 +63,8 @@ class IngestReport:
     unchanged: int = 0
     errors: list[RecordError] = field(default_factory=list)
     new_edges: list[Edge] = field(default_factory=list)
+    timings_s: dict[str, float] = field(default_factory=dict)
+    """Seconds spent per step: parse, embed, graph, chroma, records (sqlite), bm25."""
 
     @property
     def newly_superseded(self) -> list[str]:
@@ -119,7 +124,10 @@ class CARStore:
             raise StoreError(
                 f"store {path} holds {config['embedding_model']!r} vectors; got an embedder for {embedder.model_name!r}"
             )
-        self._db = sqlite3.connect(path / "records.sqlite")
+        self.lock = ReadWriteLock()
+        """Queries hold its read side, ingests its write side (see :mod:`car_rag.locking`)."""
+        # Used from whichever thread ingests or queries; the lock serializes writers.
+        self._db = sqlite3.connect(path / "records.sqlite", check_same_thread=False)
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS records (
@@ -127,6 +135,7 @@ class CARStore:
             CREATE TABLE IF NOT EXISTS edges (
                 superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
                 PRIMARY KEY (superseder, target));
+            CREATE INDEX IF NOT EXISTS edges_by_target ON edges (target);
             """
         )
         self._client = chroma_client or self._connect_chroma()
@@ -145,7 +154,7 @@ class CARStore:
         *,
         chroma_url: str | None = None,
         embedder: Embedder | None = None,
-        bm25_backend: str = "bm25s",
+        bm25_backend: str = "bm25-incremental",
         hnsw: dict[str, Any] | None = None,
     ) -> "CARStore":
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
@@ -207,18 +216,32 @@ class CARStore:
     def _load(self) -> None:
         rows = self._db.execute("SELECT body FROM records ORDER BY seq").fetchall()
         records = [Record.model_validate_json(body) for (body,) in rows]
+        self._next_seq = (self._db.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0) + 1
         self.graph = AuthorityGraph(self.policy)
         edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule FROM edges")]
         self.graph.load_edges(records, edges)
+        self._unsaved = 0
+        ordered = [r.doc_id for r in records]
         bm25_dir = self.path / "bm25"
+        self.lexical: LexicalIndex = make_lexical_index(self.config["bm25_backend"])
         if (bm25_dir / "index.json").is_file():
-            self.lexical: LexicalIndex = load_lexical_index(bm25_dir)
+            self.lexical = load_lexical_index(bm25_dir)
+        indexed = len(self.lexical.doc_ids)
+        if self.lexical.doc_ids == ordered:
+            return
+        if self.lexical.supports_add and self.lexical.doc_ids == ordered[:indexed]:
+            tail = records[indexed:]  # ingested after the index was last saved
+            self.lexical.add([r.doc_id for r in tail], [r.text for r in tail])
+            self._unsaved = len(tail)
         else:
-            self.lexical = make_lexical_index(self.config["bm25_backend"])
-            self.lexical.build([], [])
+            self.lexical.build(ordered, [r.text for r in records])
+            self.flush()
 
     def close(self) -> None:
-        self._db.close()
+        with self.lock.write():
+            if self._unsaved:
+                self.flush()
+            self._db.close()
 
     def __enter__(self) -> "CARStore":
         return self
@@ -241,12 +264,26 @@ class CARStore:
         return self.graph.records
 
     # ------------------------------------------------------------------ writing
-    def ingest(self, source: str | Path | Iterable[Record | dict[str, Any]], *, progress: bool = True) -> IngestReport:
-        """Add or replace records from a JSONL path or an iterable; bad records are reported."""
+    def ingest(
+        self,
+        source: str | Path | Iterable[Record | dict[str, Any]],
+        *,
+        progress: bool = True,
+        embeddings: Mapping[str, Sequence[float]] | None = None,
+    ) -> IngestReport:
+        """Add or replace records from a JSONL path or an iterable; bad records are reported.
+
+        Works as well for one record at a time (streaming): the graph, the BM25 index and
+        the vectors are updated in place, and ``report.newly_superseded`` names the records
+        the new ones void. Queries running meanwhile see the store before or after the
+        ingest, never half of it. ``embeddings`` (doc_id → vector) skips encoding those records.
+        """
+        started = time.perf_counter()
         loaded: LoadReport = load_records(source) if isinstance(source, (str, Path)) else parse_records(source)
         report = IngestReport(errors=list(loaded.errors))
         label = str(source) if isinstance(source, (str, Path)) else "<records>"
-        fingerprints = dict(self._db.execute("SELECT doc_id, fingerprint FROM records"))
+        with self.lock.read():  # another thread's ingest may be writing the records table
+            fingerprints = self._fingerprints([r.doc_id for r in loaded.records])
         changed: list[Record] = []
         for record in loaded.records:
             problems = _scope_key_errors(record, label, loaded.lines.get(record.doc_id))
@@ -257,54 +294,106 @@ class CARStore:
                 report.unchanged += 1
                 continue
             changed.append(record)
+        report.timings_s["parse"] = time.perf_counter() - started
         if not changed:
             return report
 
-        accepted: list[Record] = []
-        try:
-            for record in changed:
-                try:
-                    report.new_edges.extend(self.graph.add(record))
-                except SupersessionCycleError as exc:
-                    line = loaded.lines.get(record.doc_id)
-                    report.errors.append(RecordError(label, line, record.doc_id, "supersedes", str(exc)))
-                    continue
-                accepted.append(record)
-                (report.updated if record.doc_id in fingerprints else report.added).append(record.doc_id)
-            if accepted:
-                self._write(accepted, progress)
-        except BaseException:
-            self._load()  # the graph may be ahead of what was written: re-read the disk
-            raise
+        vectors = self._vectors(changed, embeddings, progress, report)  # outside the lock: the slow part
+        with self.lock.write():
+            accepted: list[Record] = []
+            try:
+                tick = time.perf_counter()
+                for record in changed:
+                    try:
+                        report.new_edges.extend(self.graph.add(record))
+                    except SupersessionCycleError as exc:
+                        line = loaded.lines.get(record.doc_id)
+                        report.errors.append(RecordError(label, line, record.doc_id, "supersedes", str(exc)))
+                        continue
+                    accepted.append(record)
+                    (report.updated if record.doc_id in fingerprints else report.added).append(record.doc_id)
+                report.timings_s["graph"] = time.perf_counter() - tick
+                if accepted:
+                    keep = {r.doc_id for r in accepted}
+                    rows = [i for i, r in enumerate(changed) if r.doc_id in keep]
+                    self._write(accepted, vectors[rows], bool(report.updated), progress, report)
+            except BaseException:
+                self._load()  # the graph may be ahead of what was written: re-read the disk
+                raise
         return report
 
-    def _write(self, records: Sequence[Record], progress: bool) -> None:
+    def _fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(doc_ids), 500):
+            part = list(doc_ids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            found.update(self._db.execute(f"SELECT doc_id, fingerprint FROM records WHERE doc_id IN ({marks})", part))
+        return found
+
+    def _vectors(
+        self, records: Sequence[Record], given: Mapping[str, Sequence[float]] | None, progress: bool, report: IngestReport
+    ) -> np.ndarray:
+        tick = time.perf_counter()
+        given = given or {}
+        todo = [r for r in records if r.doc_id not in given]
+        encoded = iter(self.embedder.encode([r.text for r in todo], show_progress=progress and len(todo) > 64)) if todo else iter(())
+        rows = [np.asarray(given[r.doc_id], dtype=np.float32) if r.doc_id in given else next(encoded) for r in records]
+        vectors = np.vstack(rows).astype(np.float32, copy=False)
+        if given and vectors.shape[1] != self.embedder.dimension:
+            raise StoreError(
+                f"embeddings have {vectors.shape[1]} dimensions; {self.embedder.model_name} vectors have {self.embedder.dimension}"
+            )
+        report.timings_s["embed"] = time.perf_counter() - tick
+        return vectors
+
+    def _write(self, records: Sequence[Record], vectors: np.ndarray, replaces: bool, progress: bool, report: IngestReport) -> None:
+        timings = report.timings_s
+        tick = time.perf_counter()
         texts = [r.text for r in records]
-        vectors = self.embedder.encode(texts, show_progress=progress and len(texts) > 64)
         ids = [r.doc_id for r in records]
         self.dense.upsert(
             ids, vectors, texts, [chroma_metadata(r) for r in records], self._client.get_max_batch_size(), progress=progress
         )
+        timings["chroma"] = time.perf_counter() - tick
+        tick = time.perf_counter()
         # Vectors first, then the records: a crash in between is healed by re-ingesting.
         with self._db:
-            next_seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()[0] + 1
-            for offset, record in enumerate(records):
+            for record in records:
                 self._db.execute(
                     "INSERT INTO records (doc_id, seq, fingerprint, body) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT(doc_id) DO UPDATE SET fingerprint = excluded.fingerprint, body = excluded.body",
-                    (record.doc_id, next_seq + offset, record.fingerprint(), record.model_dump_json()),
+                    (record.doc_id, self._next_seq, record.fingerprint(), record.model_dump_json()),
                 )
+                self._next_seq += 1
             for chunk in range(0, len(ids), 500):
                 part = ids[chunk : chunk + 500]
                 marks = ",".join("?" * len(part))
                 self._db.execute(f"DELETE FROM edges WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
             edges = {(e.superseder, e.target): e.rule for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)}
             self._db.executemany("INSERT INTO edges VALUES (?, ?, ?)", [(s, t, r) for (s, t), r in edges.items()])
-        self._rebuild_lexical()
+        timings["records"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        if self.lexical.supports_add and not replaces:
+            self.lexical.add(ids, texts)
+            self._unsaved += len(ids)
+            if self._unsaved * 10 >= len(self.lexical.doc_ids):  # saving costs O(N): amortize it
+                self.flush()
+        else:
+            self._rebuild_lexical()
+        timings["bm25"] = time.perf_counter() - tick
+
+    def flush(self) -> None:
+        """Save the BM25 index. Records are durable as soon as ingested; an index saved
+        behind them is caught up from the records table when the store is opened."""
+        self.lexical.save(self.path / "bm25")
+        self._unsaved = 0
+
+    def _ordered_ids(self) -> list[str]:
+        return [d for (d,) in self._db.execute("SELECT doc_id FROM records ORDER BY seq")]
 
     def _rebuild_lexical(self) -> None:
-        ordered = [body for (body,) in self._db.execute("SELECT doc_id FROM records ORDER BY seq")]
+        ordered = self._ordered_ids()
         index = make_lexical_index(self.config["bm25_backend"])
         index.build(ordered, [self.graph.records[d].text for d in ordered])
-        index.save(self.path / "bm25")
         self.lexical = index
+        self.flush()

@@ -26,12 +26,20 @@ class LexicalIndex(ABC):
     """A BM25 index over records in a fixed order; ``mask`` selects which may be scored."""
 
     backend: str
+    supports_add = False
+    """Whether :meth:`add` appends records without rebuilding (streaming inserts)."""
 
     def __init__(self) -> None:
         self.doc_ids: list[str] = []
+        self.generation = 0
+        """Bumped by every in-place change, so callers can drop what they derived from the index."""
 
     @abstractmethod
     def build(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None: ...
+
+    def add(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        """Append records after those indexed; only backends with ``supports_add`` can."""
+        raise NotImplementedError(f"the {self.backend} backend cannot add records without a rebuild")
 
     @abstractmethod
     def scores(self, query: str) -> np.ndarray:
@@ -63,7 +71,7 @@ class LexicalIndex(ABC):
         (folder / "index.json").write_text(json.dumps({"backend": self.backend, "doc_ids": self.doc_ids}))
 
 
-BACKENDS = ("bm25s", "rank-bm25")
+BACKENDS = ("bm25s", "bm25-incremental", "rank-bm25")
 
 
 def make_lexical_index(backend: str = "bm25s") -> LexicalIndex:
@@ -71,6 +79,10 @@ def make_lexical_index(backend: str = "bm25s") -> LexicalIndex:
         from car_rag.channels.bm25s_index import BM25sIndex
 
         return BM25sIndex()
+    if backend == "bm25-incremental":
+        from car_rag.channels.incremental_bm25 import IncrementalBM25Index
+
+        return IncrementalBM25Index()
     if backend == "rank-bm25":
         from car_rag.channels.rank_bm25_index import RankBM25Index
 
