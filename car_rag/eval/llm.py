@@ -173,12 +173,22 @@ class Job:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def _clip(text: str, max_chars: int) -> str:
+    """The same cut for every condition, so contexts differ only in what was retrieved."""
+    return text if len(text) <= max_chars else text[:max_chars] + " …"
+
+
 def _plain_context(records: Iterable[Any], max_chars: int) -> str:
-    parts = []
-    for i, rec in enumerate(records, 1):
-        text = rec.text if len(rec.text) <= max_chars else rec.text[:max_chars] + " …"
-        parts.append(f"[Document {i}] ({rec.doc_type})\n{text}")
-    return "\n\n".join(parts)
+    return "\n\n".join(f"[Document {i}] ({rec.doc_type})\n{_clip(rec.text, max_chars)}" for i, rec in enumerate(records, 1))
+
+
+def _clipped_packets(result: Any, policy: Any, k: int, max_chars: int) -> list[Any]:
+    from car_rag.evidence import build_packets
+
+    return [
+        p.model_copy(update={"content": p.content.model_copy(update={"raw_text": _clip(p.text, max_chars)})})
+        for p in build_packets(result, policy, k, provenance=True)
+    ]
 
 
 def build_jobs(
@@ -240,7 +250,9 @@ def build_jobs(
                 ]
             else:
                 mode = "omit" if cond == "car-xml-omit" else "include"
-                evidence = render_xml(result, policy=store.policy, k=k, superseded=mode, token_budget=token_budget, query_id=q.query_id)
+                packets = _clipped_packets(result, store.policy, k, max_doc_chars)
+                # Retrieval scores and matched terms say nothing about the answer: left out.
+                evidence = render_xml(packets, superseded=mode, token_budget=token_budget, query_id=q.query_id, rationale=False)
                 ids = [r.doc_id for r in result.top(k) if mode == "include" or r.status == "active"]
                 messages = answer_messages(question, evidence)
             meta = {"context_doc_ids": ids, "controlling_in_context": bool(gold & set(ids)) if cond != "closed-book" else False}
@@ -273,12 +285,16 @@ def answer_jobs(
             return None
         return {"query_id": job.query_id, "condition": job.condition, "answer": answer, "model": client.model, **job.meta}
 
-    rows: list[dict[str, Any]] = []
+    # Calls sharing a system prompt go one after another: local servers (llama.cpp) reuse
+    # the evaluated prefix of the previous prompt, and hosted APIs cache shared prefixes.
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].messages[0]["content"] if jobs[i].messages else "")
+    answered: dict[int, dict[str, Any]] = {}
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for row in tqdm(pool.map(one, jobs), total=len(jobs), desc="answers", unit="call", disable=None if progress else True):
+        calls = pool.map(lambda i: (i, one(jobs[i])), order)
+        for i, row in tqdm(calls, total=len(jobs), desc="answers", unit="call", disable=None if progress else True):
             if row is not None:
-                rows.append(row)
-    return rows
+                answered[i] = row
+    return [answered[i] for i in sorted(answered)]
 
 
 # --------------------------------------------------------------------------- classify + report
@@ -427,7 +443,10 @@ def run_eval_llm(
             raise ValueError("give --answers FILE, or --base-url and --model")
         out_dir.mkdir(parents=True, exist_ok=True)
         cache = AnswerCache(options.pop("cache", None) or out_dir / "cache.jsonl")
-        client = ChatClient(base_url, model, cache=cache, timeout=options.pop("timeout", 120.0), max_retries=options.pop("max_retries", 4))
+        client = ChatClient(
+            base_url, model, cache=cache, timeout=options.pop("timeout", 120.0), max_retries=options.pop("max_retries", 4),
+            max_tokens=options.pop("max_tokens", 512),
+        )
         concurrency = options.pop("concurrency", 4)
         jobs = build_jobs(suite, conditions, **options)
         rows = answer_jobs(jobs, client, concurrency=concurrency)
