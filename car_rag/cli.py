@@ -147,7 +147,7 @@ def _cmd_eval_llm(args: argparse.Namespace) -> int:
     options = {} if args.answers else {
         "k": args.k, "limit": args.limit, "stores_dir": args.stores, "concurrency": args.concurrency,
         "timeout": args.timeout, "max_retries": args.retries, "cache": args.cache,
-        "max_doc_chars": args.max_doc_chars, "max_tokens": args.max_tokens,
+        "max_doc_chars": args.max_doc_chars, "max_tokens": args.max_tokens, "xml_form": args.xml_form,
     }
     paths = run_eval_llm(
         args.suite, args.out, answers=args.answers, base_url=args.base_url, model=args.model,
@@ -228,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--limit", type=int, help="first N queries only")
     evalllm.add_argument("--max-doc-chars", type=int, default=3000, help="each record's text is cut to this many characters, in every condition")
     evalllm.add_argument("--max-tokens", type=int, default=512, help="answer length cap per model call")
+    evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact", help="XML evidence rendering (render_xml compact=)")
     evalllm.add_argument("--concurrency", type=int, default=4, help="model calls in flight")
     evalllm.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
     evalllm.add_argument("--retries", type=int, default=4, help="retries per model call")

@@ -128,6 +128,11 @@ class CARStore:
         """Queries hold its read side, ingests its write side (see :mod:`car_rag.locking`)."""
         # Used from whichever thread ingests or queries; the lock serializes writers.
         self._db = sqlite3.connect(path / "records.sqlite", check_same_thread=False)
+        # Write-ahead log without a sync per commit: a streamed insert costs ~0.1 ms instead
+        # of two fsyncs. A commit survives the process crashing; one lost to a power cut is
+        # restored by re-ingesting (idempotent), as is a crash between vectors and records.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(
             """
             CREATE TABLE IF NOT EXISTS records (
@@ -220,6 +225,11 @@ class CARStore:
         self.graph = AuthorityGraph(self.policy)
         edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule FROM edges")]
         self.graph.load_edges(records, edges)
+        # Vectors are written before records, so ids in Chroma that the records table lacks
+        # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
+        self._orphans: set[str] = set()
+        if self.dense.collection.count() != len(records):
+            self._orphans = set(self.dense.ids()) - set(self.graph.records)
         self._unsaved = 0
         ordered = [r.doc_id for r in records]
         bm25_dir = self.path / "bm25"
@@ -352,8 +362,10 @@ class CARStore:
         texts = [r.text for r in records]
         ids = [r.doc_id for r in records]
         self.dense.upsert(
-            ids, vectors, texts, [chroma_metadata(r) for r in records], self._client.get_max_batch_size(), progress=progress
+            ids, vectors, texts, [chroma_metadata(r) for r in records], self._client.get_max_batch_size(),
+            progress=progress, stored=set(report.updated) | (self._orphans & set(ids)),
         )
+        self._orphans.difference_update(ids)
         timings["chroma"] = time.perf_counter() - tick
         tick = time.perf_counter()
         # Vectors first, then the records: a crash in between is healed by re-ingesting.

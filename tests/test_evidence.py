@@ -342,6 +342,47 @@ def test_conflict_group_for_one_scope(retriever: Retriever, store: CARStore) -> 
     assert "disagree in status" in groups[0].find("note").text
 
 
+def test_compact_states_the_same_supersession_in_fewer_tokens(retriever: Retriever, store: CARStore) -> None:
+    result = retriever.retrieve(Q_ZIP)
+    full, compact = render_xml(result, policy=store.policy), render_xml(result, policy=store.policy, compact=True)
+    assert approx_tokens(compact) < 0.8 * approx_tokens(full)
+    root = _root(compact)
+    ids = {p.get("id"): p.get("doc-id") for p in root.findall("evidence-packet")}
+    top = _packet_el(root, "zip-2.3.4")
+    # The voided records by packet id (their packets carry id and type); same rules as the full form.
+    assert {(ids[s.get("packet-ref")], s.get("rule")) for s in top.findall("supersedes")} == {
+        ("zip-cve", "patch_fixes_disclosure"),
+        ("zip-2.3.1", "later_patch"),
+    }
+    assert all(s.get("doc-id") is None and s.get("scope") is None for s in top.findall("supersedes"))
+    pointers = {ids[b.get("packet-ref")]: b for b in _packet_el(root, "zip-cve").findall("superseded-by")}
+    assert pointers["zip-2.3.4"].get("controlling") is None  # controlling is the default
+    assert pointers["zip-2.3.1"].get("controlling") == "false" and "itself superseded" in pointers["zip-2.3.1"].text
+    assert pointers["zip-2.3.4"].text.startswith(f"superseded by {_packet_el(root, 'zip-2.3.4').get('id')} (patch release): ")
+    # One active record voiding the rest, each link shown: no conflict group restates it.
+    assert not [g for g in root.findall("conflict-group") if parse_scope(g.get("scope") or "") == ZIP]
+
+
+def test_compact_keeps_a_conflict_group_when_two_records_of_a_scope_are_active() -> None:
+    from car_rag.evidence import AuthorityLink, ConflictIndicators, EpistemicMetadata, PacketContent, RetrievalRationale
+
+    def packet(pid: str, doc_id: str, status: str, superseded_by: list[AuthorityLink] = ()) -> EvidencePacket:
+        return EvidencePacket(
+            evidence_packet_id=pid, corpus_object_id=doc_id, chunk_id=doc_id, doc_type="patch_release", scope=ZIP,
+            content=PacketContent(raw_text=doc_id),
+            epistemic_metadata=EpistemicMetadata(
+                freshness_status=status, superseded_by=list(superseded_by),
+                conflict_indicators=ConflictIndicators(has_contradiction=status != "active")),
+            retrieval_rationale=RetrievalRationale(matched_subquery="q"),
+        )
+
+    voided = packet("EP-3", "zip-2.3.0", "superseded", [AuthorityLink(doc_id="zip-2.3.4", rule="later_patch", scope=ZIP)])
+    both = [packet("EP-1", "zip-2.3.4", "active"), packet("EP-2", "zip-backport", "active"), voided]
+    groups = _root(render_xml(both, compact=True)).findall("conflict-group")
+    assert len(groups) == 1 and {m.get("doc-id") for m in groups[0].findall("member")} == {"zip-2.3.4", "zip-backport", "zip-2.3.0"}
+    assert not _root(render_xml(both[::2], compact=True)).findall("conflict-group")
+
+
 def test_token_budget_drops_superseded_before_active(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_ZIP)
     full = render_xml(result, policy=store.policy)

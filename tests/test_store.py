@@ -457,3 +457,22 @@ def test_lexical_ties_are_broken_by_corpus_order():
     texts = ["alpha beta"] * 40 + ["alpha alpha alpha beta"]
     index.build([f"d{i}" for i in range(41)], texts)
     assert [h.doc_id for h in index.search("alpha", 5)] == ["d40", "d0", "d1", "d2", "d3"]
+
+
+def test_reingest_after_a_crash_between_vectors_and_records_clears_stale_metadata(tmp_path, security_policy, embedder):
+    path = tmp_path / "store"
+    store = CARStore.open(path, security_policy, embedder=embedder)
+    record = {"doc_id": "adv-1", "text": "Heap overflow in the parser.", "doc_type": "vulnerability_disclosure",
+              "scope": {"package": "parsekit", "cve_id": "CVE-2099-40001"}}
+    # The vectors of a first version were written, then the process died before the records
+    # table was: Chroma holds the id with scope keys the record (as re-sent) no longer has.
+    stale = {**chroma_metadata(Record(**record)), "cve_id": "CVE-2099-49999", "component": "lexer"}
+    store.dense.collection.add(ids=["adv-1"], embeddings=embedder.encode(["x"]), documents=["x"], metadatas=[stale])
+    store.close()
+
+    reopened = CARStore.open(path, embedder=embedder)
+    assert reopened.ingest([record], progress=False).added == ["adv-1"]
+    meta = reopened.dense.collection.get(ids=["adv-1"], include=["metadatas"])["metadatas"][0]
+    assert meta == chroma_metadata(reopened.get("adv-1"))
+    assert reopened.dense.collection.get(where={"component": "lexer"}, include=[])["ids"] == []
+    reopened.close()

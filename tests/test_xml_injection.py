@@ -40,7 +40,14 @@ from car_rag.evidence import (
     Provenance,
     RetrievalRationale,
 )
-from car_rag.xml_render import approx_tokens, format_scope, parse_scope, render_xml, sanitize_xml_text
+from car_rag.xml_render import (
+    approx_tokens,
+    compact_relation_text,
+    format_scope,
+    parse_scope,
+    render_xml,
+    sanitize_xml_text,
+)
 
 S = sanitize_xml_text
 
@@ -223,6 +230,7 @@ def cases(draw: Any) -> tuple[list[EvidencePacket], dict[str, Any]]:
         "rationale": rnd.random() < 0.7,
         "indent": rnd.choice((None, "  ", "\t")),
         "query_id": maker.maybe(maker.s),
+        "compact": rnd.random() < 0.5,
     }
     return packets, options
 
@@ -271,6 +279,10 @@ def check_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], o
         # Packets are dropped until the whole output fits, or none is left to drop.
         assert approx_tokens(out) <= options["token_budget"] or not kept
 
+    refs: dict[str, str] = {}
+    for packet in kept:
+        refs.setdefault(packet.doc_id, packet.evidence_packet_id)
+    compact = options.get("compact", False)
     for el, packet in zip(rendered, kept, strict=True):
         assert el.get("id") == S(packet.evidence_packet_id)
         assert el.get("doc-id") == S(packet.doc_id)
@@ -283,10 +295,16 @@ def check_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], o
         assert len(texts) == 1 and _text(texts[0]) == S(packet.text)
         ep = packet.epistemic_metadata
         sup = el.findall("supersedes")
-        assert [(e.get("doc-id"), e.get("rule")) for e in sup] == [(S(x.doc_id), S(x.rule)) for x in ep.supersedes]
-        assert [_text(e) for e in sup] == [S(packet.supersedes_sentence(x)) for x in ep.supersedes]
         by = [e for e in el.findall("superseded-by") if e.get("hidden") is None]
-        assert [(e.get("doc-id"), e.get("rule")) for e in by] == [(S(x.doc_id), S(x.rule)) for x in ep.superseded_by]
+        for elements, links, voids in ((sup, ep.supersedes, True), (by, ep.superseded_by, False)):
+            got = [(e.get("doc-id"), e.get("packet-ref"), e.get("rule")) for e in elements]
+            if compact:  # the other record by packet-ref when shown, else by id
+                assert got == [(None if x.doc_id in refs else S(x.doc_id), _attr(refs.get(x.doc_id)), S(x.rule)) for x in links]
+                assert [_text(e) for e in elements] == [S(compact_relation_text(x, refs.get(x.doc_id), voids=voids)) for x in links]
+            else:
+                assert got == [(S(x.doc_id), _attr(refs.get(x.doc_id)), S(x.rule)) for x in links]
+                sentence = packet.supersedes_sentence if voids else packet.superseded_by_sentence
+                assert [_text(e) for e in elements] == [S(sentence(x)) for x in links]
         hidden = [e for e in el.findall("superseded-by") if e.get("hidden") == "true"]
         assert len(hidden) == int(ep.conflict_indicators.hidden_superseder)
         for e in hidden:
@@ -363,7 +381,7 @@ def test_each_nasty_fragment_everywhere(fragment: str) -> None:
         provenance=Provenance(source_id=fragment),
     )
     p2 = _packet(fragment, doc_id=fragment or "d2", status="superseded", superseded_by=[link], hidden=True)
-    for options in ({}, {"superseded": "omit"}, {"indent": None, "rationale": False}, {"token_budget": 30}):
+    for options in ({}, {"superseded": "omit"}, {"indent": None, "rationale": False}, {"token_budget": 30}, {"compact": True}):
         render_and_check([p1, p2], options)
 
 

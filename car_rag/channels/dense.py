@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,12 @@ class DenseChannel:
         batch_size: int,
         *,
         progress: bool = False,
+        stored: Collection[str] | None = None,
     ) -> None:
-        """Write in batches no larger than the client's cap (Chroma rejects larger ones)."""
+        """Write in batches no larger than the client's cap (Chroma rejects larger ones).
+
+        ``stored`` names the ids that may already be in the collection (None: any may be);
+        only their stored metadata is read back to clear keys the new version lacks."""
         with tqdm(total=len(doc_ids), desc="chroma upsert", unit="rec", disable=not progress or len(doc_ids) <= batch_size) as bar:
             for start in range(0, len(doc_ids), batch_size):
                 stop = start + batch_size
@@ -38,8 +42,9 @@ class DenseChannel:
                 batch_meta = [dict(m) for m in metadatas[start:stop]]
                 # Chroma merges metadata on upsert; a key the stored copy has and the new one
                 # lacks must be sent as None to be deleted, or Stage-2 lookups find stale scope.
-                stored = self.collection.get(ids=ids, include=["metadatas"])
-                previous = dict(zip(stored["ids"], stored["metadatas"]))
+                known = ids if stored is None else [d for d in ids if d in stored]
+                found = self.collection.get(ids=known, include=["metadatas"]) if known else {"ids": [], "metadatas": []}
+                previous = dict(zip(found["ids"], found["metadatas"]))
                 for doc_id, meta in zip(ids, batch_meta):
                     for key in previous.get(doc_id) or {}:
                         meta.setdefault(key, None)
@@ -47,6 +52,15 @@ class DenseChannel:
                     ids=ids, embeddings=vectors[start:stop], documents=list(texts[start:stop]), metadatas=batch_meta
                 )
                 bar.update(len(doc_ids[start:stop]))
+
+    def ids(self, page: int = 10_000) -> list[str]:
+        """Every id in the collection, read in pages."""
+        out: list[str] = []
+        while True:
+            got = self.collection.get(include=[], limit=page, offset=len(out))["ids"]
+            out += got
+            if len(got) < page:
+                return out
 
     def search(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[ChannelHit]:
         count = self.collection.count()

@@ -174,7 +174,9 @@ class Job:
 
 
 def _clip(text: str, max_chars: int) -> str:
-    """The same cut for every condition, so contexts differ only in what was retrieved."""
+    """The same cut for every condition, so contexts differ only in what was retrieved.
+    Line endings become LF first: XML escapes a CR as ``&#13;``, a token per line for nothing."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text if len(text) <= max_chars else text[:max_chars] + " …"
 
 
@@ -204,17 +206,22 @@ def build_jobs(
     token_budget: float | None = None,
     progress: bool = True,
     kind: str | None = None,
+    xml_form: str = "compact",
 ) -> list[Job]:
     """Messages for every query × condition of ``suite``, contexts from the suite's store.
 
     ``kind`` ("security", "legal", "compliance") picks the question asked of the reader;
-    by default it follows the built-in suite's name (needed for a user corpus)."""
+    by default it follows the built-in suite's name (needed for a user corpus). ``xml_form``
+    is :func:`render_xml`'s compact form (default: the same facts in about half the tokens)
+    or its full form."""
     from car_rag.eval.runner import open_suite_store
     from car_rag.prompts import answer_messages
     from car_rag.queries import load_queries
     from car_rag.retriever import ControllingAuthorityRetriever
     from car_rag.xml_render import render_xml
 
+    if xml_form not in ("compact", "full"):
+        raise ValueError(f"xml_form must be 'compact' or 'full', got {xml_form!r}")
     unknown = [c for c in conditions if c not in CONDITIONS]
     if unknown:
         raise ValueError(f"unknown conditions {unknown}; choose from {list(CONDITIONS)}")
@@ -252,7 +259,8 @@ def build_jobs(
                 mode = "omit" if cond == "car-xml-omit" else "include"
                 packets = _clipped_packets(result, store.policy, k, max_doc_chars)
                 # Retrieval scores and matched terms say nothing about the answer: left out.
-                evidence = render_xml(packets, superseded=mode, token_budget=token_budget, query_id=q.query_id, rationale=False)
+                evidence = render_xml(packets, superseded=mode, token_budget=token_budget, query_id=q.query_id, rationale=False,
+                                      compact=xml_form == "compact")
                 ids = [r.doc_id for r in result.top(k) if mode == "include" or r.status == "active"]
                 messages = answer_messages(question, evidence)
             meta = {"context_doc_ids": ids, "controlling_in_context": bool(gold & set(ids)) if cond != "closed-book" else False}
