@@ -272,3 +272,20 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
     gold = GoldAnswer("patched", "4.17.12")
     labels = {(r["query_id"], r["condition"]): classify(r["answer"], "ghsa-freeform", gold).label for r in rows}
     assert labels[("demo-q01", "car-xml")] != "confident_wrong" and labels[("demo-q01", "car-plain")] == "confident_wrong"
+
+
+def test_paired_confident_wrong_counts_and_exact_mcnemar():
+    from car_rag.eval.llm import paired
+    from car_rag.eval.stats import mcnemar_exact
+
+    rows = []
+    for i in range(10):
+        rows.append({"query_id": f"q{i}", "condition": "dense", "label": "confident_wrong" if i < 8 else "correct"})
+        rows.append({"query_id": f"q{i}", "condition": "car-xml", "label": "confident_wrong" if i in (0, 9) else "uncertain"})
+    rows.append({"query_id": "q99", "condition": "dense", "label": "confident_wrong"})  # not answered under car-xml
+    (pair,) = paired(rows)
+    assert (pair["a"], pair["b"], pair["n"]) == ("dense", "car-xml", 10)
+    assert (pair["a_count"], pair["b_count"], pair["only_a"], pair["only_b"], pair["both"]) == (8, 2, 7, 1, 1)
+    assert pair["ratio_b_to_a"] == 0.25
+    assert pair["mcnemar_p"] == pytest.approx(0.0703125, abs=1e-6)  # 2 * P(X <= 1), X ~ Bin(8, 1/2) = 2 * 9/256
+    assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(5, 5) == 1.0

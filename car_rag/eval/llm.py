@@ -50,6 +50,7 @@ __all__ = [
     "build_jobs",
     "cache_key",
     "classify_rows",
+    "paired",
     "read_answers",
     "report",
     "write_report",
@@ -356,8 +357,39 @@ def report(labelled: Sequence[dict[str, Any]], suite_name: str) -> dict[str, Any
                 }
             entry["by_retrieval"] = table
         conditions[cond] = entry
-    return {"suite": suite_name, "labels": list(LABELS), "conditions": conditions,
+    return {"suite": suite_name, "labels": list(LABELS), "conditions": conditions, "paired": paired(labelled),
             "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+PAIRS = (("dense", "car-xml"), ("car-plain", "car-xml"), ("dense", "car-plain"), ("car-xml", "car-xml-omit"))
+"""Condition pairs compared query by query: retrieval, the packets alone, retrieval as plain
+text, and showing the superseded records or not."""
+
+
+def paired(labelled: Sequence[dict[str, Any]], label: str = "confident_wrong") -> list[dict[str, Any]]:
+    """For each pair of conditions both present: on the queries answered under both, how
+    many were ``label`` under A only, under B only, under both; ratio of rates; exact
+    McNemar p-value (the same queries and reader on both sides, so pair them)."""
+    from car_rag.eval.stats import mcnemar_exact
+
+    by: dict[str, dict[str, str]] = collections.defaultdict(dict)
+    for r in labelled:
+        by[r["condition"]][r["query_id"]] = r["label"]
+    out = []
+    for a, b in PAIRS:
+        if a not in by or b not in by:
+            continue
+        shared = sorted(set(by[a]) & set(by[b]))
+        in_a = {q for q in shared if by[a][q] == label}
+        in_b = {q for q in shared if by[b][q] == label}
+        only_a, only_b = len(in_a - in_b), len(in_b - in_a)
+        out.append({
+            "a": a, "b": b, "label": label, "n": len(shared), "a_count": len(in_a), "b_count": len(in_b),
+            "only_a": only_a, "only_b": only_b, "both": len(in_a & in_b),
+            "ratio_b_to_a": round(len(in_b) / len(in_a), 4) if in_a else None,
+            "mcnemar_p": round(mcnemar_exact(only_a, only_b), 6),
+        })
+    return out
 
 
 def _cell(rate: dict) -> str:
@@ -378,6 +410,13 @@ def markdown(rep: dict[str, Any], command: str) -> str:
     for cond, e in rep["conditions"].items():
         ctx = _cell(e["controlling_in_context"]) if "controlling_in_context" in e else "–"
         lines.append(f"| {cond} | {e['n']} | {ctx} | " + " | ".join(_cell(e["rates"][lab]) for lab in LABELS) + " |")
+    if rep.get("paired"):
+        lines += ["", "Confident-wrong answers, condition against condition on the same queries (exact McNemar test):", "",
+                  "| A | B | queries | confident wrong under A | under B | B / A | A only | B only | p |", "|---|---|---|---|---|---|---|---|---|"]
+        for p in rep["paired"]:
+            ratio = "–" if p["ratio_b_to_a"] is None else f"{p['ratio_b_to_a']:.2f}"
+            lines.append(f"| {p['a']} | {p['b']} | {p['n']} | {p['a_count']} | {p['b_count']} | {ratio} | {p['only_a']} | "
+                         f"{p['only_b']} | {p['mcnemar_p']:.3g} |")
     if any("by_retrieval" in e for e in rep["conditions"].values()):
         lines += ["", "Label counts by retrieval success (controlling record in the context or not):", "",
                   "| condition | retrieval | n | " + " | ".join(LABELS) + " |", "|---|---|---|" + "---|" * len(LABELS)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Rate", "wilson"]
+__all__ = ["Rate", "mcnemar_exact", "wilson"]
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -41,3 +41,13 @@ class Rate:
     def __str__(self) -> str:
         lo, hi = self.interval
         return f"{self.value:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value for paired yes/no outcomes: of the pairs that
+    disagree, ``only_a`` were yes under A alone and ``only_b`` under B alone."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
+    return min(1.0, 2 * tail)

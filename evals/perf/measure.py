@@ -1,0 +1,316 @@
+"""One phase of the scale benchmark, in a process of its own (so memory figures are its own).
+
+    python evals/perf/measure.py build  --size N --store DIR --out FILE [--chroma-url URL] [--embed real|gist|cached]
+    python evals/perf/measure.py query  --size N --store DIR --out FILE [--frameworks] [--queries Q]
+    python evals/perf/measure.py stream --size N --store DIR --out FILE [--inserts M]
+
+``build`` generates the seeded corpus (:mod:`corpus`), measures raw MiniLM encode
+throughput on a sample of its texts, ingests it in chunks (embedding, graph, Chroma,
+records table and BM25 time from the store's own ingest report) and measures the
+authority index (entity index + graph) with tracemalloc. ``query`` opens the store and
+times, query by query and side by side, the floor (query embedding + a bm25s lookup),
+car-rag's Stage 1, Stage 2+3 and whole retriever, and optionally the LlamaIndex and
+LangChain hybrids over the same Chroma collection. ``stream`` inserts records one at a
+time into the loaded store, then in batches, with precomputed vectors (embedding excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import generate, gist_vectors  # noqa: E402
+
+from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
+from car_rag.graph import AuthorityGraph  # noqa: E402
+
+POLICY = "security-advisory"
+DEPTH, K1, K = 50, 10, 5
+SEED = 7
+
+
+def _status(field: str) -> float:
+    """VmRSS / VmHWM of this process in MiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _percentiles(values_ms: list[float]) -> dict[str, float]:
+    v = np.asarray(values_ms)
+    return {"n": len(v), "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
+            "p99": float(np.percentile(v, 99)), "mean": float(v.mean())}
+
+
+# --------------------------------------------------------------------------- build
+
+def _vector_cache(args: argparse.Namespace) -> Path:
+    """Where a real-embedding build leaves its vectors (in corpus order) for ``--embed cached``."""
+    return Path(args.store).parent / f"vectors-{args.size}.npy"
+
+
+def build(args: argparse.Namespace) -> dict:
+    corpus = generate(args.size, seed=SEED)
+    store = CARStore.open(args.store, POLICY, chroma_url=args.chroma_url)
+    embedder = store.embedder
+    embedder.encode(["warm up"])
+    sample = [r["text"] for r in random.Random(SEED).sample(corpus.records, min(2000, len(corpus)))]
+    tick = time.perf_counter()
+    embedder.encode(sample)
+    encode_rate = len(sample) / (time.perf_counter() - tick)
+
+    vectors = None
+    precompute_s = 0.0
+    cached = _vector_cache(args)
+    if args.embed == "gist":
+        tick = time.perf_counter()
+        vectors = gist_vectors(corpus, embedder, seed=SEED)
+        precompute_s = time.perf_counter() - tick
+    elif args.embed == "cached":
+        vectors = np.load(cached)
+        if len(vectors) != len(corpus):
+            raise SystemExit(f"{cached} holds {len(vectors)} vectors for {len(corpus)} records")
+
+    from tqdm.auto import tqdm
+
+    steps: dict[str, float] = {}
+    tick = time.perf_counter()
+    with tqdm(total=len(corpus), desc=f"ingest {args.size:,}", unit="rec", disable=args.quiet) as bar:
+        for start in range(0, len(corpus), args.chunk):
+            chunk = corpus.records[start : start + args.chunk]
+            given = None if vectors is None else {r["doc_id"]: vectors[start + i] for i, r in enumerate(chunk)}
+            report = store.ingest(chunk, progress=False, embeddings=given)
+            if report.errors:
+                raise SystemExit(f"ingest rejected records: {report.errors[:3]}")
+            for step, seconds in report.timings_s.items():
+                steps[step] = steps.get(step, 0.0) + seconds
+            bar.update(len(chunk))
+    ingest_s = time.perf_counter() - tick
+    peak_ingest_mb = _status("VmHWM")
+    if args.embed == "real":  # the same vectors for a later run against a Chroma server
+        ids = [r["doc_id"] for r in corpus.records]
+        rows = []
+        for start in range(0, len(ids), 5000):
+            got = store.dense.collection.get(ids=ids[start : start + 5000], include=["embeddings"])
+            by_id = dict(zip(got["ids"], got["embeddings"]))
+            rows += [by_id[d] for d in ids[start : start + 5000]]
+        np.save(cached, np.asarray(rows, dtype=np.float32))
+    store.close()
+
+    # The authority index alone: a graph rebuilt over records already in memory.
+    reopened = CARStore.open(args.store)
+    records = list(reopened.records.values())
+    edges = reopened.graph.edges()
+    tracemalloc.start()
+    graph = AuthorityGraph(reopened.policy)
+    graph.load_edges(records, edges)
+    index_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del graph
+    reopened.close()
+
+    store_path = Path(args.store)
+    return {
+        "size": args.size, "embedding": args.embed, "chroma": "server" if args.chroma_url else "embedded",
+        "records": len(records), "edges": len(edges),
+        "doc_types": {t: sum(r.doc_type == t for r in records) for t in sorted({r.doc_type for r in records})},
+        "raw_encode_per_s": encode_rate,
+        "ingest_s": ingest_s, "ingest_per_s": len(corpus) / ingest_s, "ingest_steps_s": steps,
+        "precompute_vectors_s": precompute_s,
+        "ingest_vs_encode": (len(corpus) / ingest_s) / encode_rate if args.embed == "real" else None,
+        "ingest_per_s_note": "embedding included" if args.embed == "real" else "precomputed vectors: embedding excluded",
+        "authority_index_bytes": index_bytes, "authority_index_bytes_per_record": index_bytes / len(records),
+        "peak_rss_ingest_mb": peak_ingest_mb,
+        "disk_bytes": _du(store_path),
+        "disk_bytes_by_part": {p.name: _du(p) if p.is_dir() else p.stat().st_size for p in store_path.iterdir()},
+    }
+
+
+# --------------------------------------------------------------------------- query
+
+def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, frameworks: bool) -> dict:
+    from car_rag.channels import make_lexical_index
+
+    floor_index = make_lexical_index("bm25s")
+    floor_index.build(store.lexical.doc_ids, [store.records[d].text for d in store.lexical.doc_ids])
+    embed = store.embedder.encode
+    anchors: dict[str, list] = {}
+
+    def stage23(q: str):
+        if q not in anchors:  # computed untimed on first use (the warm-up)
+            anchors[q] = retriever.stage1(q)
+        return retriever.resolve(q, anchors[q]).doc_ids()
+
+    systems = {
+        "floor: query embedding + bm25s": lambda q: (embed([q]), [h.doc_id for h in floor_index.search(q, DEPTH)])[1],
+        "car-rag Stage 1 (hybrid)": lambda q: [h.doc_id for h in retriever.stage1(q)],
+        "car-rag Stage 2+3": stage23,
+        "car-rag whole retriever": lambda q: retriever.retrieve(q).doc_ids(),
+    }
+    memory = {}
+    if frameworks:
+        from car_rag.eval.audit import doc_ids_of
+        from car_rag.eval.framework_systems import langchain_ensemble_retriever, llamaindex_fusion_retriever
+
+        for name, make, call in (
+            ("LlamaIndex QueryFusionRetriever", llamaindex_fusion_retriever, "retrieve"),
+            ("LangChain EnsembleRetriever", langchain_ensemble_retriever, "invoke"),
+        ):
+            before = _status("VmRSS")
+            tick = time.perf_counter()
+            method = getattr(make(store, DEPTH), call)
+            memory[name] = {"build_s": time.perf_counter() - tick, "rss_added_mb": _status("VmRSS") - before}
+            systems[name] = lambda q, m=method: doc_ids_of(m(q))
+    return systems, memory
+
+
+def query(args: argparse.Namespace) -> dict:
+    corpus = generate(args.size, seed=SEED, queries=args.queries)
+    rss_start = _status("VmRSS")
+    tick = time.perf_counter()
+    store = CARStore.open(args.store)
+    open_s = time.perf_counter() - tick
+    retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH)  # loads the model
+    rss_open = _status("VmRSS")
+    queries = [q.query for q in corpus.queries]
+    for q in queries:
+        retriever.retrieve(q)
+    rss_loaded = _status("VmRSS")  # the store as a service holds it: before any comparison system is built
+    systems, framework_memory = _systems(store, retriever, frameworks=False)
+    for q in queries[:10]:  # warm up every path
+        for fn in systems.values():
+            fn(q)
+    for q in queries:  # Stage-2 anchors, computed untimed
+        systems["car-rag Stage 2+3"](q)
+    if args.frameworks:
+        more, framework_memory = _systems(store, retriever, frameworks=True)
+        systems.update({k: v for k, v in more.items() if k not in systems})
+        for q in queries[:5]:
+            for name in framework_memory:
+                systems[name](q)
+
+    names = list(systems)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    hits: dict[str, int] = {n: 0 for n in names}
+    from tqdm.auto import tqdm
+
+    for i, q in enumerate(tqdm(corpus.queries, desc=f"queries {args.size:,}", disable=args.quiet)):
+        for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate who goes first
+            tick = time.perf_counter()
+            got = systems[name](q.query)
+            times[name].append((time.perf_counter() - tick) * 1000)
+            hits[name] += bool(set(q.gold_doc_ids) & set(got[:K]))
+    store.close()
+    return {
+        "size": args.size, "chroma": "server" if store.config.get("chroma_url") else "embedded",
+        "queries": len(queries), "open_s": open_s,
+        "rss_mb": {"process_start": rss_start, "after_open": rss_open, "loaded_and_queried": rss_loaded},
+        "latency_ms": {n: _percentiles(v) for n, v in times.items()},
+        "gold_in_top5": {n: hits[n] / len(queries) for n in names if not n.startswith(("floor", "car-rag Stage 1"))},
+        "frameworks": framework_memory,
+    }
+
+
+# --------------------------------------------------------------------------- stream
+
+def _arrivals(store: CARStore, count: int, seed: int) -> list[tuple[dict, str]]:
+    """New records for a live store, each with the stored disclosure it is about: half patch
+    releases voiding that disclosure (or the end of its chain), half new disclosures."""
+    rng = random.Random(seed)
+    disclosures = sorted(d for d, r in store.records.items() if r.doc_type == "vulnerability_disclosure")
+    out = []
+    for i in range(count):
+        target = store.records[rng.choice(disclosures)]
+        when = target.published_at.replace(year=target.published_at.year + 8).isoformat()
+        package = target.scope["package"]
+        if i % 2 == 0:
+            record = {"doc_id": f"stream:fix:{seed}:{i}", "doc_type": "patch_release", "scope": dict(target.scope),
+                      "text": f"{package} {90 + i}.0.0 release notes. Changes: upgraded bundled dependencies.",
+                      "published_at": when, "version": f"{90 + i}.0.0"}
+        else:
+            cve = f"CVE-2030-{500000 + seed * 10000 + i}"
+            record = {"doc_id": f"stream:vuln:{seed}:{i}", "doc_type": "vulnerability_disclosure",
+                      "scope": {"package": package, "cve_id": cve},
+                      "text": f"{cve}: heap buffer overflow in the image decoder of {package}.", "published_at": when}
+        out.append((record, target.doc_id))
+    return out
+
+
+def stream(args: argparse.Namespace) -> dict:
+    store = CARStore.open(args.store)
+    retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH)
+    single = _arrivals(store, args.inserts, seed=1)
+    batched = _arrivals(store, args.inserts, seed=2)
+    records = [r for r, _ in single + batched]
+    vectors = dict(zip([r["doc_id"] for r in records], store.embedder.encode([r["text"] for r in records])))  # not timed
+
+    def run(batches: list[list[dict]]) -> dict:
+        wall: list[float] = []
+        steps: dict[str, list[float]] = {}
+        voided = 0
+        for batch in batches:
+            tick = time.perf_counter()
+            report = store.ingest(batch, progress=False, embeddings={r["doc_id"]: vectors[r["doc_id"]] for r in batch})
+            wall.append((time.perf_counter() - tick) * 1000 / len(batch))
+            voided += len(report.newly_superseded)
+            for step, seconds in report.timings_s.items():
+                steps.setdefault(step, []).append(seconds * 1000 / len(batch))
+        return {"records": sum(map(len, batches)), "batch_size": len(batches[0]), "newly_superseded": voided,
+                "per_record_ms": _percentiles(wall),
+                "mean_per_record_ms_by_step": {s: statistics.fmean(v) for s, v in steps.items()}}
+
+    one_by_one = run([[r] for r, _ in single])
+    in_batches = run([[r for r, _ in batched[i : i + args.batch]] for i in range(0, len(batched), args.batch)])
+    # A query issued after the inserts: asked in the words of a disclosure a streamed fix
+    # voided, it must report that disclosure superseded whenever it retrieves it.
+    retrieved = superseded = 0
+    for fix, target in [(r, t) for r, t in single if r["doc_type"] == "patch_release"][:50]:
+        found = retriever.retrieve(store.records[target].text).get(target)
+        if found is not None:
+            retrieved += 1
+            superseded += found.status == "superseded"
+    store.close()
+    return {"size": args.size, "single": one_by_one, "batched": in_batches,
+            "after_inserts": {"queries": 50, "voided_target_retrieved": retrieved, "reported_superseded": superseded}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("phase", choices=["build", "query", "stream"])
+    parser.add_argument("--size", type=int, required=True)
+    parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--chroma-url")
+    parser.add_argument("--embed", choices=["real", "gist", "cached"], default="real",
+                        help="MiniLM on every text; gist vectors (see corpus.py); or the vectors a real build saved")
+    parser.add_argument("--chunk", type=int, default=10_000)
+    parser.add_argument("--frameworks", action="store_true")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--inserts", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args()
+    result = {"build": build, "query": query, "stream": stream}[args.phase](args)
+    result["phase"] = args.phase
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

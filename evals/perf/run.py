@@ -1,0 +1,134 @@
+"""The scale benchmark, one command: every size, every phase, then the report.
+
+    python evals/perf/run.py                                   # 10k, 100k, 1M; embedded Chroma
+    python evals/perf/run.py --sizes 10000 100000 --server     # the same against `chroma run`
+    python evals/perf/run.py --report-only                     # redraw tables and plots
+
+Each phase of :mod:`measure` runs in a fresh process (its memory figures are its own);
+stores are built under ``--stores`` (default ``.perf-stores/``) and kept, so ``--reuse``
+skips building one that is complete. Texts are embedded for real with MiniLM up to
+``--real-upto`` records (default 100k); larger corpora take precomputed vectors (each
+record's gist embedded once, plus seeded noise; see :mod:`corpus`). The LlamaIndex and
+LangChain hybrids are built up to ``--frameworks-upto`` records (default 100k).
+Results: ``<out>/perf.json`` (every run, merged by size and Chroma mode), ``perf.md`` and PNGs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from report import write_report  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ChromaServer:
+    """``chroma run`` on loopback for the duration of a ``with`` block."""
+
+    def __init__(self, data: Path):
+        self.data, self.port = data, _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "ChromaServer":
+        chroma = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.data.parent / f"{self.data.name}.log", "ab")
+        self.proc = subprocess.Popen([chroma, "run", "--host", "127.0.0.1", "--port", str(self.port), "--path", str(self.data)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(600):
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"chroma run exited ({self.proc.returncode}); see {self.log.name}")
+                time.sleep(0.1)
+        raise RuntimeError("chroma run did not start within 60 s")
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+def _phase(phase: str, size: int, store: Path, out: Path, extra: list[str]) -> dict:
+    command = [sys.executable, str(HERE / "measure.py"), phase, "--size", str(size), "--store", str(store), "--out", str(out), *extra]
+    print("+", " ".join(command[1:]), flush=True)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--server", action="store_true", help="keep vectors in a `chroma run` server on loopback")
+    parser.add_argument("--real-upto", type=int, default=100_000, help="embed texts for real up to this size")
+    parser.add_argument("--frameworks-upto", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--inserts", type=int, default=1000)
+    parser.add_argument("--stores", type=Path, default=Path(".perf-stores"))
+    parser.add_argument("--out", type=Path, default=Path("evals/results/perf"))
+    parser.add_argument("--reuse", action="store_true", help="keep a store already built (and not streamed into) for a size")
+    parser.add_argument("--no-stream", action="store_true", help="skip the streaming-insert phase")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_file = args.out / "perf.json"
+    results = json.loads(results_file.read_text()) if results_file.is_file() else {"runs": {}}
+    mode = "server" if args.server else "embedded"
+    command = "python evals/perf/run.py " + " ".join(sys.argv[1:])
+    if not args.report_only:
+        server = ChromaServer(args.stores / "chroma-server") if args.server else None
+        if server:
+            server.__enter__()
+        try:
+            for size in args.sizes:
+                store = args.stores / f"{mode}-{size}"
+                parts = args.stores / f"{mode}-{size}.parts"
+                parts.mkdir(parents=True, exist_ok=True)
+                run: dict = {"size": size, "chroma": mode, "command": command,
+                             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                streamed = parts / "streamed"  # the stream phase adds records: such a store is not reused
+                if not (args.reuse and (parts / "build.json").is_file() and not streamed.exists()):
+                    streamed.unlink(missing_ok=True)
+                    shutil.rmtree(store, ignore_errors=True)
+                    embed = "real" if size <= args.real_upto else "gist"
+                    if args.server and (args.stores / f"vectors-{size}.npy").is_file():
+                        embed = "cached"  # the embedded run's own MiniLM vectors: like for like
+                    extra = ["--embed", embed, "--quiet"]
+                    run["build"] = _phase("build", size, store, parts / "build.json", extra + (["--chroma-url", server.url] if server else []))
+                else:
+                    run["build"] = json.loads((parts / "build.json").read_text())
+                extra = ["--queries", str(args.queries), "--quiet"] + (["--frameworks"] if size <= args.frameworks_upto else [])
+                run["query"] = _phase("query", size, store, parts / "query.json", extra)
+                if not args.no_stream:
+                    streamed.touch()
+                    run["stream"] = _phase("stream", size, store, parts / "stream.json", ["--inserts", str(args.inserts), "--quiet"])
+                results["runs"][f"{mode}-{size}"] = run
+                results["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                                      "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+                results_file.write_text(json.dumps(results, indent=1) + "\n")
+        finally:
+            if server:
+                server.__exit__(None, None, None)
+    for path in write_report(results, args.out):
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
