@@ -3,7 +3,7 @@
 Layout (one ``<evidence>`` root; instructions never appear in it — they belong in the
 system prompt, see :mod:`car_rag.prompts`)::
 
-    <evidence packets="2">
+    <evidence query-id="q1">
       <evidence-packet id="EP-1" doc-id="rel-4.17.12" status="active" doc-type="patch_release" …>
         <supersedes doc-id="CVE-…" rule="patch_fixes_disclosure" scope="package=lodash; cve_id=CVE-…">
           patch release 4.17.12 supersedes vulnerability disclosure CVE-… for package lodash and …</supersedes>
@@ -348,10 +348,13 @@ def _document(
     indent: str | None,
     compact: bool,
 ) -> str:
+    # A packet-ref may name an omitted or dropped packet (each is listed with its id), so a
+    # packet renders the same whatever else is shown: prompts that share their first
+    # packets share a prefix, which servers and hosted APIs evaluate once.
     refs: dict[str, str] = {}
-    for p in shown:
+    for p in [*shown, *omitted, *dropped]:
         refs.setdefault(p.doc_id, p.evidence_packet_id)
-    root = _El("evidence", {"query-id": query_id, "packets": str(len(shown))})
+    root = _El("evidence", {"query-id": query_id})
     for packet in shown:
         root.add(_packet_element(packet, refs, rationale, compact))
     for group in _conflict_groups(shown, compact):
