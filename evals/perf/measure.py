@@ -10,8 +10,9 @@ records table and BM25 time from the store's own ingest report) and measures the
 authority index (entity index + graph) with tracemalloc. ``query`` opens the store and
 times, query by query and side by side, the floor (query embedding + a bm25s lookup),
 car-rag's Stage 1, Stage 2+3 and whole retriever, and optionally the LlamaIndex and
-LangChain hybrids over the same Chroma collection. ``stream`` inserts records one at a
-time into the loaded store, then in batches, with precomputed vectors (embedding excluded).
+LangChain hybrids over the same Chroma collection. ``stream`` inserts records into the
+loaded store one at a time, then in batches of 10, 100 and 1,000, with precomputed vectors
+(embedding excluded).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from car_rag.graph import AuthorityGraph  # noqa: E402
 POLICY = "security-advisory"
 DEPTH, K1, K = 50, 10, 5
 SEED = 7
+BATCH_SIZES = (1, 10, 100, 1000)
+"""Records per ``store.ingest`` call in the stream phase: one at a time, then micro-batches."""
 
 
 def _status(field: str) -> float:
@@ -254,9 +257,8 @@ def _arrivals(store: CARStore, count: int, seed: int) -> list[tuple[dict, str]]:
 def stream(args: argparse.Namespace) -> dict:
     store = CARStore.open(args.store)
     retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH)
-    single = _arrivals(store, args.inserts, seed=1)
-    batched = _arrivals(store, args.inserts, seed=2)
-    records = [r for r, _ in single + batched]
+    arrivals = {size: _arrivals(store, args.inserts, seed=i) for i, size in enumerate(BATCH_SIZES, 1)}
+    records = [r for batch in arrivals.values() for r, _ in batch]
     vectors = dict(zip([r["doc_id"] for r in records], store.embedder.encode([r["text"] for r in records])))  # not timed
 
     def run(batches: list[list[dict]]) -> dict:
@@ -274,18 +276,20 @@ def stream(args: argparse.Namespace) -> dict:
                 "per_record_ms": _percentiles(wall),
                 "mean_per_record_ms_by_step": {s: statistics.fmean(v) for s, v in steps.items()}}
 
-    one_by_one = run([[r] for r, _ in single])
-    in_batches = run([[r for r, _ in batched[i : i + args.batch]] for i in range(0, len(batched), args.batch)])
+    by_batch = {
+        str(size): run([[r for r, _ in batch[i : i + size]] for i in range(0, len(batch), size)])
+        for size, batch in arrivals.items()
+    }
     # A query issued after the inserts: asked in the words of a disclosure a streamed fix
     # voided, it must report that disclosure superseded whenever it retrieves it.
     retrieved = superseded = 0
-    for fix, target in [(r, t) for r, t in single if r["doc_type"] == "patch_release"][:50]:
+    for fix, target in [(r, t) for r, t in arrivals[1] if r["doc_type"] == "patch_release"][:50]:
         found = retriever.retrieve(store.records[target].text).get(target)
         if found is not None:
             retrieved += 1
             superseded += found.status == "superseded"
     store.close()
-    return {"size": args.size, "single": one_by_one, "batched": in_batches,
+    return {"size": args.size, "by_batch_size": by_batch,
             "after_inserts": {"queries": 50, "voided_target_retrieved": retrieved, "reported_superseded": superseded}}
 
 
@@ -302,7 +306,6 @@ def main() -> None:
     parser.add_argument("--frameworks", action="store_true")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--inserts", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     result = {"build": build, "query": query, "stream": stream}[args.phase](args)
