@@ -48,16 +48,20 @@ class LexicalIndex(ABC):
     def search(self, query: str, k: int, mask: np.ndarray | None = None) -> list[ChannelHit]:
         """Top ``k`` records with a positive score; masked-out records are never scored."""
         scores = self.scores(query) if mask is None else np.where(mask, self.scores(query), 0.0)
-        k = min(k, len(scores))
+        # Only records sharing a term with the query score above 0: rank those alone (a
+        # small share of a large corpus) rather than partitioning every score.
+        hits = np.flatnonzero(scores > 0)
+        k = min(k, len(hits))
         if k <= 0:
             return []
         # The k-th best score, then everything above it and the earliest records tied with it:
-        # ties are broken by index (corpus) order, without sorting the whole corpus.
-        threshold = -np.partition(-scores, k - 1)[k - 1]
-        above = np.flatnonzero(scores > threshold)
-        tied = np.flatnonzero(scores == threshold)[: k - len(above)]
+        # ties are broken by index (corpus) order, without sorting all the hits.
+        positive = scores[hits]
+        threshold = -np.partition(-positive, k - 1)[k - 1]
+        above = hits[positive > threshold]
+        tied = hits[positive == threshold][: k - len(above)]
         top = sorted(np.concatenate([above, tied]).tolist(), key=lambda i: (-scores[i], i))
-        return [ChannelHit(self.doc_ids[i], float(scores[i]), r) for r, i in enumerate(top, 1) if scores[i] > 0]
+        return [ChannelHit(self.doc_ids[i], float(scores[i]), r) for r, i in enumerate(top, 1)]
 
     @abstractmethod
     def _save_body(self, folder: Path) -> None: ...
