@@ -459,6 +459,31 @@ def test_lexical_ties_are_broken_by_corpus_order():
     assert [h.doc_id for h in index.search("alpha", 5)] == ["d40", "d0", "d1", "d2", "d3"]
 
 
+@pytest.mark.parametrize("backend", ["bm25s", "bm25-incremental"])
+def test_lexical_search_equals_a_full_sort_of_positive_scores(backend):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from car_rag.channels import make_lexical_index
+
+    words = ["alpha", "beta", "gamma", "delta", "the"]
+
+    @settings(max_examples=80, deadline=None)
+    @given(texts=st.lists(st.lists(st.sampled_from(words), max_size=6).map(" ".join), min_size=1, max_size=40),
+           query=st.lists(st.sampled_from(words + ["zeta"]), min_size=1, max_size=3).map(" ".join),
+           k=st.integers(1, 12), seed=st.integers(0, 2**16))
+    def check(texts, query, k, seed):
+        index = make_lexical_index(backend)
+        index.build([f"d{i}" for i in range(len(texts))], texts)
+        mask = np.random.default_rng(seed).random(len(texts)) < 0.7
+        for m in (None, mask):
+            scores = index.scores(query) if m is None else np.where(m, index.scores(query), 0.0)
+            expected = sorted((i for i in range(len(texts)) if scores[i] > 0), key=lambda i: (-scores[i], i))[:k]
+            assert [h.doc_id for h in index.search(query, k, mask=m)] == [f"d{i}" for i in expected]
+
+    check()
+
+
 def test_reingest_after_a_crash_between_vectors_and_records_clears_stale_metadata(tmp_path, security_policy, embedder):
     path = tmp_path / "store"
     store = CARStore.open(path, security_policy, embedder=embedder)
