@@ -135,7 +135,6 @@ def build(args: argparse.Namespace) -> dict:
         "raw_encode_per_s": encode_rate,
         "ingest_s": ingest_s, "ingest_per_s": len(corpus) / ingest_s, "ingest_steps_s": steps,
         "precompute_vectors_s": precompute_s,
-        "ingest_vs_encode": (len(corpus) / ingest_s) / encode_rate if args.embed == "real" else None,
         "ingest_per_s_note": "embedding included" if args.embed == "real" else "precomputed vectors: embedding excluded",
         "authority_index_bytes": index_bytes, "authority_index_bytes_per_record": index_bytes / len(records),
         "peak_rss_ingest_mb": peak_ingest_mb,
