@@ -310,10 +310,15 @@ class CARStore:
 
         vectors = self._vectors(changed, embeddings, progress, report)  # outside the lock: the slow part
         with self.lock.write():
+            # Another thread may have ingested some of these since they were read above.
+            fingerprints = self._fingerprints([r.doc_id for r in changed])
             accepted: list[Record] = []
             try:
                 tick = time.perf_counter()
                 for record in changed:
+                    if fingerprints.get(record.doc_id) == record.fingerprint():
+                        report.unchanged += 1
+                        continue
                     try:
                         report.new_edges.extend(self.graph.add(record))
                     except SupersessionCycleError as exc:

@@ -211,3 +211,28 @@ def test_queries_during_inserts_never_see_half_an_insert(tmp_path_factory, secur
     assert checks["during"] > 0, "no query overlapped the inserts: the test proved nothing"
     final = retriever.retrieve("remote heap overflow crash release notes")
     assert {r.doc_id for r in final.active} <= {f"lib{c}:patch_release:{40 + c}" for c in range(chains)}
+
+
+def test_concurrent_ingests_of_the_same_record_store_it_once(tmp_path_factory, security_policy, embedder) -> None:
+    store = _live_store(tmp_path_factory, security_policy, embedder)
+    store.ingest([_record(0, "vulnerability_disclosure", "libdup", "CVE-2024-7000", 1)], progress=False)
+    patch = _record(1, "patch_release", "libdup", "CVE-2024-7000", 5)
+    vector = {patch["doc_id"]: embedder.encode([patch["text"]])[0]}
+    # Every thread has read the stored fingerprints (none for the patch) before any writes.
+    all_read = threading.Barrier(4)
+    encode = store._vectors
+    store._vectors = lambda *a, **kw: (all_read.wait(), encode(*a, **kw))[1]
+    reports = []
+
+    def ingest() -> None:
+        reports.append(store.ingest([patch], progress=False, embeddings=vector))
+
+    threads = [threading.Thread(target=ingest) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r.added) for r in reports) == [0, 0, 0, 1]  # one insert, three no-ops
+    assert sum(r.unchanged for r in reports) == 3
+    assert store.lexical.doc_ids.count(patch["doc_id"]) == 1 and store.dense.collection.count() == 2
+    assert [r.newly_superseded for r in reports if r.added] == [["libdup:vulnerability_disclosure:0"]]
