@@ -4,8 +4,10 @@ What makes authority retrieval hard is kept at every size:
 
 * chains of depth 1–4: a vulnerability disclosure voided by 1–4 patch releases in turn
   (``later_patch`` voids each earlier fix), depth drawn 60/25/10/5 %;
-* vocabulary-disjoint superseders: release notes never repeat the flaw's words; they are
-  tied to the disclosure only by their scope metadata (``package``, ``cve_id``);
+* vocabulary-disjoint superseders: release notes never name the flaw, the component, the
+  impact or the CVE (they share only generic words such as "input" or "cache" with some
+  disclosures); they are tied to the disclosure by their scope metadata alone
+  (``package``, ``cve_id``);
 * shared scopes: a package holds many CVEs (``n // 200`` packages, 50..2,000; twelve attack
   kinds in four components each), and 5 % of
   fixing releases also name a second disclosure of their package in ``supersedes`` (one

@@ -1,0 +1,42 @@
+"""The scale benchmark's generated corpora hold what the benchmark claims of them."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evals" / "perf"))
+
+from corpus import ATTACKS, generate  # noqa: E402
+
+from car_rag import AuthorityGraph, Record, load_policy  # noqa: E402
+
+
+def test_generation_is_seeded_and_sized() -> None:
+    a, b = generate(3000, seed=3, queries=50), generate(3000, seed=3, queries=50)
+    assert a.records == b.records and a.queries == b.queries
+    assert len(a) == 3000 == len(a.gists) and len({r["doc_id"] for r in a.records}) == 3000
+    assert generate(3000, seed=4).records != a.records
+
+
+def test_gold_is_the_active_frontier_of_its_chain_and_never_names_the_flaw() -> None:
+    corpus = generate(4000, seed=11, queries=120)
+    graph = AuthorityGraph(load_policy("security-advisory"))
+    for record in corpus.records:
+        graph.add(Record(**record))
+    phrases = {p.lower() for attack, components, impact, short in ATTACKS for p in (attack, short, impact, *components)}
+    depths = Counter()
+    for q in corpus.queries:
+        (anchor,), (gold,) = q.anchor_doc_ids, q.gold_doc_ids
+        chain = graph.ancestors(anchor)
+        assert gold in chain and graph.frontier(chain | {anchor}) == {gold}, q.query_id
+        assert graph.records[gold].doc_type == "patch_release"
+        text = graph.records[gold].text.lower()
+        # A superseder never names the flaw, the component, the impact or the CVE it fixes.
+        assert not [p for p in phrases if p in text] and graph.records[gold].scope["cve_id"].lower() not in text
+        depths[q.depth] += 1
+    assert set(depths) == {1, 2, 3, 4}
+    types = Counter(r["doc_type"] for r in corpus.records)
+    assert types["maintenance_release"] and types["vulnerability_disclosure"] > types["patch_release"] / 2
+    assert any(r.get("supersedes") for r in corpus.records)  # releases that fix a second advisory
