@@ -148,13 +148,15 @@ def evidence_formatter(
     rationale: bool = True,
     indent: str | None = "  ",
     id_key: str = "doc_id",
+    compact: bool = False,
 ) -> Runnable[list[Document], str]:
     """A runnable rendering a list of documents as car-rag ``<evidence>`` XML.
 
     ``policy`` supplies rule descriptions for the supersession sentences (default: the
     built-in policy named in the documents' ``car_policy``, if any). The other options are
     :func:`car_rag.render_xml`'s: ``k`` packets at most, ``superseded="omit"`` to leave
-    superseded packets out (listed in ``<omitted>``), a ``token_budget``.
+    superseded packets out (listed in ``<omitted>``), a ``token_budget``, ``compact`` for the
+    same facts in fewer tokens.
     """
     bound = load_policy(policy) if isinstance(policy, str) else policy
 
@@ -172,6 +174,7 @@ def evidence_formatter(
             query_id=query_id,
             rationale=rationale,
             indent=indent,
+            compact=compact,
             provenance=False,  # records beyond the documents are text-less placeholders here
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import xml.etree.ElementTree as ET
 
 from llama_index.core.query_engine import RetrieverQueryEngine
@@ -20,7 +21,8 @@ from test_li_retriever import YAML_Q
 
 
 def _evidence(prompt: str) -> ET.Element:
-    start, end = prompt.index("<evidence "), prompt.rindex("</evidence>") + len("</evidence>")
+    start = re.search(r"(?m)^<evidence[ >]", prompt).start()  # the system prompt names <evidence> inline
+    end = prompt.rindex("</evidence>") + len("</evidence>")
     return ET.fromstring(prompt[start:end])
 
 
@@ -56,6 +58,14 @@ def test_omit_superseded_and_budget(index, policy, fake_llm):
     root = _evidence(fake_llm.prompts[-1])
     assert all(p.get("status") == "active" for p in root.iter("evidence-packet"))
     assert root.find("omitted") is not None
+
+
+def test_compact_evidence(index, policy, fake_llm):
+    _engine(index, policy, fake_llm, compact=True).query(YAML_Q)
+    root = _evidence(fake_llm.prompts[-1])
+    ids = {p.get("id"): p.get("doc-id") for p in root.iter("evidence-packet")}
+    by = next(p for p in root.iter("evidence-packet") if p.get("doc-id") == "adv-yamlette-disclosure").find("superseded-by")
+    assert ids[by.get("packet-ref")] == "adv-yamlette-2.0.1-release" and by.get("doc-id") is None
 
 
 def test_prompt_is_a_llamaindex_template(index, policy, fake_llm):

@@ -42,6 +42,15 @@ def test_bound_formatter_options() -> None:
     assert len(packets(evidence_formatter(k=1).invoke(docs))) == 1
 
 
+def test_compact_form_names_the_voided_packet_by_its_id() -> None:
+    docs = make().invoke(QUERY)
+    full, compact = format_evidence.invoke(docs), evidence_formatter(compact=True).invoke(docs)
+    assert len(compact) < len(full)
+    el = packets(compact)[SUPERSEDER].find("supersedes")
+    assert el.get("packet-ref") == packets(compact)[ANCHOR].get("id") and el.get("doc-id") is None
+    assert el.text.startswith(f"supersedes {el.get('packet-ref')} (vulnerability disclosure): A patch release fixes")
+
+
 def test_links_to_documents_cut_by_k_still_name_their_record() -> None:
     docs = make(k=1).invoke(QUERY)
     assert [d.id for d in docs] == [SUPERSEDER]

@@ -54,7 +54,7 @@ def render_evidence(
     **render_kwargs: Any,
 ) -> str:
     """The ``<evidence>`` XML for nodes (see :func:`car_rag.render_xml` for ``k``,
-    ``superseded``, ``token_budget``, ``query_id``, ``rationale``, ``indent``).
+    ``superseded``, ``token_budget``, ``query_id``, ``rationale``, ``indent``, ``compact``).
 
     Nodes from :class:`CARRetriever` or the car-rag postprocessors keep their status; other
     nodes are resolved among themselves (see :func:`nodes_to_result`)."""
@@ -76,6 +76,7 @@ class EvidenceSynthesizer(BaseSynthesizer):
         superseded: ``"include"`` (marked, with a pointer to what voids them) or ``"omit"``.
         token_budget: drop the least useful packets (superseded first, lowest rank first)
             until the evidence fits; what was dropped is listed in ``<dropped>``.
+        compact: the same facts in fewer tokens (:func:`car_rag.render_xml`'s compact form).
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class EvidenceSynthesizer(BaseSynthesizer):
         k: int | None = None,
         superseded: Literal["include", "omit"] = "include",
         token_budget: float | None = None,
+        compact: bool = False,
         callback_manager: CallbackManager | None = None,
         prompt_helper: PromptHelper | None = None,
         streaming: bool = False,
@@ -98,7 +100,7 @@ class EvidenceSynthesizer(BaseSynthesizer):
         self.policy = load_policy(policy)
         self.layout = layout or MetadataLayout()
         self._text_qa_template = text_qa_template or evidence_prompt_template()
-        self._render_kwargs: dict[str, Any] = {"k": k, "superseded": superseded, "token_budget": token_budget}
+        self._render_kwargs: dict[str, Any] = {"k": k, "superseded": superseded, "token_budget": token_budget, "compact": compact}
 
     def _get_prompts(self) -> PromptDictType:
         return {"text_qa_template": self._text_qa_template}
