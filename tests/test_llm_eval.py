@@ -43,6 +43,13 @@ PATCHED = GoldAnswer("patched", "v1.15.0")
         ("The vulnerability has not been explicitly stated as patched in the provided documents.", "uncertain"),
         ("It may have been fixed in a later release.", "uncertain"),
         ("", "uncertain"),
+        # from the offline reader's answers (evals/labels/qwen_ghsa_sample.labels.jsonl)
+        ("Yes, the vulnerability is still unmitigated at 8.2.", "confident_wrong"),
+        ("[EP-9] No, the vulnerability is not patched. The vulnerability was fixed in [EP-1].", "confident_wrong"),
+        ("It was fixed in [EP-1]. No, the vulnerability is not patched.", "uncertain"),
+        ("The latest version of the library does not contain this vulnerability.", "patched_no_version"),
+        ("The vulnerability has been patched. The version that fixes it is django 8.1.", "patched_wrong_version"),
+        ("The vulnerability is patched in version 4 of the patch release.", "patched_wrong_version"),
     ],
 )
 def test_security_classifier_negation_and_hedges(text, label):

@@ -21,7 +21,10 @@ whether …", "it is unclear if …", "not explicitly stated as …", "no versio
 indicate that it has been fixed" therefore claims nothing, while "…. Therefore, the
 vulnerability is not patched" (a separate sentence) does. Negated forms are matched before
 positive ones ("has not been patched", "remains unpatched", "no patch is available"), and
-a positive match preceded by a negator ("no version that fixes it") is discarded.
+a positive match preceded by a negator ("no version that fixes it") is discarded. An
+answer that claims both ways and names no version is labelled by its lead, the first
+sentence that claims anything ("No, it is not patched. … fixed in [EP-1]" is a "no"), and
+is ``uncertain`` when that sentence itself claims both.
 
 :class:`LLMJudge` is an optional second classifier behind the same interface.
 """
@@ -76,7 +79,8 @@ _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+|(?<=[.!?])$|\s*;\s+|\s+\(\d\)\s
 # A hedge turns what follows it into a statement about the evidence.
 _HEDGES = [
     r"\b(?:do|does|did)\s+not\s+(?:explicitly\s+|specifically\s+|directly\s+|clearly\s+)?"
-    r"(?:indicate|mention|provide|contain|specify|state|say|show|confirm|include|address|discuss|describe|reference)",
+    r"(?:indicate|mention|provide|contain|specify|state|say|show|confirm|include|address|discuss|describe|reference)"
+    r"(?!\s+(?:this|the|that)\s+(?:vulnerability|flaw|bug|issue)\b)",
     r"\b(?:don't|doesn't|didn't)\s+(?:explicitly\s+)?(?:indicate|mention|provide|contain|specify|state|say|show|confirm)",
     r"\b(?:cannot|can't|can\s+not|could\s+not|couldn't|unable\s+to|not\s+able\s+to|impossible\s+to)\s+"
     r"(?:\w+\s+){0,2}?(?:confirm|determine|verify|tell|say|know|establish|ascertain|assess)",
@@ -95,7 +99,7 @@ _HEDGE_RE = re.compile("|".join(f"(?:{h})" for h in _HEDGES), re.IGNORECASE)
 _FIX_WORDS = r"(?:patched|fixed|addressed|resolved|remediated|mitigated|corrected)"
 _NEGATIVE = [
     ("negated_fix", rf"\b(?:not|never|n't)\s+(?:yet\s+|been\s+|yet\s+been\s+|been\s+yet\s+)?{_FIX_WORDS}\b(?!\s+(?:in|before|prior\s+to|until|below)\b)"),
-    ("unpatched", r"\b(?:unpatched|unfixed|unresolved|unremediated)\b"),
+    ("unpatched", r"\b(?:unpatched|unfixed|unresolved|unremediated|unmitigated|unaddressed)\b"),
     ("remains_vulnerable", r"\b(?:remains?|still)\s+(?:\w+\s+)?(?:vulnerable|exploitable|affected|at\s+risk|open)\b"),
     ("no_patch_available", r"\bno\s+(?:\w+\s+)?(?:patch|fix|update|remediation|patched\s+version|fixed\s+version)(?:es)?\b(?!\s+(?:is\s+)?(?:mentioned|indicated|stated|specified))"),
     ("no_fixing_version", r"\bno\s+(?:\w+\s+)?version\s+(?:that\s+|which\s+)?(?:fix|fixes|patch|patches|address|addresses|resolve|resolves)\b"),
@@ -108,6 +112,8 @@ _POSITIVE = [
     ("fixing_version", r"\b(?:version|release|update)s?\s+(?:that\s+|which\s+)?(?:fix|fixes|fixed|patch|patches|address|addresses|resolve|resolves|contains?\s+the\s+fix)\b"),
     ("fix_available", r"\b(?:patch|fix|update)(?:es)?\s+(?:is|are|has\s+been|have\s+been)\s+(?:now\s+)?(?:available|released|included|shipped)\b"),
     ("upgrade_to", r"\b(?:upgrade|update)\s+to\s+(?:version\s+)?v?\d"),
+    ("not_affected", r"\b(?:does\s+not|doesn't|no\s+longer)\s+(?:contain|include|have)\s+(?:this|the|that)\s+(?:vulnerability|flaw|bug|issue)\b"
+                     r"|\bno\s+longer\s+(?:vulnerable|affected|exploitable)\b"),
 ]
 _POSITIVE_RE = [(name, re.compile(p, re.IGNORECASE)) for name, p in _POSITIVE]
 _NEGATOR_BEFORE = re.compile(r"\b(?:no|not|never|without|nor|n't)\b(?:\s+\S+){0,2}\s*$", re.IGNORECASE)
@@ -115,7 +121,8 @@ _NEGATOR_BEFORE = re.compile(r"\b(?:no|not|never|without|nor|n't)\b(?:\s+\S+){0,
 _VERSION_RE = re.compile(
     r"(?<![\w.\-/#@])v?(\d+(?:\.\d+)+(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?)(?![\w]|\.\d)", re.IGNORECASE
 )
-_NOT_VERSION_BEFORE = re.compile(r"(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|§|section|table|figure)\s*v?(?:3\.\d\s*)?[:=]?\s*$", re.IGNORECASE)
+_BARE_VERSION_RE = re.compile(r"\bversion\s+(v?\d+)\b(?![.\d])", re.IGNORECASE)
+_NOT_VERSION_BEFORE = re.compile(r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$", re.IGNORECASE)
 
 
 def _sentences(text: str) -> list[str]:
@@ -130,14 +137,19 @@ def _claim_span(sentence: str) -> tuple[str, str | None]:
     return sentence[: m.start()], m.group(0)
 
 
-def _find_claims(text: str, negative: list, positive: list) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+def _find_claims(text: str, negative: list, positive: list) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str], str | None]:
+    """Negative and positive claims, hedges, and the lead: the polarity of the first
+    sentence that claims anything, when that sentence claims one way only."""
     negs, poss, hedges = [], [], []
+    lead: str | None = None
+    seen_claim = False
     for sentence in _sentences(text):
         span, hedge = _claim_span(sentence)
         if hedge:
             hedges.append(hedge)
         neg_here = [(name, m.group(0)) for name, rx in negative for m in [rx.search(span)] if m]
         negs += neg_here
+        n_poss = len(poss)
         for name, rx in positive:
             for m in rx.finditer(span):
                 if _NEGATOR_BEFORE.search(span[: m.start()]):
@@ -147,7 +159,10 @@ def _find_claims(text: str, negative: list, positive: list) -> tuple[list[tuple[
                     continue
                 poss.append((name, m.group(0)))
                 break
-    return negs, poss, hedges
+        if not seen_claim and (neg_here or len(poss) > n_poss):
+            seen_claim = True
+            lead = None if neg_here and len(poss) > n_poss else "negative" if neg_here else "positive"
+    return negs, poss, hedges, lead
 
 
 def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
@@ -155,7 +170,7 @@ def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
     zeros, plus a lower-cased pre-release suffix; None when there is no version in it."""
     m = _VERSION_RE.search(value.strip().rsplit("@", 1)[-1])
     if not m:
-        m = re.search(r"(\d+(?:\.\d+)+)(.*)$", value)
+        m = re.search(r"(\d+(?:\.\d+)*)(.*)$", value)
         if not m:
             return None
     raw = m.group(1).lower()
@@ -168,13 +183,15 @@ def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
 
 
 def extract_versions(text: str) -> list[str]:
-    """Version-like tokens (``1.2``, ``v3.4.5-beta.1``) in ``text``, skipping CVSS scores and the like."""
+    """Version-like tokens (``1.2``, ``v3.4.5-beta.1``, a bare number after "version") in
+    ``text``, skipping CVSS scores and the like."""
+    text = text.replace("**", "")
     out = []
-    for m in _VERSION_RE.finditer(text.replace("**", "")):
+    for m in _VERSION_RE.finditer(text):
         if _NOT_VERSION_BEFORE.search(text[: m.start()][-24:]):
             continue
         out.append(m.group(0))
-    return out
+    return out + [m.group(1) for m in _BARE_VERSION_RE.finditer(text)]
 
 
 def _quote(pairs: list[tuple[str, str]]) -> str:
@@ -185,7 +202,7 @@ def _quote(pairs: list[tuple[str, str]]) -> str:
 # --------------------------------------------------------------------------- per-suite rules
 
 def _classify_security(text: str, gold: GoldAnswer) -> Classification:
-    negs, poss, hedges = _find_claims(text, _NEGATIVE_RE, _POSITIVE_RE)
+    negs, poss, hedges, lead = _find_claims(text, _NEGATIVE_RE, _POSITIVE_RE)
     versions = extract_versions(text)
     if gold.status in ("vulnerable", "unpatched"):
         if negs and not poss:
@@ -196,6 +213,9 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
             return Classification("uncertain", f"contradictory: {_quote(poss)} vs {_quote(negs)}")
         return Classification("uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed")
     if poss and negs and not versions:
+        # The reader acts on the direct answer: "No, it is not patched. ... fixed in [EP-1]" is a "no".
+        if lead == "negative":
+            return Classification("confident_wrong", f"leads with not patched ({_quote(negs)}), later {_quote(poss)}")
         return Classification("uncertain", f"contradictory: {_quote(poss)} vs {_quote(negs)}")
     if negs and not poss:
         return Classification("confident_wrong", f"asserts not patched ({_quote(negs)})")
