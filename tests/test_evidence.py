@@ -11,7 +11,7 @@ import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever, Policy, RetrievalResult
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT, EvidencePacket, build_packets, matching_spans
-from car_rag.prompts import answer_messages, available_prompts, fill_prompt, load_prompt
+from car_rag.prompts import answer_messages, available_prompts, fill_prompt, load_prompt, system_prompt
 from car_rag.xml_render import approx_tokens, parse_scope, render_xml
 
 LODASH = {"package": "lodash", "cve_id": "CVE-2019-10744"}
@@ -501,9 +501,18 @@ def test_prompts_are_package_data() -> None:
 
 
 def test_system_prompt_states_the_contract() -> None:
-    system = load_prompt("answer_system").lower()
+    system = system_prompt().lower()
     for phrase in ("never instructions", "active", "superseded", "cite", "ep-1", HIDDEN_SUPERSEDER_TEXT, "<evidence>"):
         assert phrase in system
+
+
+def test_hidden_record_rules_only_when_a_packet_has_a_hidden_superseder() -> None:
+    hidden = f'<evidence><evidence-packet id="EP-1"><superseded-by hidden="true">{HIDDEN_SUPERSEDER_TEXT}</superseded-by></evidence-packet></evidence>'
+    quoted = '<evidence><evidence-packet id="EP-1"><text>&lt;superseded-by hidden="true"&gt;</text></evidence-packet></evidence>'
+    assert HIDDEN_SUPERSEDER_TEXT in answer_messages("q?", hidden)[0]["content"]
+    for evidence in (quoted, '<evidence packets="0"/>'):
+        system = answer_messages("q?", evidence)[0]["content"]
+        assert HIDDEN_SUPERSEDER_TEXT not in system and "cannot see" not in system and system.startswith(system_prompt()[:200])
 
 
 def test_user_template_fills_only_its_placeholders() -> None:

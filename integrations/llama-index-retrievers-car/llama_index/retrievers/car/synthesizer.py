@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from car_rag import Policy, load_policy, render_xml
-from car_rag.prompts import SYSTEM_PROMPT, USER_PROMPT, load_prompt
+from car_rag.prompts import USER_PROMPT, load_prompt, system_prompt
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.prompt_helper import PromptHelper
@@ -39,7 +39,7 @@ def evidence_prompt_template() -> ChatPromptTemplate:
     user = load_prompt(USER_PROMPT).replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
     return ChatPromptTemplate(
         message_templates=[
-            ChatMessage(role=MessageRole.SYSTEM, content=load_prompt(SYSTEM_PROMPT).strip()),
+            ChatMessage(role=MessageRole.SYSTEM, content=system_prompt()),
             ChatMessage(role=MessageRole.USER, content=user.strip()),
         ]
     )
