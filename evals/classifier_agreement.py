@@ -7,7 +7,9 @@
 Hand labels: evals/labels/ghsa_llm_answers_dev.labels.jsonl (one annotator, read every
 answer; notes say why). Answers: ../shared/data/car-benchmarks/ghsa_llm_answers_dev.jsonl
 (118 GPT-4o-mini answers, 59 GHSA advisories x dense / two_stage top-5). Gold: the GHSA
-release tag (car_rag.eval.answers.load_gold). Exit status 1 below the 95% bar.
+release tag (car_rag.eval.answers.load_gold). Exit status 1 below the 95% bar. The offline reader's answers have their own hand-labelled
+samples (evals/labels/qwen_ghsa_{tuning,heldout}.labels.jsonl; the tuning sample led to
+rule fixes, the held-out one was labelled after them).
 """
 
 from __future__ import annotations
