@@ -1,15 +1,16 @@
 """Agreement of the rule-based answer classifier with hand labels.
 
     python evals/classifier_agreement.py            # writes evals/results/classifier_agreement.md
-    python evals/classifier_agreement.py --answers evals/results/llm-ghsa-freeform/answers.labelled.jsonl \
-        --labels evals/labels/qwen_ghsa_sample.labels.jsonl --out evals/results/llm-ghsa-freeform/classifier_agreement.md
+    python evals/classifier_agreement.py --answers evals/results/llm-ghsa-freeform-v1/answers.labelled.jsonl \
+        --labels evals/labels/qwen_ghsa_heldout.labels.jsonl --out evals/results/llm-ghsa-freeform-v1/classifier_agreement_heldout.md
 
 Hand labels: evals/labels/ghsa_llm_answers_dev.labels.jsonl (one annotator, read every
 answer; notes say why). Answers: ../shared/data/car-benchmarks/ghsa_llm_answers_dev.jsonl
 (118 GPT-4o-mini answers, 59 GHSA advisories x dense / two_stage top-5). Gold: the GHSA
-release tag (car_rag.eval.answers.load_gold). Exit status 1 below the 95% bar. The offline reader's answers have their own hand-labelled
-samples (evals/labels/qwen_ghsa_{tuning,heldout}.labels.jsonl; the tuning sample led to
-rule fixes, the held-out one was labelled after them).
+release tag (car_rag.eval.answers.load_gold). Exit status 1 below the 95% bar. The
+offline reader's answers have their own hand-labelled samples
+(evals/labels/qwen_ghsa_{tuning,heldout}.labels.jsonl; the tuning sample led to rule
+fixes, the held-out one was labelled after them).
 """
 
 from __future__ import annotations

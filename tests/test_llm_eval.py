@@ -43,7 +43,7 @@ PATCHED = GoldAnswer("patched", "v1.15.0")
         ("The vulnerability has not been explicitly stated as patched in the provided documents.", "uncertain"),
         ("It may have been fixed in a later release.", "uncertain"),
         ("", "uncertain"),
-        # from the offline reader's answers (evals/labels/qwen_ghsa_sample.labels.jsonl)
+        # from the offline reader's answers (evals/labels/qwen_ghsa_tuning.labels.jsonl)
         ("Yes, the vulnerability is still unmitigated at 8.2.", "confident_wrong"),
         ("[EP-9] No, the vulnerability is not patched. The vulnerability was fixed in [EP-1].", "confident_wrong"),
         ("It was fixed in [EP-1]. No, the vulnerability is not patched.", "uncertain"),

@@ -16,6 +16,7 @@ The templates are package data (``car_rag/prompts/*.txt``)::
 from __future__ import annotations
 
 import re
+from functools import cache
 from importlib import resources
 
 __all__ = ["SYSTEM_PROMPT", "USER_PROMPT", "answer_messages", "available_prompts", "fill_prompt", "load_prompt", "system_prompt"]
@@ -36,6 +37,7 @@ def available_prompts() -> list[str]:
     return sorted(p.name[: -len(".txt")] for p in folder.iterdir() if p.name.endswith(".txt"))
 
 
+@cache  # package data: read once, not on every answer_messages / system_prompt call
 def load_prompt(name: str) -> str:
     """The text of a packaged template, by name (``"answer_system"``, ``"answer_user"``)."""
     if not isinstance(name, str) or not _NAME.match(name) or name not in available_prompts():
