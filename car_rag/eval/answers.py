@@ -119,7 +119,7 @@ _POSITIVE_RE = [(name, re.compile(p, re.IGNORECASE)) for name, p in _POSITIVE]
 _NEGATOR_BEFORE = re.compile(r"\b(?:no|not|never|without|nor|n't)\b(?:\s+\S+){0,2}\s*$", re.IGNORECASE)
 
 _VERSION_RE = re.compile(
-    r"(?<![\w.\-/#@])v?(\d+(?:\.\d+)+(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?)(?![\w]|\.\d)", re.IGNORECASE
+    r"(?<![\w.\-/#])v?(\d+(?:\.\d+)+(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?)(?![\w]|\.\d)", re.IGNORECASE
 )
 _BARE_VERSION_RE = re.compile(r"\bversion\s+(v?\d+)\b(?![.\d])", re.IGNORECASE)
 _NOT_VERSION_BEFORE = re.compile(r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$", re.IGNORECASE)
