@@ -68,6 +68,8 @@ def test_versions():
     assert normalise_version("v1.15.0") == normalise_version("1.15") == normalise_version("pkg@1.15.0")
     assert normalise_version("2.24.0-beta.4") != normalise_version("2.24.0")
     assert extract_versions("CVSS 7.5; fixed in 3.33.4 on 2026-04-04 (CVE-2025-62718)") == ["3.33.4"]
+    # npm-style "package@version" names a version (a Qwen answer: "ci4ms@v3.79.1")
+    assert extract_versions("fixed in [payload@v3.79.1](https://example.test/compare/v3.79.0...v3.79.1)") == ["v3.79.1"]
 
 
 @pytest.mark.parametrize(
@@ -210,6 +212,18 @@ def test_calls_sharing_a_system_prompt_run_back_to_back_and_rows_keep_job_order(
     assert [r["answer"] for r in rows] == [f"question {i}" for i in range(6)]
 
 
+def test_jobs_with_the_same_prompt_are_one_call_each_keeping_their_own_row(tmp_path):
+    same = [{"role": "user", "content": "the same five records"}]
+    jobs = [Job("q0", "dense", same, {"controlling_in_context": False}), Job("q0", "car-plain", same, {"controlling_in_context": True}),
+            *_jobs(2)]
+    with FakeOpenAIServer(answer=lambda m: "echo " + m[-1]["content"], delay=0.1) as server:
+        rows = answer_jobs(jobs, ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl")), concurrency=4, progress=False)
+    assert len(server.requests) == 3
+    assert [(r["condition"], r["answer"], r["controlling_in_context"]) for r in rows[:2]] == [
+        ("dense", "echo the same five records", False), ("car-plain", "echo the same five records", True)]
+    assert [r["answer"] for r in rows[2:]] == ["echo question 0", "echo question 1"]
+
+
 def test_failed_call_is_reported_not_cached(tmp_path):
     errors = []
     with FakeOpenAIServer(fail_first=100) as server:
@@ -275,7 +289,8 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
     with FakeOpenAIServer(answer=reader) as server:
         client = ChatClient(server.base_url, "scripted", cache=AnswerCache(tmp_path / "cache.jsonl"))
         rows = answer_jobs(jobs, client, concurrency=2, progress=False)
-        assert len(server.requests) == len(jobs) == len(rows)
+        # One call per distinct prompt (dense and car-plain may retrieve the same records).
+        assert len(server.requests) == len({cache_key("scripted", j.messages) for j in jobs}) and len(rows) == len(jobs)
     gold = GoldAnswer("patched", "4.17.12")
     labels = {(r["query_id"], r["condition"]): classify(r["answer"], "ghsa-freeform", gold).label for r in rows}
     assert labels[("demo-q01", "car-xml")] != "confident_wrong" and labels[("demo-q01", "car-plain")] == "confident_wrong"

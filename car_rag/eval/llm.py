@@ -286,24 +286,30 @@ def answer_jobs(
 
     from tqdm.auto import tqdm
 
-    def one(job: Job) -> dict[str, Any] | None:
+    def one(job: Job) -> str | None:
         try:
-            answer = client.complete(job.messages)
+            return client.complete(job.messages)
         except Exception as exc:  # noqa: BLE001 - one failed call must not lose the others
             (on_error or (lambda j, e: print(f"eval-llm: {j.query_id}/{j.condition} failed: {e}", file=sys.stderr)))(job, exc)
             return None
-        return {"query_id": job.query_id, "condition": job.condition, "answer": answer, "model": client.model, **job.meta}
 
+    # Jobs with the same prompt (dense and car-plain retrieving the same records) are one
+    # call: two in flight at once would both miss the cache and pay twice.
+    same: dict[str, list[int]] = collections.defaultdict(list)
+    for i, job in enumerate(jobs):
+        same[cache_key(client.model, job.messages)].append(i)
     # Calls sharing a system prompt go one after another: local servers (llama.cpp) reuse
     # the evaluated prefix of the previous prompt, and hosted APIs cache shared prefixes.
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i].messages[0]["content"] if jobs[i].messages else "")
-    answered: dict[int, dict[str, Any]] = {}
+    order = sorted((group[0] for group in same.values()), key=lambda i: jobs[i].messages[0]["content"] if jobs[i].messages else "")
+    answered: dict[int, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         calls = pool.map(lambda i: (i, one(jobs[i])), order)
-        for i, row in tqdm(calls, total=len(jobs), desc="answers", unit="call", disable=None if progress else True):
-            if row is not None:
-                answered[i] = row
-    return [answered[i] for i in sorted(answered)]
+        for i, answer in tqdm(calls, total=len(order), desc="answers", unit="call", disable=None if progress else True):
+            if answer is not None:
+                answered[i] = answer
+    rows = {i: {"query_id": jobs[i].query_id, "condition": jobs[i].condition, "answer": answered[group[0]], "model": client.model, **jobs[i].meta}
+            for group in same.values() if group[0] in answered for i in group}
+    return [rows[i] for i in sorted(rows)]
 
 
 # --------------------------------------------------------------------------- classify + report
