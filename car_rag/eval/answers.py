@@ -22,9 +22,10 @@ indicate that it has been fixed" therefore claims nothing, while "…. Therefore
 vulnerability is not patched" (a separate sentence) does. Negated forms are matched before
 positive ones ("has not been patched", "remains unpatched", "no patch is available"), and
 a positive match preceded by a negator ("no version that fixes it") is discarded. An
-answer that claims both ways and names no version is labelled by its lead, the first
-sentence that claims anything ("No, it is not patched. … fixed in [EP-1]" is a "no"), and
-is ``uncertain`` when that sentence itself claims both.
+answer that claims both ways is labelled by its lead, the first sentence that claims
+anything: "No, it is not patched. … fixed in 2.3.0" is a "no" whatever version follows; a
+positive lead is checked for its version, and is ``uncertain`` without one, as is a lead
+sentence that itself claims both ways and names no version.
 
 :class:`LLMJudge` is an optional second classifier behind the same interface.
 """
@@ -212,11 +213,12 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
         if poss and negs:
             return Classification("uncertain", f"contradictory: {_quote(poss)} vs {_quote(negs)}")
         return Classification("uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed")
-    if poss and negs and not versions:
-        # The reader acts on the direct answer: "No, it is not patched. ... fixed in [EP-1]" is a "no".
+    if poss and negs:
+        # The reader acts on the direct answer: "No, it is not patched. ... fixed in 2.3.0" is a "no".
         if lead == "negative":
             return Classification("confident_wrong", f"leads with not patched ({_quote(negs)}), later {_quote(poss)}")
-        return Classification("uncertain", f"contradictory: {_quote(poss)} vs {_quote(negs)}")
+        if not versions:
+            return Classification("uncertain", f"contradictory: {_quote(poss)} vs {_quote(negs)}")
     if negs and not poss:
         return Classification("confident_wrong", f"asserts not patched ({_quote(negs)})")
     if not poss:
