@@ -47,7 +47,7 @@ PATCHED = GoldAnswer("patched", "v1.15.0")
         ("Yes, the vulnerability is still unmitigated at 8.2.", "confident_wrong"),
         ("[EP-9] No, the vulnerability is not patched. The vulnerability was fixed in [EP-1].", "confident_wrong"),
         ("It was fixed in [EP-1]. No, the vulnerability is not patched.", "uncertain"),
-        # a negative lead decides even when the fixing version follows (heard with the v3 prompt)
+        # a negative lead decides even when the fixing version follows (Qwen, llm-ghsa-freeform-prompt-tail)
         ("[EP-1] No, the vulnerability is not patched. The vulnerability is fixed in 1.15.0.", "confident_wrong"),
         ("It was fixed in 1.15.0. Version 1.14 is not patched.", "correct"),
         ("The latest version of the library does not contain this vulnerability.", "patched_no_version"),
