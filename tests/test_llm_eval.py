@@ -7,10 +7,12 @@ real HTTP server on 127.0.0.1 speaking the chat-completions API with scripted an
 from __future__ import annotations
 
 import json
+import sys
 import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -314,3 +316,25 @@ def test_paired_confident_wrong_counts_and_exact_mcnemar():
     assert pair["ratio_b_to_a"] == 0.25
     assert pair["mcnemar_p"] == pytest.approx(0.0703125, abs=1e-6)  # 2 * P(X <= 1), X ~ Bin(8, 1/2) = 2 * 9/256
     assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(5, 5) == 1.0
+
+
+def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evals"))
+    import compare_runs
+
+    from car_rag.eval.suites import load_suite
+    from car_rag.queries import load_queries
+
+    ids = [q.query_id for q in load_queries(load_suite("ghsa-freeform").queries)][:6]
+    a, b = tmp_path / "before" / "answers.labelled.jsonl", tmp_path / "after" / "answers.labelled.jsonl"
+    for path, wrong in ((a, {0, 1, 2, 5}), (b, {2})):
+        path.parent.mkdir()
+        rows = [{"query_id": q, "condition": c, "answer": "", "label": "confident_wrong" if i in wrong and c == "car-xml" else "correct"}
+                for i, q in enumerate(ids) for c in ("car-xml", "dense")]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "compare.md"
+    assert compare_runs.main(["--a", str(a), "--b", str(b), "--first", "2", "--last", "5", "--out", str(out)]) == 0
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| confident_wrong"))
+    # Queries 2-5 only: under A, 2 and 3 are confident wrong (6 is outside the span); under B, 3.
+    assert row.split(" | ")[1:5] == ["2", "1", "1", "0"]
+    assert "answered in both runs: 4" in out.read_text()

@@ -372,7 +372,9 @@ PAIRS = (("dense", "car-xml"), ("car-plain", "car-xml"), ("dense", "car-plain"),
 text, and showing the superseded records or not."""
 
 
-def paired(labelled: Sequence[dict[str, Any]], label: str = "confident_wrong") -> list[dict[str, Any]]:
+def paired(
+    labelled: Sequence[dict[str, Any]], label: str = "confident_wrong", pairs: Sequence[tuple[str, str]] = PAIRS
+) -> list[dict[str, Any]]:
     """For each pair of conditions both present: on the queries answered under both, how
     many were ``label`` under A only, under B only, under both; ratio of rates; exact
     McNemar p-value (the same queries and reader on both sides, so pair them)."""
@@ -382,7 +384,7 @@ def paired(labelled: Sequence[dict[str, Any]], label: str = "confident_wrong") -
     for r in labelled:
         by[r["condition"]][r["query_id"]] = r["label"]
     out = []
-    for a, b in PAIRS:
+    for a, b in pairs:
         if a not in by or b not in by:
             continue
         shared = sorted(set(by[a]) & set(by[b]))
