@@ -29,7 +29,8 @@ WORK="${WORK:-.offline-reader}"
 OUT="${OUT:-evals/results/llm-ghsa-freeform}"
 LIMIT="${LIMIT:-}"                       # first N queries only (empty: all 159)
 CONDITIONS="${CONDITIONS:-}"             # comma-separated (empty: eval-llm's default four)
-CACHE="${CACHE:-}"                       # answer cache JSONL (empty: $OUT/cache.jsonl)
+ANSWER_CACHE="${ANSWER_CACHE:-}"         # answer cache JSONL (empty: $OUT/cache.jsonl); not CACHE, which
+                                         # llama_cpp.server reads from the environment as its own setting
 THREADS="${THREADS:-2}"
 MAX_DOC_CHARS="${MAX_DOC_CHARS:-300}"
 MAX_TOKENS="${MAX_TOKENS:-160}"
@@ -81,4 +82,4 @@ done
 # 4. Answer and classify (the server runs one request at a time: keep one call in flight).
 car-rag eval-llm --suite ghsa-freeform --base-url "http://127.0.0.1:$PORT/v1" --model qwen2.5-coder-1.5b-q4km \
   --concurrency 1 --timeout 1800 --max-doc-chars "$MAX_DOC_CHARS" --max-tokens "$MAX_TOKENS" --xml-form compact \
-  ${LIMIT:+--limit "$LIMIT"} ${CONDITIONS:+--conditions "$CONDITIONS"} ${CACHE:+--cache "$CACHE"} --out "$OUT"
+  ${LIMIT:+--limit "$LIMIT"} ${CONDITIONS:+--conditions "$CONDITIONS"} ${ANSWER_CACHE:+--cache "$ANSWER_CACHE"} --out "$OUT"
