@@ -9,7 +9,7 @@ answer; notes say why). Answers: ../shared/data/car-benchmarks/ghsa_llm_answers_
 (118 GPT-4o-mini answers, 59 GHSA advisories x dense / two_stage top-5). Gold: the GHSA
 release tag (car_rag.eval.answers.load_gold). Exit status 1 below the 95% bar. The
 offline reader's answers have their own hand-labelled samples
-(evals/labels/qwen_ghsa_{tuning,heldout,heldout2}.labels.jsonl; the tuning sample led to
+(evals/labels/qwen_ghsa_{tuning,heldout,heldout2,heldout3}.labels.jsonl; the tuning sample led to
 rule fixes, the held-out ones were labelled after them).
 """
 
