@@ -3,7 +3,7 @@
     python evals/compare_runs.py \
         --a evals/results/llm-ghsa-freeform/answers.labelled.jsonl \
         --b evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl \
-        --condition car-xml --out evals/results/llm-ghsa-freeform-prompt-tail/compare.md
+        --condition car-xml --first 91 --out evals/results/llm-ghsa-freeform-prompt-tail/compare_car-xml_91-159.md
 
 Why: `car-rag eval-llm` pairs conditions within one run; a change to the prompt or the
 reader makes a second run of the same condition, and the honest comparison is paired on
@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     ap.add_argument("--last", type=int, default=None, help="last query (inclusive; default: the suite's last)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    if args.first < 1 or (args.last is not None and args.last < args.first):
+        ap.error(f"--first {args.first} --last {args.last}: need 1 <= first <= last")
 
     order = [q.query_id for q in load_queries(load_suite(args.suite).queries)]
     span = order[args.first - 1 : args.last]

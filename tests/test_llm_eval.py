@@ -7,7 +7,6 @@ real HTTP server on 127.0.0.1 speaking the chat-completions API with scripted an
 from __future__ import annotations
 
 import json
-import sys
 import re
 import threading
 import time
@@ -318,8 +317,8 @@ def test_paired_confident_wrong_counts_and_exact_mcnemar():
     assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(5, 5) == 1.0
 
 
-def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evals"))
+def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "evals"))
     import compare_runs
 
     from car_rag.eval.suites import load_suite
@@ -338,3 +337,5 @@ def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tm
     # Queries 2-5 only: under A, 2 and 3 are confident wrong (6 is outside the span); under B, 3.
     assert row.split(" | ")[1:5] == ["2", "1", "1", "0"]
     assert "answered in both runs: 4" in out.read_text()
+    with pytest.raises(SystemExit):  # an empty or inverted span is refused, not reported as 0 queries
+        compare_runs.main(["--a", str(a), "--b", str(b), "--first", "5", "--last", "2", "--out", str(out)])
