@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 from pathlib import Path
 
 from car_rag.eval.answers import LABELS, suite_kind
-from car_rag.eval.llm import QUESTION_SUFFIX
+from car_rag.eval.llm import QUESTION_SUFFIX, read_answers
 from car_rag.eval.suites import load_suite
 from car_rag.queries import load_queries
 
@@ -32,7 +31,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     first_word = {q.query_id: q.query.split()[0].capitalize() for q in load_queries(load_suite(args.suite).queries)}
-    rows = [json.loads(line) for line in args.answers.read_text().splitlines() if line.strip()]
+    rows = read_answers(args.answers)
     counts = collections.Counter((r["condition"], first_word[r["query_id"]], r["label"]) for r in rows)
     conditions = list(dict.fromkeys(r["condition"] for r in rows))
     forms = [f for f, _ in collections.Counter(first_word[q] for q in {r["query_id"] for r in rows}).most_common()]

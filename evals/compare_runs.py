@@ -15,18 +15,16 @@ that were not looked at while the change was designed.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from car_rag.eval.answers import LABELS
-from car_rag.eval.llm import paired
+from car_rag.eval.llm import paired, read_answers
 from car_rag.eval.suites import load_suite
 from car_rag.queries import load_queries
 
 
 def _rows(path: Path, condition: str, run: str, keep: set[str]) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    picked = [{**r, "condition": run} for r in rows if r["condition"] == condition and r["query_id"] in keep]
+    picked = [{**r, "condition": run} for r in read_answers(path) if r["condition"] == condition and r["query_id"] in keep]
     if not picked:
         raise SystemExit(f"{path}: no labelled answers for condition {condition!r} in the chosen queries")
     return picked
@@ -46,9 +44,9 @@ def main(argv=None) -> int:
         ap.error(f"--first {args.first} --last {args.last}: need 1 <= first <= last")
 
     order = [q.query_id for q in load_queries(load_suite(args.suite).queries)]
-    span = order[args.first - 1 : args.last]
+    span = set(order[args.first - 1 : args.last])
     run_a, run_b = f"A: {args.a.parent.name}", f"B: {args.b.parent.name}"
-    rows = _rows(args.a, args.condition, run_a, set(span)) + _rows(args.b, args.condition, run_b, set(span))
+    rows = _rows(args.a, args.condition, run_a, span) + _rows(args.b, args.condition, run_b, span)
     results = [p for label in LABELS for p in paired(rows, label, pairs=[(run_a, run_b)])]
     last = args.last or len(order)
     lines = [
