@@ -4,6 +4,13 @@ A rule ``trigger ⊳ target within keys`` says a record of type ``trigger`` void
 of type ``target`` when both agree on every key in ``within`` (an empty ``within`` makes
 the rule global). ``order`` adds a temporal or version condition. Explicit ``supersedes``
 edges on records always count, whatever the policy.
+
+Optional *states* give the domain's own words to what a record of a type asserts while it
+controls (``vulnerable``, ``patched``, ``good law``, ``overruled`` …) and how an answer
+claims or denies that state; the reader digest and the authority guard read them. A policy
+takes them inline (``[states.NAME]``) or from packaged vocabularies (``vocabulary =
+["security"]``, files in ``car_rag/vocabularies/``); without states, both fall back to
+neutral wording.
 """
 
 from __future__ import annotations
@@ -14,14 +21,14 @@ import tomllib
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from car_rag.records import Record
 
-__all__ = ["Rule", "Policy", "PolicyError", "load_policy", "builtin_policies", "EXPLICIT_RULE"]
+__all__ = ["Rule", "State", "Policy", "PolicyError", "load_policy", "builtin_policies", "builtin_vocabularies", "EXPLICIT_RULE"]
 
 EXPLICIT_RULE = "explicit"
 """Name reported for an edge that comes from a record's own ``supersedes`` list."""
@@ -67,6 +74,10 @@ class Rule(BaseModel):
         "When the compared value is missing on either record the rule does not fire.",
     )
     description: str = ""
+    verb: str = Field(
+        default="", description="What the trigger does to the target, in the domain's words ('fixes', 'overrules'); "
+        "the reader digest says 'supersedes' without it."
+    )
 
     @model_validator(mode="after")
     def _no_symmetric_any(self) -> "Rule":
@@ -103,6 +114,51 @@ class Rule(BaseModel):
         return f"{self.trigger}⊳{self.target}"
 
 
+def _check_regexes(patterns: tuple[str, ...], where: str) -> tuple[str, ...]:
+    for i, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{where}[{i}] is not a valid regex ({pattern!r}): {exc}") from exc
+    return patterns
+
+
+class State(BaseModel):
+    """What a record of one of ``doc_types`` asserts about its scope while it controls.
+
+    ``claims`` are regexes (case-insensitive) whose match in an answer asserts the state
+    ("remains vulnerable"); ``terms`` are words whose negation denies it ("not patched",
+    "hasn't been fixed", "no longer vulnerable"); a denial asserts ``opposite`` when one is
+    named. Without either, the label itself serves as the only term.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    doc_types: tuple[str, ...] = Field(min_length=1, description="Record types that assert this state while active.")
+    label: str = Field(default="", description="The state in the domain's words; default: the state's key.")
+    opposite: str | None = Field(default=None, description="The state that denying this one asserts.")
+    claims: tuple[str, ...] = Field(default=(), description="Regexes whose match in an answer asserts the state.")
+    terms: tuple[str, ...] = Field(default=(), description="Words (regexes) whose negation in an answer denies the state.")
+
+    @field_validator("claims", "terms")
+    @classmethod
+    def _compile(cls, value: tuple[str, ...], info: Any) -> tuple[str, ...]:
+        return _check_regexes(value, info.field_name)
+
+
+def builtin_vocabularies() -> list[str]:
+    """Names of the packaged state vocabularies a policy can include (``vocabulary = [...]``)."""
+    folder = resources.files("car_rag") / "vocabularies"
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _vocabulary_states(name: str) -> dict[str, Any]:
+    if name not in builtin_vocabularies():
+        raise ValueError(f"unknown vocabulary {name!r}; packaged: {builtin_vocabularies()}")
+    text = (resources.files("car_rag") / "vocabularies" / f"{name}.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text).get("states", {})
+
+
 class Policy(BaseModel):
     """A domain's authority rules and how to read scope ids out of a query."""
 
@@ -121,6 +177,25 @@ class Policy(BaseModel):
     case_insensitive_keys: tuple[str, ...] = Field(
         default=(), description="Scope keys whose query matches are compared case-insensitively (upper-cased)."
     )
+    vocabulary: tuple[str, ...] = Field(
+        default=(), description="Packaged state vocabularies to include (car_rag/vocabularies/<name>.toml)."
+    )
+    states: dict[str, State] = Field(
+        default_factory=dict, description="State name -> what records of its types assert; adds to the vocabularies."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _include_vocabularies(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("vocabulary"):
+            names = data["vocabulary"]
+            if isinstance(names, str) or not isinstance(names, (list, tuple)):
+                raise ValueError("vocabulary must be a list of names")
+            merged: dict[str, Any] = {}
+            for name in names:
+                merged.update(_vocabulary_states(name))
+            data = {**data, "states": {**merged, **(data.get("states") or {})}}
+        return data
 
     @field_validator("scope_patterns")
     @classmethod
@@ -145,7 +220,28 @@ class Policy(BaseModel):
         for key in self.scope_patterns:
             if key not in self.scope_keys:
                 raise ValueError(f"scope_patterns names key {key!r} that is not in scope_keys")
+        owner: dict[str, str] = {}
+        for name, state in self.states.items():
+            if state.opposite is not None and state.opposite not in self.states:
+                raise ValueError(f"state {name!r}: opposite {state.opposite!r} is not a state of this policy")
+            for doc_type in state.doc_types:
+                if doc_type in owner:
+                    raise ValueError(f"doc_type {doc_type!r} is in two states: {owner[doc_type]!r} and {name!r}")
+                owner[doc_type] = name
         return self
+
+    @cached_property
+    def _state_by_type(self) -> dict[str, str]:
+        return {t: name for name, state in self.states.items() for t in state.doc_types}
+
+    def state_of(self, doc_type: str) -> str | None:
+        """The state a record of ``doc_type`` asserts while it controls, if the policy names one."""
+        return self._state_by_type.get(doc_type)
+
+    def state_label(self, name: str) -> str:
+        """A state's words for a reader: its label, else its key with spaces."""
+        state = self.states[name]
+        return state.label or name.replace("_", " ")
 
     @cached_property
     def anchor_types(self) -> frozenset[str]:

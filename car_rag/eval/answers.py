@@ -13,19 +13,15 @@ be checked by hand. Labels (the CAR paper, §6.11, refined):
 ``confident_wrong``        explicitly claims a status other than gold (e.g. "not patched")
 ``uncertain``              hedged, or no status claimed at all
 
-How a status claim is found. The answer is split into sentences. In each sentence the
-first *hedge* — a phrase that turns what follows into a statement about the evidence
-rather than about the world ("the documents do not indicate that …", "I cannot confirm
-whether …", "it is unclear if …", "not explicitly stated as …", "no version mentioned")
-— cuts the sentence: only the text before it can make a claim. "The documents do not
-indicate that it has been fixed" therefore claims nothing, while "…. Therefore, the
-vulnerability is not patched" (a separate sentence) does. Negated forms are matched before
-positive ones ("has not been patched", "remains unpatched", "no patch is available"), and
-a positive match preceded by a negator ("no version that fixes it") is discarded. An
-answer that claims both ways is labelled by its lead, the first sentence that claims
-anything: "No, it is not patched. … fixed in 2.3.0" is a "no" whatever version follows; a
-positive lead is checked for its version, and is ``uncertain`` without one, as is a lead
-sentence that itself claims both ways and names no version.
+How a status claim is found: :class:`car_rag.claims.ClaimReader` with the domain's packaged
+state vocabulary (``car_rag/vocabularies/``), the same reader the authority guard uses.
+Sentences are cut at their first hedge ("the documents do not indicate that …" claims
+nothing), questions are skipped, claims and negated terms are read ("has not been
+patched", "hasn't been fixed", "no longer good law"), and an answer that claims both ways
+is labelled by its lead, the first sentence that claims anything: "No, it is not patched.
+… fixed in 2.3.0" is a "no" whatever version follows; a positive lead is checked for its
+version, and is ``uncertain`` without one, as is a lead sentence that itself claims both
+ways and names no version.
 
 :class:`LLMJudge` is an optional second classifier behind the same interface.
 """
@@ -36,8 +32,11 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+from car_rag.claims import Claim, ClaimReader
 
 __all__ = [
     "LABELS",
@@ -75,95 +74,11 @@ class GoldAnswer:
 
 # --------------------------------------------------------------------------- text helpers
 
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+|(?<=[.!?])$|\s*;\s+|\s+\(\d\)\s+|^\s*\(\d\)\s+")
-
-# A hedge turns what follows it into a statement about the evidence.
-_HEDGES = [
-    r"\b(?:do|does|did)\s+not\s+(?:explicitly\s+|specifically\s+|directly\s+|clearly\s+)?"
-    r"(?:indicate|mention|provide|contain|specify|state|say|show|confirm|include|address|discuss|describe|reference)"
-    r"(?!\s+(?:this|the|that)\s+(?:vulnerability|flaw|bug|issue)\b)",
-    r"\b(?:don't|doesn't|didn't)\s+(?:explicitly\s+)?(?:indicate|mention|provide|contain|specify|state|say|show|confirm)",
-    r"\b(?:cannot|can't|can\s+not|could\s+not|couldn't|unable\s+to|not\s+able\s+to|impossible\s+to)\s+"
-    r"(?:\w+\s+){0,2}?(?:confirm|determine|verify|tell|say|know|establish|ascertain|assess)",
-    r"\b(?:unclear|not\s+clear|uncertain|unknown|not\s+known)\b",
-    r"\b(?:no|not\s+any|insufficient|limited)\s+(?:specific\s+|explicit\s+|direct\s+|clear\s+)?"
-    r"(?:information|mention|indication|evidence|details?|data|reference|record)\b",
-    r"\bnot\s+(?:been\s+)?(?:explicitly\s+|specifically\s+|directly\s+|clearly\s+)?"
-    r"(?:mentioned|stated|indicated|specified|documented|described|reported|confirmed|addressed\s+in\s+the\s+(?:provided\s+)?(?:documents|evidence|context))\b",
-    r"\bno\s+(?:\w+\s+){0,3}?(?:mentioned|indicated|stated|specified|provided|given|listed|identified)\b",
-    r"\b(?:whether|if)\s+(?:or\s+not\s+)?(?:\w+\s+){0,6}?(?:has|have|is|was|were|had)\s+(?:been\s+)?(?:patched|fixed|addressed|resolved)",
-    r"\b(?:may|might|could|possibly|perhaps|likely|presumably|appears?\s+to|seems?\s+to)\s+(?:have\s+)?(?:been\s+)?(?:patched|fixed|addressed|resolved)",
-    r"\bnot\s+(?:explicitly\s+)?mentioned\b",
-]
-_HEDGE_RE = re.compile("|".join(f"(?:{h})" for h in _HEDGES), re.IGNORECASE)
-
-_FIX_WORDS = r"(?:patched|fixed|addressed|resolved|remediated|mitigated|corrected)"
-_NEGATIVE = [
-    ("negated_fix", rf"\b(?:not|never|n't)\s+(?:yet\s+|been\s+|yet\s+been\s+|been\s+yet\s+)?{_FIX_WORDS}\b(?!\s+(?:in|before|prior\s+to|until|below)\b)"),
-    ("unpatched", r"\b(?:unpatched|unfixed|unresolved|unremediated|unmitigated|unaddressed)\b"),
-    ("remains_vulnerable", r"\b(?:remains?|still)\s+(?:\w+\s+)?(?:vulnerable|exploitable|affected|at\s+risk|open)\b"),
-    ("no_patch_available", r"\bno\s+(?:\w+\s+)?(?:patch|fix|update|remediation|patched\s+version|fixed\s+version)(?:es)?\b(?!\s+(?:is\s+)?(?:mentioned|indicated|stated|specified))"),
-    ("no_fixing_version", r"\bno\s+(?:\w+\s+)?version\s+(?:that\s+|which\s+)?(?:fix|fixes|patch|patches|address|addresses|resolve|resolves)\b"),
-]
-_NEGATIVE_RE = [(name, re.compile(p, re.IGNORECASE)) for name, p in _NEGATIVE]
-
-_POSITIVE = [
-    ("states_fixed", rf"\b(?:is|are|has|have|was|were|been|be|got|gets)\s+(?:now\s+|already\s+|successfully\s+|since\s+)?(?:been\s+)?{_FIX_WORDS}\b"),
-    ("fixed_in", rf"\b{_FIX_WORDS}\s+(?:in|by|with|as\s+of|since|starting\s+(?:in|with|from)|from)\b"),
-    ("fixing_version", r"\b(?:version|release|update)s?\s+(?:that\s+|which\s+)?(?:fix|fixes|fixed|patch|patches|address|addresses|resolve|resolves|contains?\s+the\s+fix)\b"),
-    ("fix_available", r"\b(?:patch|fix|update)(?:es)?\s+(?:is|are|has\s+been|have\s+been)\s+(?:now\s+)?(?:available|released|included|shipped)\b"),
-    ("upgrade_to", r"\b(?:upgrade|update)\s+to\s+(?:version\s+)?v?\d"),
-    ("not_affected", r"\b(?:does\s+not|doesn't|no\s+longer)\s+(?:contain|include|have)\s+(?:this|the|that)\s+(?:vulnerability|flaw|bug|issue)\b"
-                     r"|\bno\s+longer\s+(?:vulnerable|affected|exploitable)\b"),
-]
-_POSITIVE_RE = [(name, re.compile(p, re.IGNORECASE)) for name, p in _POSITIVE]
-_NEGATOR_BEFORE = re.compile(r"\b(?:no|not|never|without|nor|n't)\b(?:\s+\S+){0,2}\s*$", re.IGNORECASE)
-
 _VERSION_RE = re.compile(
     r"(?<![\w.\-/#])v?(\d+(?:\.\d+)+(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?)(?![\w]|\.\d)", re.IGNORECASE
 )
 _BARE_VERSION_RE = re.compile(r"\bversion\s+(v?\d+)\b(?![.\d])", re.IGNORECASE)
 _NOT_VERSION_BEFORE = re.compile(r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$", re.IGNORECASE)
-
-
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_SPLIT.split(text.replace("**", "")) if s and s.strip()]
-
-
-def _claim_span(sentence: str) -> tuple[str, str | None]:
-    """The part of a sentence that can make a claim, and the hedge that cut it (if any)."""
-    m = _HEDGE_RE.search(sentence)
-    if m is None:
-        return sentence, None
-    return sentence[: m.start()], m.group(0)
-
-
-def _find_claims(text: str, negative: list, positive: list) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str], str | None]:
-    """Negative and positive claims, hedges, and the lead: the polarity of the first
-    sentence that claims anything, when that sentence claims one way only."""
-    negs, poss, hedges = [], [], []
-    lead: str | None = None
-    seen_claim = False
-    for sentence in _sentences(text):
-        span, hedge = _claim_span(sentence)
-        if hedge:
-            hedges.append(hedge)
-        neg_here = [(name, m.group(0)) for name, rx in negative for m in [rx.search(span)] if m]
-        negs += neg_here
-        n_poss = len(poss)
-        for name, rx in positive:
-            for m in rx.finditer(span):
-                if _NEGATOR_BEFORE.search(span[: m.start()]):
-                    continue  # "no version that fixes it", "not been fixed"
-                # a negated form of the same words already decided this clause
-                if any(m.start() <= span.find(frag) + len(frag) and span.find(frag) <= m.end() for _, frag in neg_here):
-                    continue
-                poss.append((name, m.group(0)))
-                break
-        if not seen_claim and (neg_here or len(poss) > n_poss):
-            seen_claim = True
-            lead = None if neg_here and len(poss) > n_poss else "negative" if neg_here else "positive"
-    return negs, poss, hedges, lead
 
 
 def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
@@ -195,35 +110,43 @@ def extract_versions(text: str) -> list[str]:
     return out + [m.group(1) for m in _BARE_VERSION_RE.finditer(text)]
 
 
-def _quote(pairs: list[tuple[str, str]]) -> str:
-    name, frag = pairs[0]
-    return f"{name}: '{frag.strip()}'"
+@cache
+def _reader(kind: str) -> ClaimReader:
+    """The claim reader of a domain: the states of its packaged vocabulary."""
+    from car_rag.policy import Policy
+
+    return ClaimReader(Policy(name=f"answers-{kind}", scope_keys=("subject",), vocabulary=(_VOCABULARY[kind],)))
 
 
-# --------------------------------------------------------------------------- per-suite rules
+def _quote(claim: Claim | None) -> str:
+    return "" if claim is None else f"{claim.rule}: '{claim.text}'"
+
 
 def _classify_security(text: str, gold: GoldAnswer) -> Classification:
-    negs, poss, hedges, lead = _find_claims(text, _NEGATIVE_RE, _POSITIVE_RE)
+    reading = _reader("security").read(text)
+    negs = [c for c in reading.claims if c.asserts and c.state == "vulnerable"]
+    poss = [c for c in reading.claims if c.asserts and c.state == "patched"]
+    hedges = reading.hedges
     versions = extract_versions(text)
     if gold.status in ("vulnerable", "unpatched"):
         if negs and not poss:
-            return Classification("correct", f"asserts not patched ({_quote(negs)}), gold vulnerable")
+            return Classification("correct", f"asserts not patched ({_quote(negs[0])}), gold vulnerable")
         if poss and not negs:
-            return Classification("confident_wrong", f"asserts patched ({_quote(poss)}), gold vulnerable")
+            return Classification("confident_wrong", f"asserts patched ({_quote(poss[0])}), gold vulnerable")
         if poss and negs:
-            return Classification("uncertain", f"contradictory: {_quote(poss)} vs {_quote(negs)}")
+            return Classification("uncertain", f"contradictory: {_quote(poss[0])} vs {_quote(negs[0])}")
         return Classification("uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed")
     if poss and negs:
         # The reader acts on the direct answer: "No, it is not patched. ... fixed in 2.3.0" is a "no".
-        if lead == "negative":
-            return Classification("confident_wrong", f"leads with not patched ({_quote(negs)}), later {_quote(poss)}")
+        if reading.lead == "vulnerable":
+            return Classification("confident_wrong", f"leads with not patched ({_quote(negs[0])}), later {_quote(poss[0])}")
         if not versions:
-            return Classification("uncertain", f"contradictory: {_quote(poss)} vs {_quote(negs)}")
+            return Classification("uncertain", f"contradictory: {_quote(poss[0])} vs {_quote(negs[0])}")
     if negs and not poss:
-        return Classification("confident_wrong", f"asserts not patched ({_quote(negs)})")
+        return Classification("confident_wrong", f"asserts not patched ({_quote(negs[0])})")
     if not poss:
         return Classification("uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed")
-    claim = _quote(poss) + (f"; also {_quote(negs)}" if negs else "")
+    claim = _quote(poss[0]) + (f"; also {_quote(negs[0])}" if negs else "")
     if gold.fixed_version is None:
         return Classification("correct", f"asserts patched ({claim}); no gold version to check")
     want = normalise_version(gold.fixed_version)
@@ -234,63 +157,23 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
     return Classification("patched_wrong_version", f"asserts patched ({claim}); names {', '.join(versions)}, fix is {gold.fixed_version}")
 
 
-def _status_classifier(patterns: dict[str, list[tuple[str, str]]]) -> Callable[[str, GoldAnswer], Classification]:
-    """A classifier for suites whose answer is one status out of a few (compliance, legal)."""
-    compiled = {status: [(name, re.compile(p, re.IGNORECASE)) for name, p in pats] for status, pats in patterns.items()}
-
-    def classify_status(text: str, gold: GoldAnswer) -> Classification:
-        found: dict[str, tuple[str, str]] = {}
-        hedges = []
-        for sentence in _sentences(text):
-            span, hedge = _claim_span(sentence)
-            if hedge:
-                hedges.append(hedge)
-            taken: list[tuple[int, int]] = []
-            for status, pats in compiled.items():  # earlier statuses are the more specific (negated) forms
-                for name, rx in pats:
-                    m = rx.search(span)
-                    if m and not any(a < m.end() and m.start() < b for a, b in taken):
-                        taken.append((m.start(), m.end()))
-                        found.setdefault(status, (name, m.group(0)))
-                        break
-        if not found:
-            return Classification("uncertain", f"no status claimed (hedge: '{hedges[0]}')" if hedges else "no status claimed")
-        if len(found) > 1 and gold.status in found:
-            others = [s for s in found if s != gold.status]
-            return Classification("uncertain", f"contradictory: claims {gold.status} and {', '.join(others)}")
-        if gold.status in found:
-            name, frag = found[gold.status]
-            return Classification("correct", f"claims {gold.status} ({name}: '{frag}')")
-        status, (name, frag) = next(iter(found.items()))
-        return Classification("confident_wrong", f"claims {status} ({name}: '{frag}'), gold {gold.status}")
-
-    return classify_status
-
-
-_classify_legal = _status_classifier({
-    # order matters: negated forms first, so "has not been overruled" is not read as "overruled"
-    "good_law": [
-        ("not_overruled", r"\b(?:not|never)\s+(?:been\s+)?(?:overruled|overturned|abrogated|reversed|superseded)\b"),
-        ("still_good_law", r"\b(?:still|remains?|is)\s+(?:\w+\s+)?(?:good\s+law|valid|binding|controlling|authoritative|in\s+force)\b"),
-    ],
-    "overruled": [
-        ("no_longer_good_law", r"\b(?:no\s+longer|not|isn't)\s+(?:\w+\s+)?(?:good\s+law|valid|binding|controlling|authoritative)\b"),
-        ("overruled", r"\b(?:overruled|overturned|abrogated|superseded|reversed)\b"),
-    ],
-})
-
-_classify_compliance = _status_classifier({
-    "non_compliant": [
-        ("non_compliant", r"\b(?:non-?compliant|not\s+compliant|in\s+violation|violat\w*|prohibited|not\s+(?:permitted|allowed)|cannot\s+(?:rely|trade|proceed)|must\s+not\s+trade|blackout\s+(?:is\s+)?(?:in\s+effect|applies|active))\b"),
-        ("voided", r"\b(?:no\s+longer\s+valid|voided|void|revoked|invalidated|suspended)\b"),
-    ],
-    "compliant": [
-        ("compliant", r"\b(?:compliant|permitted\s+under\s+(?:an?\s+|the\s+)?(?:emergency\s+)?exception|emergency\s+exception\s+(?:applies|allows|permits|was\s+granted))\b"),
-    ],
-    "active": [
-        ("active", r"\b(?:still\s+(?:valid|active|in\s+effect)|remains?\s+(?:valid|active|in\s+effect)|is\s+(?:valid|active)|can\s+rely|may\s+(?:trade|proceed|rely))\b"),
-    ],
-})
+def _classify_status(kind: str, text: str, gold: GoldAnswer) -> Classification:
+    """Suites whose answer is one status out of a few (legal, compliance): the state the
+    answer asserts; its lead when it asserts several."""
+    reading = _reader(kind).read(text)
+    found = reading.asserted()
+    if not found:
+        hedges = reading.hedges
+        return Classification("uncertain", f"no status claimed (hedge: '{hedges[0]}')" if hedges else "no status claimed")
+    claimed = found[0] if len(found) == 1 else reading.lead
+    if claimed is None:
+        return Classification("uncertain", f"contradictory: claims {', '.join(found)}")
+    why = _quote(reading.first(claimed))
+    if len(found) > 1:
+        why += f"; leads with it, later also {', '.join(s for s in found if s != claimed)}"
+    if claimed == gold.status:
+        return Classification("correct", f"claims {claimed} ({why})")
+    return Classification("confident_wrong", f"claims {claimed} ({why}), gold {gold.status}")
 
 _SECURITY_SUITES = ("ghsa", "cvepatchqa")
 _LEGAL_SUITES = ("legalprecedentqa", "legal")
@@ -306,7 +189,12 @@ def suite_kind(suite: str) -> str:
     raise ValueError(f"no answer classifier for suite {name!r}")
 
 
-_BY_KIND = {"security": _classify_security, "legal": _classify_legal, "compliance": _classify_compliance}
+_VOCABULARY = {"security": "security", "legal": "legal", "compliance": "compliance"}
+_BY_KIND = {
+    "security": _classify_security,
+    "legal": lambda text, gold: _classify_status("legal", text, gold),
+    "compliance": lambda text, gold: _classify_status("compliance", text, gold),
+}
 
 
 def classify(answer_text: str, suite: Any, gold: GoldAnswer | dict | str) -> Classification:
