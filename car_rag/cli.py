@@ -144,9 +144,13 @@ def _cmd_eval_llm(args: argparse.Namespace) -> int:
     if args.base_url and not args.model:
         raise SystemExit("car-rag eval-llm: --base-url needs --model")
     command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag eval-llm ..."
+    query_ids = None
+    if args.query_ids is not None:
+        lines = args.query_ids.read_text(encoding="utf-8").splitlines()
+        query_ids = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
     options = {} if args.answers else {
-        "k": args.k, "limit": args.limit, "stores_dir": args.stores, "concurrency": args.concurrency,
-        "timeout": args.timeout, "max_retries": args.retries, "cache": args.cache,
+        "k": args.k, "limit": args.limit, "query_ids": query_ids, "stores_dir": args.stores, "concurrency": args.concurrency,
+        "timeout": args.timeout, "max_retries": args.retries, "cache": args.cache, "evidence_budget": args.evidence_budget,
         "max_doc_chars": args.max_doc_chars, "max_tokens": args.max_tokens, "xml_form": args.xml_form,
     }
     paths = run_eval_llm(
@@ -156,6 +160,24 @@ def _cmd_eval_llm(args: argparse.Namespace) -> int:
     for path in paths:
         print(f"wrote {path}")
     print((args.out / "report.md").read_text())
+    return 0
+
+
+def _cmd_guard(args: argparse.Namespace) -> int:
+    from car_rag.eval.guard_run import run_guard
+
+    if (args.suite is None) == (args.corpus is None):
+        raise SystemExit("car-rag guard: give --suite NAME, or --corpus, --queries and --policy")
+    if args.corpus is not None and not (args.queries and args.policy):
+        raise SystemExit("car-rag guard: --corpus needs --queries and --policy")
+    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag guard ..."
+    paths = run_guard(
+        args.answers, args.out, suite_name=args.suite, corpus=args.corpus, queries=args.queries, policy=args.policy,
+        corpora_dir=args.corpora, stores_dir=args.stores, k=args.k, command=command,
+    )
+    for path in paths:
+        print(f"wrote {path}")
+    print((args.out / "summary.md").read_text())
     return 0
 
 
@@ -218,15 +240,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, default=Path("evals/results"))
     bench.set_defaults(func=_cmd_bench)
 
+    from car_rag.eval import llm
+
     evalllm = sub.add_parser("eval-llm", help="classify reader answers per retrieval condition (given, or from a chat server)")
     evalllm.add_argument("--suite", required=True, help="built-in suite (see car_rag.eval.SUITES)")
     evalllm.add_argument("--answers", type=Path, help="JSONL of query_id, condition, answer[, controlling_in_context]: classify only")
     evalllm.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (key: $OPENAI_API_KEY or 'sk-local')")
     evalllm.add_argument("--model", help="model name on that server")
-    evalllm.add_argument("--conditions", default="dense,car-plain,car-xml,car-xml-omit", help="comma-separated; also closed-book")
+    evalllm.add_argument("--conditions", default=",".join(llm.DEFAULT_CONDITIONS),
+                         help=f"comma-separated, of {', '.join(llm.CONDITIONS)} (default: %(default)s)")
     evalllm.add_argument("--k", type=int, default=5, help="records in each context")
     evalllm.add_argument("--limit", type=int, help="first N queries only")
-    evalllm.add_argument("--max-doc-chars", type=int, default=3000, help="each record's text is cut to this many characters, in every condition")
+    evalllm.add_argument("--query-ids", type=Path, help="answer only these queries: a file with one query id per line ('#' comments)")
+    evalllm.add_argument("--evidence-budget", type=float, default=1500,
+                         help="each context fitted to this many tokens by leaving out whole records, least useful first (default %(default)s)")
+    evalllm.add_argument("--max-doc-chars", type=int, help="also cut each record's text to this many characters, in every condition (default: whole)")
     evalllm.add_argument("--max-tokens", type=int, default=512, help="answer length cap per model call")
     evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact", help="XML evidence rendering (render_xml compact=)")
     evalllm.add_argument("--concurrency", type=int, default=4, help="model calls in flight")
@@ -237,6 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     evalllm.add_argument("--out", type=Path, required=True)
     evalllm.set_defaults(func=_cmd_eval_llm)
+
+    guard = sub.add_parser("guard", help="check answers for consistency with the authority car-rag retrieves for their queries")
+    guard.add_argument("--answers", type=Path, required=True, help="JSONL of query_id, condition, answer")
+    guard.add_argument("--suite", help="built-in suite (see car_rag.eval.SUITES)")
+    guard.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
+    guard.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    guard.add_argument("--policy", help="its policy (name or file)")
+    guard.add_argument("--k", type=int, default=5, help="records the answers were given (default %(default)s)")
+    guard.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
+    guard.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
+    guard.add_argument("--out", type=Path, required=True)
+    guard.set_defaults(func=_cmd_guard)
 
     policies = sub.add_parser("policies", help="list the built-in policies and their rules")
     policies.set_defaults(func=_cmd_policies)

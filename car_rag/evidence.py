@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -42,6 +43,7 @@ __all__ = [
     "build_packets",
     "matching_spans",
     "record_label",
+    "scope_groups",
 ]
 
 FreshnessStatus = Literal["active", "superseded", "archived"]
@@ -420,6 +422,37 @@ def _int_meta(meta: dict[str, Any], *keys: str) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+def scope_groups(packets: Sequence[EvidencePacket]) -> list[list[int]]:
+    """Indices of ``packets`` grouped by subject: records with equal scope, or linked by a
+    supersession edge, are one group. Groups in order of their first member."""
+    parent = list(range(len(packets)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    by_id: dict[str, list[int]] = {}
+    by_scope: dict[tuple, list[int]] = {}
+    for i, p in enumerate(packets):
+        by_id.setdefault(p.doc_id, []).append(i)
+        if p.scope:
+            by_scope.setdefault(tuple(sorted(p.scope.items())), []).append(i)
+    for i, p in enumerate(packets):
+        ep = p.epistemic_metadata
+        for link in [*ep.supersedes, *ep.superseded_by]:
+            for j in by_id.get(link.doc_id, ()):
+                parent[find(j)] = find(i)
+    for members in by_scope.values():
+        for j in members[1:]:
+            parent[find(j)] = find(members[0])
+    groups: dict[int, list[int]] = {}
+    for i in range(len(packets)):
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
 
 
 def build_packets(

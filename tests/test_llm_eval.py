@@ -276,7 +276,8 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
     queries = tmp_path / "queries.jsonl"
     queries.write_text("\n".join(security) + "\n")
     suite = custom_suite(demo / "corpus.jsonl", queries, str(demo / "policy.toml"), name="demo-security")
-    jobs = build_jobs(suite, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security")
+    conditions = ("dense", "car-plain", "car-xml", "car-xml-omit")
+    jobs = build_jobs(suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security")
     assert len(jobs) == 4 * len(security)
     by = {(j.query_id, j.condition): j for j in jobs}
     xml = by[("demo-q01", "car-xml")].messages[-1]["content"]
@@ -339,3 +340,51 @@ def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tm
     assert "answered in both runs: 4" in out.read_text()
     with pytest.raises(SystemExit):  # an empty or inverted span is refused, not reported as 0 queries
         compare_runs.main(["--a", str(a), "--b", str(b), "--first", "5", "--last", "2", "--out", str(out)])
+
+
+def _demo_security_suite(tmp_path):
+    from car_rag.eval.suites import custom_suite
+
+    demo = Path(__file__).resolve().parents[1] / "car_rag" / "data" / "demo"
+    security = [line for line in (demo / "queries.jsonl").read_text().splitlines() if '"sec-' in line]
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("\n".join(security) + "\n")
+    return custom_suite(demo / "corpus.jsonl", queries, str(demo / "policy.toml"), name="demo-security"), len(security)
+
+
+def test_reader_conditions_and_repair_only_for_flagged_answers(tmp_path):
+    """car-reader, fresh-plain and car-reader-repair on the demo corpus through a loopback
+    server: the guard flags the reader's stale answers, and only those are asked again."""
+    from car_rag.eval.llm import build_jobs, guard_rows, repair_rows
+
+    suite, n = _demo_security_suite(tmp_path)
+    conditions = ("fresh-plain", "car-reader", "car-reader-repair")
+    jobs = build_jobs(suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security")
+    assert [j.condition for j in jobs] == ["fresh-plain", "car-reader"] * n  # repair has no job of its own
+    by = {(j.query_id, j.condition): j for j in jobs}
+    reader = by[("demo-q01", "car-reader")].messages[-1]["content"]
+    assert "<digest>" in reader and "patched." in reader and 'status="current"' in reader
+    fresh = by[("demo-q01", "fresh-plain")].messages
+    assert "oldest to newest" in fresh[0]["content"] and "2024-03-19" in fresh[-1]["content"]
+    assert all(isinstance(j.meta["context_tokens"], int) and j.result is not None for j in jobs)
+
+    # A scripted reader (a fake, not a model) that answers stale until it is told what controls.
+    def scripted(messages):
+        if len(messages) > 2:
+            return "Yes, it is patched [EP-1]."
+        return "No, it is not patched."
+
+    with FakeOpenAIServer(answer=scripted) as server:
+        client = ChatClient(server.base_url, "scripted", cache=AnswerCache(tmp_path / "cache.jsonl"))
+        rows = answer_jobs(jobs, client, concurrency=1, progress=False)
+        first_calls = len(server.requests)
+        repaired = repair_rows(rows, jobs, client, suite.policy, k=5, progress=False)
+        repair_calls = len(server.requests) - first_calls
+    flagged = [r for r in repaired if r["repair_findings"]]
+    assert len(repaired) == n and repair_calls == len(flagged) > 0
+    assert all(r["repaired"] and r["answer"].startswith("Yes") and r["original_answer"].startswith("No") for r in flagged)
+    assert all(not r["repaired"] and r["answer"] == r["original_answer"] for r in repaired if not r["repair_findings"])
+    guard_rows(rows + repaired, {j.query_id: j.result for j in jobs}, suite.policy, k=5)
+    assert all("guard" in r for r in rows + repaired)
+    assert all(not r["guard"]["flagged"] for r in repaired if r["repaired"])
+    assert all(r["prompt_tokens"] > 0 for r in rows)

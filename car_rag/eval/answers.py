@@ -37,13 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from car_rag.claims import Claim, ClaimReader
+from car_rag.versions import extract_versions, normalise_version
 
 __all__ = [
     "LABELS",
+    "STATUS_LABELS",
     "Classification",
     "GoldAnswer",
     "classify",
     "extract_versions",
+    "labels_for",
     "load_gold",
     "normalise_version",
     "suite_kind",
@@ -51,6 +54,8 @@ __all__ = [
 ]
 
 LABELS = ("correct", "patched_wrong_version", "patched_no_version", "confident_wrong", "uncertain")
+STATUS_LABELS = ("correct", "confident_wrong", "uncertain")
+"""Legal and compliance answers: the status is right, wrong, or not claimed."""
 
 
 @dataclass(frozen=True)
@@ -72,43 +77,7 @@ class GoldAnswer:
     fixed_version: str | None = None
 
 
-# --------------------------------------------------------------------------- text helpers
-
-_VERSION_RE = re.compile(
-    r"(?<![\w.\-/#])v?(\d+(?:\.\d+)+(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?)(?![\w]|\.\d)", re.IGNORECASE
-)
-_BARE_VERSION_RE = re.compile(r"\bversion\s+(v?\d+)\b(?![.\d])", re.IGNORECASE)
-_NOT_VERSION_BEFORE = re.compile(r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$", re.IGNORECASE)
-
-
-def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
-    """``"v1.15.0"``, ``"pkg@1.15"`` → ``((1, 15), "")``: numeric parts without trailing
-    zeros, plus a lower-cased pre-release suffix; None when there is no version in it."""
-    m = _VERSION_RE.search(value.strip().rsplit("@", 1)[-1])
-    if not m:
-        m = re.search(r"(\d+(?:\.\d+)*)(.*)$", value)
-        if not m:
-            return None
-    raw = m.group(1).lower()
-    num = re.match(r"\d+(?:\.\d+)*", raw).group(0)
-    suffix = re.sub(r"^[-.]", "", raw[len(num):])
-    parts = [int(p) for p in num.split(".")]
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()
-    return tuple(parts), suffix
-
-
-def extract_versions(text: str) -> list[str]:
-    """Version-like tokens (``1.2``, ``v3.4.5-beta.1``, a bare number after "version") in
-    ``text``, skipping CVSS scores and the like."""
-    text = text.replace("**", "")
-    out = []
-    for m in _VERSION_RE.finditer(text):
-        if _NOT_VERSION_BEFORE.search(text[: m.start()][-24:]):
-            continue
-        out.append(m.group(0))
-    return out + [m.group(1) for m in _BARE_VERSION_RE.finditer(text)]
-
+# --------------------------------------------------------------------------- per-suite rules
 
 @cache
 def _reader(kind: str) -> ClaimReader:
@@ -178,6 +147,11 @@ def _classify_status(kind: str, text: str, gold: GoldAnswer) -> Classification:
 _SECURITY_SUITES = ("ghsa", "cvepatchqa")
 _LEGAL_SUITES = ("legalprecedentqa", "legal")
 _COMPLIANCE_SUITES = ("finsuperqa",)
+
+
+def labels_for(suite: Any) -> tuple[str, ...]:
+    """The labels :func:`classify` can give on ``suite``."""
+    return LABELS if suite_kind(suite) == "security" else STATUS_LABELS
 
 
 def suite_kind(suite: str) -> str:

@@ -31,13 +31,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from car_rag.eval.answers import LABELS, Classification, GoldAnswer, classify, load_gold, suite_kind
+from car_rag.eval.answers import Classification, GoldAnswer, classify, labels_for, load_gold, suite_kind
 from car_rag.eval.stats import Rate
 
 __all__ = [
@@ -56,8 +56,8 @@ __all__ = [
     "write_report",
 ]
 
-CONDITIONS = ("dense", "car-plain", "car-xml", "car-xml-omit", "closed-book")
-DEFAULT_CONDITIONS = CONDITIONS[:4]
+CONDITIONS = ("dense", "car-plain", "fresh-plain", "car-xml", "car-xml-omit", "car-reader", "car-reader-repair", "closed-book")
+DEFAULT_CONDITIONS = ("dense", "car-plain", "fresh-plain", "car-xml", "car-reader", "car-reader-repair")
 
 QUESTION_SUFFIX = {
     "security": "Is the vulnerability patched? If so, what version fixes it?",
@@ -66,6 +66,11 @@ QUESTION_SUFFIX = {
 }
 PLAIN_SYSTEM = "You answer questions using only the documents provided. If they do not answer the question, say so. Be concise."
 CLOSED_SYSTEM = "You answer questions. Be concise."
+FRESH_SYSTEM = (
+    "You answer questions using only the documents provided. The documents are listed from oldest to newest, each with "
+    "its date. When documents disagree, trust the most recent one. If they do not answer the question, say so. Be concise."
+)
+"""FreshPrompt-style instruction (Vu et al. 2023): evidence in date order, the newest trusted."""
 
 
 # --------------------------------------------------------------------------- cache + client
@@ -84,6 +89,7 @@ class AnswerCache:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._data: dict[str, str] = {}
+        self._meta: dict[str, dict[str, Any]] = {}
         if self.path.is_file():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
@@ -91,14 +97,21 @@ class AnswerCache:
                 except json.JSONDecodeError:
                     continue
                 self._data[entry["key"]] = entry["answer"]
+                self._meta[entry["key"]] = {k: v for k, v in entry.items() if k not in ("key", "answer")}
 
     def get(self, key: str) -> str | None:
         with self._lock:
             return self._data.get(key)
 
+    def meta(self, key: str) -> dict[str, Any]:
+        """What was stored beside an answer (model, token usage); empty when unknown."""
+        with self._lock:
+            return dict(self._meta.get(key, {}))
+
     def put(self, key: str, answer: str, **meta: Any) -> None:
         with self._lock:
             self._data[key] = answer
+            self._meta[key] = meta
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"key": key, "answer": answer, **meta}, ensure_ascii=False) + "\n")
@@ -158,40 +171,82 @@ class ChatClient:
         )
         answer = response.choices[0].message.content or ""
         if self.cache is not None:
-            self.cache.put(key, answer, model=self.model)
+            usage = getattr(response, "usage", None)
+            tokens = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens} if usage else {}
+            self.cache.put(key, answer, model=self.model, **tokens)
         return answer
+
+    def usage(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
+        """Prompt and completion tokens the server reported for these messages, when cached."""
+        if self.cache is None:
+            return {}
+        meta = self.cache.meta(cache_key(self.model, messages))
+        return {k: meta[k] for k in ("prompt_tokens", "completion_tokens") if k in meta}
 
 
 # --------------------------------------------------------------------------- jobs
 
 @dataclass
 class Job:
-    """One model call: a query under a condition, its messages and what its context held."""
+    """One model call: a query under a condition, its messages and what its context held.
+    ``result`` is car-rag's retrieval for the query (what the guard judges against); it is
+    not written out."""
 
     query_id: str
     condition: str
     messages: list[dict[str, str]]
     meta: dict[str, Any] = field(default_factory=dict)
+    result: Any = field(default=None, repr=False, compare=False)
 
 
-def _clip(text: str, max_chars: int) -> str:
-    """The same cut for every condition, so contexts differ only in what was retrieved.
-    Line endings become LF first: XML escapes a CR as ``&#13;``, a token per line for nothing."""
+def _clip(text: str, max_chars: int | None) -> str:
+    """Line endings become LF (XML escapes a CR as ``&#13;``, a token per line for nothing);
+    with ``max_chars``, the same cut for every condition."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text if len(text) <= max_chars else text[:max_chars] + " …"
+    return text if max_chars is None or len(text) <= max_chars else text[:max_chars] + " …"
 
 
-def _plain_context(records: Iterable[Any], max_chars: int) -> str:
-    return "\n\n".join(f"[Document {i}] ({rec.doc_type})\n{_clip(rec.text, max_chars)}" for i, rec in enumerate(records, 1))
+def _plain_context(records: Sequence[Any], max_chars: int | None, budget: float | None, *, dated: bool = False) -> str:
+    """Numbered plain-text documents; with ``budget``, whole documents are kept in order
+    while they fit (as :func:`render_reader` does), and the first is cut if it alone does not."""
+    from car_rag.xml_render import approx_tokens
+    from car_rag.xml_tree import iso_date
+
+    def doc(i: int, rec: Any, text: str) -> str:
+        when = f", {iso_date(rec.effective_at or rec.published_at) or 'date unknown'}" if dated else ""
+        return f"[Document {i}] ({rec.doc_type}{when})\n{text}"
+
+    texts = [_clip(rec.text, max_chars) for rec in records]
+    kept: list[str] = []
+    for rec, text in zip(records, texts):
+        trial = doc(len(kept) + 1, rec, text)
+        if budget is None or not kept or approx_tokens("\n\n".join([*kept, trial])) <= budget:
+            kept.append(trial)
+    if budget is not None and kept and approx_tokens(kept[0]) > budget:
+        words = texts[0].split(" ")
+        keep = max(1, int(len(words) * budget / approx_tokens(kept[0])))
+        kept[0] = doc(1, records[0], " ".join(words[:keep]) + " […]")
+    return "\n\n".join(kept)
 
 
-def _clipped_packets(result: Any, policy: Any, k: int, max_chars: int) -> list[Any]:
+def _oldest_first(records: Sequence[Any]) -> list[Any]:
+    """FreshPrompt's order: undated records first (their age is unknown), then oldest to
+    newest; ties keep retrieval order."""
+    undated = [r for r in records if r.time is None]
+    return undated + sorted((r for r in records if r.time is not None), key=lambda r: r.time)
+
+
+def _clipped_packets(result: Any, policy: Any, k: int, max_chars: int | None) -> list[Any]:
     from car_rag.evidence import build_packets
 
     return [
         p.model_copy(update={"content": p.content.model_copy(update={"raw_text": _clip(p.text, max_chars)})})
         for p in build_packets(result, policy, k, provenance=True)
     ]
+
+
+def _plain_messages(context: str, question: str, system: str = PLAIN_SYSTEM) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"Documents:\n\n{context}\n\nQuestion: {question}"}]
 
 
 def build_jobs(
@@ -201,71 +256,97 @@ def build_jobs(
     k: int = 5,
     stores_dir: Path = Path(".car-stores"),
     limit: int | None = None,
+    query_ids: Sequence[str] | None = None,
     anchors: str = "hybrid",
     k1: int = 10,
-    max_doc_chars: int = 3000,
-    token_budget: float | None = None,
+    max_doc_chars: int | None = None,
+    evidence_budget: float | None = 1500,
     progress: bool = True,
     kind: str | None = None,
     xml_form: str = "compact",
 ) -> list[Job]:
     """Messages for every query × condition of ``suite``, contexts from the suite's store.
 
-    ``kind`` ("security", "legal", "compliance") picks the question asked of the reader;
-    by default it follows the built-in suite's name (needed for a user corpus). ``xml_form``
-    is :func:`render_xml`'s compact form (default: the same facts in about half the tokens)
-    or its full form."""
+    Every condition gets the same text policy: each record's text whole (or cut to
+    ``max_doc_chars``), and the context fitted to ``evidence_budget`` tokens
+    (:func:`~car_rag.xml_render.approx_tokens`) by leaving out whole records, least useful
+    first. ``kind`` ("security", "legal", "compliance") picks the question asked of the
+    reader; by default it follows the built-in suite's name (needed for a user corpus).
+    ``query_ids`` keeps those queries only (a held-out sample), ``limit`` the first N.
+    ``car-reader-repair`` needs no job of its own: :func:`repair_jobs` makes it from the
+    ``car-reader`` answers."""
     from car_rag.eval.runner import open_suite_store
-    from car_rag.prompts import answer_messages
+    from car_rag.prompts import answer_messages, reader_messages
     from car_rag.queries import load_queries
+    from car_rag.reader_render import render_reader
     from car_rag.retriever import ControllingAuthorityRetriever
-    from car_rag.xml_render import render_xml
+    from car_rag.xml_render import approx_tokens, render_xml
 
     if xml_form not in ("compact", "full"):
         raise ValueError(f"xml_form must be 'compact' or 'full', got {xml_form!r}")
     unknown = [c for c in conditions if c not in CONDITIONS]
     if unknown:
         raise ValueError(f"unknown conditions {unknown}; choose from {list(CONDITIONS)}")
+    if "car-reader-repair" in conditions and "car-reader" not in conditions:
+        raise ValueError("car-reader-repair repairs car-reader's answers: ask for car-reader too")
     suffix = QUESTION_SUFFIX[kind or suite_kind(suite.name)]
-    queries = load_queries(suite.queries)[:limit]
+    queries = load_queries(suite.queries)
+    if query_ids is not None:
+        wanted = set(query_ids)
+        missing = sorted(wanted - {q.query_id for q in queries})
+        if missing:
+            raise ValueError(f"{len(missing)} query ids are not in suite {suite.name!r}, first: {missing[:3]}")
+        queries = [q for q in queries if q.query_id in wanted]
+    queries = queries[:limit]
     needs_store = any(c != "closed-book" for c in conditions)
     store = open_suite_store(suite, stores_dir, progress) if needs_store else None
     retriever = ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, depth=max(50, k1)) if store else None
+    # One record too long for the whole budget must not empty the audit XML (it drops whole packets only).
+    xml_chars = max_doc_chars if max_doc_chars is not None else (int(evidence_budget * 3) if evidence_budget else None)
     jobs = []
     for q in queries:
         question = f"{q.query}\n{suffix}"
         gold = set(q.gold_doc_ids)
-        result = retriever.retrieve(q.query) if retriever and any(c.startswith("car") for c in conditions) else None
+        result = retriever.retrieve(q.query) if retriever else None
         for cond in conditions:
-            meta: dict[str, Any] = {}
+            if cond == "car-reader-repair":
+                continue
+            context = ""
             if cond == "closed-book":
                 messages = [{"role": "system", "content": CLOSED_SYSTEM}, {"role": "user", "content": question}]
                 ids: list[str] = []
             elif cond == "dense":
                 hits = store.dense.search(store.embedder.encode([q.query])[0], k)
                 ids = [h.doc_id for h in hits]
-                records = [store.records[d] for d in ids]
-                messages = [
-                    {"role": "system", "content": PLAIN_SYSTEM},
-                    {"role": "user", "content": f"Documents:\n\n{_plain_context(records, max_doc_chars)}\n\nQuestion: {question}"},
-                ]
-            elif cond == "car-plain":
-                ids = result.doc_ids(k)
+                context = _plain_context([store.records[d] for d in ids], max_doc_chars, evidence_budget)
+                messages = _plain_messages(context, question)
+            elif cond in ("car-plain", "fresh-plain"):
                 records = [r.record for r in result.top(k)]
-                messages = [
-                    {"role": "system", "content": PLAIN_SYSTEM},
-                    {"role": "user", "content": f"Documents:\n\n{_plain_context(records, max_doc_chars)}\n\nQuestion: {question}"},
-                ]
+                ids = [r.doc_id for r in records]
+                if cond == "fresh-plain":
+                    context = _plain_context(_oldest_first(records), max_doc_chars, evidence_budget, dated=True)
+                    messages = _plain_messages(context, question, FRESH_SYSTEM)
+                else:
+                    context = _plain_context(records, max_doc_chars, evidence_budget)
+                    messages = _plain_messages(context, question)
+            elif cond == "car-reader":
+                context = render_reader(result, policy=store.policy, k=k, token_budget=evidence_budget, query_id=q.query_id)
+                ids = [r.doc_id for r in result.top(k)]
+                messages = reader_messages(question, context)
             else:
                 mode = "omit" if cond == "car-xml-omit" else "include"
-                packets = _clipped_packets(result, store.policy, k, max_doc_chars)
+                packets = _clipped_packets(result, store.policy, k, xml_chars)
                 # Retrieval scores and matched terms say nothing about the answer: left out.
-                evidence = render_xml(packets, superseded=mode, token_budget=token_budget, query_id=q.query_id, rationale=False,
-                                      compact=xml_form == "compact")
+                context = render_xml(packets, superseded=mode, token_budget=evidence_budget, query_id=q.query_id, rationale=False,
+                                     compact=xml_form == "compact")
                 ids = [r.doc_id for r in result.top(k) if mode == "include" or r.status == "active"]
-                messages = answer_messages(question, evidence)
-            meta = {"context_doc_ids": ids, "controlling_in_context": bool(gold & set(ids)) if cond != "closed-book" else False}
-            jobs.append(Job(q.query_id, cond, messages, meta))
+                messages = answer_messages(question, context)
+            meta = {
+                "context_doc_ids": ids,
+                "controlling_in_context": bool(gold & set(ids)) if cond != "closed-book" else False,
+                "context_tokens": round(approx_tokens(context)),
+            }
+            jobs.append(Job(q.query_id, cond, messages, meta, result))
     return jobs
 
 
@@ -307,9 +388,55 @@ def answer_jobs(
         for i, answer in tqdm(calls, total=len(order), desc="answers", unit="call", disable=None if progress else True):
             if answer is not None:
                 answered[i] = answer
-    rows = {i: {"query_id": jobs[i].query_id, "condition": jobs[i].condition, "answer": answered[group[0]], "model": client.model, **jobs[i].meta}
+    rows = {i: {"query_id": jobs[i].query_id, "condition": jobs[i].condition, "answer": answered[group[0]], "model": client.model,
+                **jobs[i].meta, **client.usage(jobs[i].messages)}
             for group in same.values() if group[0] in answered for i in group}
     return [rows[i] for i in sorted(rows)]
+
+
+# --------------------------------------------------------------------------- guard + repair
+
+def repair_rows(
+    rows: Sequence[dict[str, Any]], jobs: Sequence[Job], client: ChatClient, policy: Any, *, k: int = 5,
+    concurrency: int = 1, progress: bool = True,
+) -> list[dict[str, Any]]:
+    """``car-reader-repair`` rows: every ``car-reader`` answer checked by the guard against
+    the result it was generated from; a flagged one is sent back to the same model once,
+    with the findings stated plainly (:func:`car_rag.guard.repair_messages`); an unflagged
+    one is kept as it is, at no cost. Rows keep ``original_answer``, ``repaired`` and the
+    findings that triggered the repair."""
+    from car_rag.guard import check_answer, repair_messages
+
+    by_job = {(j.query_id, j.condition): j for j in jobs}
+    out: list[dict[str, Any]] = []
+    fixes: list[tuple[int, Job]] = []
+    for r in rows:
+        if r["condition"] != "car-reader":
+            continue
+        job = by_job[(r["query_id"], "car-reader")]
+        verdict = check_answer(r["answer"], job.result, policy, k=k)
+        out.append({**r, "condition": "car-reader-repair", "original_answer": r["answer"], "repaired": False,
+                    "repair_findings": [f.to_dict() for f in verdict.findings]})
+        if verdict.flagged:
+            messages = repair_messages(job.messages, r["answer"], verdict)
+            fixes.append((len(out) - 1, Job(r["query_id"], "car-reader-repair", messages, dict(job.meta), job.result)))
+    answered = {a["query_id"]: a for a in answer_jobs([j for _, j in fixes], client, concurrency=concurrency, progress=progress)}
+    for i, job in fixes:
+        if job.query_id in answered:
+            a = answered[job.query_id]
+            out[i].update(answer=a["answer"], repaired=True, **{t: a[t] for t in ("prompt_tokens", "completion_tokens") if t in a})
+    return out
+
+
+def guard_rows(rows: Sequence[dict[str, Any]], results: dict[str, Any], policy: Any, *, k: int = 5) -> None:
+    """Add the guard's verdict to every row (``guard``: judged, flagged, findings), judged
+    against car-rag's result for the row's query, whatever the condition's own context."""
+    from car_rag.guard import check_answer
+
+    for r in rows:
+        result = results.get(r["query_id"])
+        if result is not None:
+            r["guard"] = check_answer(r["answer"], result, policy, k=k).to_dict()
 
 
 # --------------------------------------------------------------------------- classify + report
@@ -338,18 +465,23 @@ def classify_rows(
     out = []
     for r in rows:
         c = classifier(r["answer"], suite_name, gold[r["query_id"]])
+        extra = {k: v for k, v in r.items() if k not in ("query_id", "condition", "answer", "label", "reason")}
+        if isinstance(r.get("original_answer"), str):
+            extra["original_label"] = classifier(r["original_answer"], suite_name, gold[r["query_id"]]).label
         out.append({"query_id": r["query_id"], "condition": r["condition"], "answer": r["answer"], "label": c.label,
-                    "reason": c.reason, **{k: v for k, v in r.items() if k not in ("query_id", "condition", "answer", "label", "reason")}})
+                    "reason": c.reason, **extra})
     return out
 
 
 def report(labelled: Sequence[dict[str, Any]], suite_name: str) -> dict[str, Any]:
-    """Per condition: n, each label's rate (Wilson 95%), and label × controlling-in-context."""
+    """Per condition: n, each label's rate (Wilson 95%), label × controlling-in-context,
+    context size, and the guard's flags; the repair's before → after when it ran."""
+    labels = labels_for(suite_name)
     conditions: dict[str, Any] = {}
     for cond in dict.fromkeys(r["condition"] for r in labelled):
         rows = [r for r in labelled if r["condition"] == cond]
         counts = collections.Counter(r["label"] for r in rows)
-        entry: dict[str, Any] = {"n": len(rows), "rates": {lab: Rate(counts[lab], len(rows)).to_dict() for lab in LABELS}}
+        entry: dict[str, Any] = {"n": len(rows), "rates": {lab: Rate(counts[lab], len(rows)).to_dict() for lab in labels}}
         known = [r for r in rows if isinstance(r.get("controlling_in_context"), bool)]
         if known:
             entry["controlling_in_context"] = Rate(sum(r["controlling_in_context"] for r in known), len(known)).to_dict()
@@ -358,18 +490,47 @@ def report(labelled: Sequence[dict[str, Any]], suite_name: str) -> dict[str, Any
                 sub = [r for r in known if r["controlling_in_context"] is flag]
                 c = collections.Counter(r["label"] for r in sub)
                 table["in_context" if flag else "not_in_context"] = {
-                    "n": len(sub), "counts": {lab: c[lab] for lab in LABELS},
-                    "rates": {lab: Rate(c[lab], len(sub)).to_dict() for lab in LABELS},
+                    "n": len(sub), "counts": {lab: c[lab] for lab in labels},
+                    "rates": {lab: Rate(c[lab], len(sub)).to_dict() for lab in labels},
                 }
             entry["by_retrieval"] = table
+        for key in ("context_tokens", "prompt_tokens"):
+            values = sorted(r[key] for r in rows if isinstance(r.get(key), int))
+            if values:
+                entry[key] = {"median": values[len(values) // 2], "n": len(values)}
+        judged = [r for r in rows if isinstance(r.get("guard"), dict) and r["guard"].get("judged")]
+        if any(isinstance(r.get("guard"), dict) for r in rows):
+            kinds = collections.Counter(f["kind"] for r in judged for f in r["guard"]["findings"])
+            flagged = [r for r in judged if r["guard"]["flagged"]]
+            entry["guard"] = {
+                "judged": len(judged), "not_judged": sum(isinstance(r.get("guard"), dict) for r in rows) - len(judged),
+                "flagged": Rate(len(flagged), len(judged)).to_dict() if judged else None,
+                "findings": dict(sorted(kinds.items())),
+                "flagged_by_label": dict(collections.Counter(r["label"] for r in flagged)),
+            }
         conditions[cond] = entry
-    return {"suite": suite_name, "labels": list(LABELS), "conditions": conditions, "paired": paired(labelled),
-            "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out = {"suite": suite_name, "labels": list(labels), "conditions": conditions, "paired": paired(labelled),
+           "paired_correct": paired(labelled, "correct"), "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    repaired = [r for r in labelled if r.get("repaired") is True]
+    if any("original_label" in r for r in labelled):
+        out["repair"] = {
+            "answers": sum("original_label" in r for r in labelled),
+            "repaired": len(repaired),
+            "transitions": dict(collections.Counter(f"{r['original_label']} -> {r['label']}" for r in repaired)),
+            "correct_broken": sum(r["original_label"] == "correct" and r["label"] != "correct" for r in repaired),
+            "queries": [{"query_id": r["query_id"], "before": r["original_label"], "after": r["label"],
+                         "findings": [f["kind"] for f in r.get("repair_findings", [])]} for r in repaired],
+        }
+    return out
 
 
-PAIRS = (("dense", "car-xml"), ("car-plain", "car-xml"), ("dense", "car-plain"), ("car-xml", "car-xml-omit"))
-"""Condition pairs compared query by query: retrieval, the packets alone, retrieval as plain
-text, and showing the superseded records or not."""
+PAIRS = (
+    ("dense", "car-xml"), ("car-plain", "car-xml"), ("dense", "car-plain"), ("car-xml", "car-xml-omit"),
+    ("car-plain", "car-reader"), ("fresh-plain", "car-reader"), ("car-xml", "car-reader"), ("dense", "car-reader"),
+    ("car-reader", "car-reader-repair"), ("dense", "car-reader-repair"), ("car-plain", "fresh-plain"),
+)
+"""Condition pairs compared query by query: retrieval, the evidence forms against each
+other and against plain text, and the guard's repair."""
 
 
 def paired(
@@ -405,32 +566,61 @@ def _cell(rate: dict) -> str:
     return f"{rate['value']:.3f} [{lo:.2f}, {hi:.2f}] ({rate['successes']})"
 
 
+def _paired_table(pairs: list[dict[str, Any]], what: str) -> list[str]:
+    lines = ["", f"{what}, condition against condition on the same queries (exact McNemar test):", "",
+             f"| A | B | queries | {what.lower()} under A | under B | B / A | A only | B only | p |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in pairs:
+        ratio = "–" if p["ratio_b_to_a"] is None else f"{p['ratio_b_to_a']:.2f}"
+        lines.append(f"| {p['a']} | {p['b']} | {p['n']} | {p['a_count']} | {p['b_count']} | {ratio} | {p['only_a']} | "
+                     f"{p['only_b']} | {p['mcnemar_p']:.3g} |")
+    return lines
+
+
 def markdown(rep: dict[str, Any], command: str) -> str:
+    labels = rep.get("labels", [])
     lines = [
         f"# Reader answers on {rep['suite']}",
         "",
         f"Generated by `{command}` on {rep['generated']}. Labels from `car_rag.eval.answers.classify` "
         "(rules; each row's reason is in `answers.labelled.jsonl`). Rates with Wilson 95% intervals (count).",
         "",
-        "| condition | n | controlling record in context | " + " | ".join(LABELS) + " |",
-        "|---|---|---|" + "---|" * len(LABELS),
+        "| condition | n | controlling record in context | " + " | ".join(labels) + " |",
+        "|---|---|---|" + "---|" * len(labels),
     ]
     for cond, e in rep["conditions"].items():
         ctx = _cell(e["controlling_in_context"]) if "controlling_in_context" in e else "–"
-        lines.append(f"| {cond} | {e['n']} | {ctx} | " + " | ".join(_cell(e["rates"][lab]) for lab in LABELS) + " |")
+        lines.append(f"| {cond} | {e['n']} | {ctx} | " + " | ".join(_cell(e["rates"][lab]) for lab in labels) + " |")
+    if any("context_tokens" in e or "guard" in e for e in rep["conditions"].values()):
+        lines += ["", "Context size (median tokens: evidence by `approx_tokens`, whole prompt as the server counted it) and the "
+                  "authority guard's verdict on each answer, judged against car-rag's result for the query:", "",
+                  "| condition | evidence tokens | prompt tokens | guard flagged | not judged | findings | flagged answers by label |",
+                  "|---|---|---|---|---|---|---|"]
+        for cond, e in rep["conditions"].items():
+            g = e.get("guard") or {}
+            flagged = _cell(g["flagged"]) if g.get("flagged") else "–"
+            findings = ", ".join(f"{k} {v}" for k, v in g.get("findings", {}).items()) or "–"
+            by_label = ", ".join(f"{k} {v}" for k, v in g.get("flagged_by_label", {}).items()) or "–"
+            lines.append(f"| {cond} | {e.get('context_tokens', {}).get('median', '–')} | {e.get('prompt_tokens', {}).get('median', '–')} | "
+                         f"{flagged} | {g.get('not_judged', '–')} | {findings} | {by_label} |")
     if rep.get("paired"):
-        lines += ["", "Confident-wrong answers, condition against condition on the same queries (exact McNemar test):", "",
-                  "| A | B | queries | confident wrong under A | under B | B / A | A only | B only | p |", "|---|---|---|---|---|---|---|---|---|"]
-        for p in rep["paired"]:
-            ratio = "–" if p["ratio_b_to_a"] is None else f"{p['ratio_b_to_a']:.2f}"
-            lines.append(f"| {p['a']} | {p['b']} | {p['n']} | {p['a_count']} | {p['b_count']} | {ratio} | {p['only_a']} | "
-                         f"{p['only_b']} | {p['mcnemar_p']:.3g} |")
+        lines += _paired_table(rep["paired"], "Confident-wrong answers")
+    if rep.get("paired_correct"):
+        lines += _paired_table(rep["paired_correct"], "Correct answers")
+    if rep.get("repair"):
+        rp = rep["repair"]
+        lines += ["", f"Repair (car-reader-repair): {rp['repaired']} of {rp['answers']} car-reader answers flagged by the guard and "
+                  f"answered again; correct answers the repair turned into something else: {rp['correct_broken']}.", ""]
+        if rp["transitions"]:
+            lines += ["| before -> after | answers |", "|---|---|"]
+            lines += [f"| {t} | {n} |" for t, n in sorted(rp["transitions"].items(), key=lambda kv: -kv[1])]
+            lines += ["", "| query | before | after | findings |", "|---|---|---|---|"]
+            lines += [f"| {q['query_id']} | {q['before']} | {q['after']} | {', '.join(q['findings'])} |" for q in rp["queries"]]
     if any("by_retrieval" in e for e in rep["conditions"].values()):
         lines += ["", "Label counts by retrieval success (controlling record in the context or not):", "",
-                  "| condition | retrieval | n | " + " | ".join(LABELS) + " |", "|---|---|---|" + "---|" * len(LABELS)]
+                  "| condition | retrieval | n | " + " | ".join(labels) + " |", "|---|---|---|" + "---|" * len(labels)]
         for cond, e in rep["conditions"].items():
             for key, t in e.get("by_retrieval", {}).items():
-                lines.append(f"| {cond} | {key.replace('_', ' ')} | {t['n']} | " + " | ".join(str(t["counts"][lab]) for lab in LABELS) + " |")
+                lines.append(f"| {cond} | {key.replace('_', ' ')} | {t['n']} | " + " | ".join(str(t["counts"][lab]) for lab in labels) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -441,13 +631,14 @@ def plot(rep: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     conds = list(rep["conditions"])
-    width = 0.8 / len(LABELS)
+    labels = rep["labels"]
+    width = 0.8 / len(labels)
     fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(conds) + 2), 4))
-    for i, lab in enumerate(LABELS):
+    for i, lab in enumerate(labels):
         vals = [rep["conditions"][c]["rates"][lab]["value"] for c in conds]
         lo = [v - rep["conditions"][c]["rates"][lab]["ci95"][0] for v, c in zip(vals, conds)]
         hi = [rep["conditions"][c]["rates"][lab]["ci95"][1] - v for v, c in zip(vals, conds)]
-        ax.bar([x + (i - (len(LABELS) - 1) / 2) * width for x in range(len(conds))], vals, width, yerr=[lo, hi], capsize=2, label=lab)
+        ax.bar([x + (i - (len(labels) - 1) / 2) * width for x in range(len(conds))], vals, width, yerr=[lo, hi], capsize=2, label=lab)
     ax.set_xticks(range(len(conds)), conds)
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of answers (Wilson 95%)")
@@ -505,6 +696,10 @@ def run_eval_llm(
         concurrency = options.pop("concurrency", 4)
         jobs = build_jobs(suite, conditions, **options)
         rows = answer_jobs(jobs, client, concurrency=concurrency)
+        k = options.get("k", 5)
+        if "car-reader-repair" in conditions:
+            rows += repair_rows(rows, jobs, client, suite.policy, k=k, concurrency=concurrency)
+        guard_rows(rows, {j.query_id: j.result for j in jobs if j.result is not None}, suite.policy, k=k)
         raw = out_dir / "answers.jsonl"
         with raw.open("w", encoding="utf-8") as fh:
             for r in rows:

@@ -1,0 +1,126 @@
+"""The authority digest: one plain sentence per subject of the evidence, saying what holds
+now and which packet controls it, in the policy's own words.
+
+"lodash, CVE-2019-10744: patched. Patch release 4.17.12 [EP-1] fixes the vulnerability
+disclosure [EP-3]." A small reader that holds a release note which never names the CVE
+still learns from this line that the note answers the question, and in the domain's
+words rather than in "superseded", which small readers have been measured to read as
+"not fixed" (``evals/results/llm-ghsa-freeform/``). A policy without states gets neutral
+wording ("… is current; it supersedes …").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from car_rag.evidence import AuthorityLink, EvidencePacket, scope_groups
+from car_rag.policy import Policy
+
+__all__ = ["DigestLine", "authority_digest", "record_phrase", "subject_phrase"]
+
+
+@dataclass(frozen=True)
+class DigestLine:
+    """One subject of the evidence: its words, the state that holds (a policy state key,
+    ``"disputed"`` when current records disagree, None when unknown), the sentence, and
+    the packet ids that control it and that it replaced."""
+
+    subject: str
+    state: str | None
+    text: str
+    controlling: tuple[str, ...]
+    replaced: tuple[str, ...]
+
+
+def record_phrase(doc_type: str | None, version: str | None = None) -> str:
+    """'patch release 4.17.12', 'ruling issued': the record's type in words, and its version."""
+    kind = (doc_type or "record").replace("_", " ").strip() or "record"
+    return f"{kind} {version}" if version else kind
+
+
+def subject_phrase(scope: dict[str, str], policy: Policy | None = None) -> str:
+    """'lodash, CVE-2019-10744': a scope's values, in the policy's key order."""
+    keys = [k for k in (policy.scope_keys if policy else ()) if k in scope] + [k for k in scope if not policy or k not in policy.scope_keys]
+    return ", ".join(scope[k] for k in keys)
+
+
+def _shared_scope(packets: Sequence[EvidencePacket]) -> dict[str, str]:
+    shared = dict(packets[0].scope)
+    for p in packets[1:]:
+        shared = {k: v for k, v in shared.items() if p.scope.get(k) == v}
+    return shared or dict(packets[0].scope)
+
+
+def _verb(policy: Policy | None, link: AuthorityLink, trigger_type: str, target_type: str | None) -> str:
+    """The rule's verb; for an explicit edge, the verb of a policy rule between the two types."""
+    if policy is not None:
+        rule = policy.rule(link.rule)
+        if rule is not None and rule.verb:
+            return rule.verb
+        for rule in policy.rules:
+            if rule.verb and target_type and rule.matches_types(trigger_type, target_type):
+                return rule.verb
+    return "supersedes"
+
+
+def _ref(packet_id: str | None, shown: set[str]) -> str:
+    if packet_id is None:
+        return " (not in the evidence)"
+    return f" [{packet_id}]" if packet_id in shown else f" [{packet_id}, not shown]"
+
+
+def authority_digest(
+    packets: Sequence[EvidencePacket], policy: Policy | None = None, *, refs: dict[str, str] | None = None
+) -> list[DigestLine]:
+    """A :class:`DigestLine` per subject of ``packets`` (records of one scope, or linked by
+    supersession), in the order of each subject's first packet. ``refs`` maps doc ids of
+    records not among ``packets`` (omitted or dropped) to their packet ids, so a line can
+    name them as not shown."""
+    refs = {**(refs or {}), **{p.doc_id: p.evidence_packet_id for p in packets}}
+    shown = {p.evidence_packet_id for p in packets}
+    lines = []
+    for members in scope_groups(packets):
+        group = [packets[i] for i in members]
+        subject = subject_phrase(_shared_scope(group), policy) or record_phrase(group[0].doc_type)
+        active = [p for p in group if p.is_active]
+        replaced = [p for p in group if not p.is_active]
+        states = {policy.state_of(p.doc_type) if policy else None for p in active}
+        state = next(iter(states)) if len(states) == 1 else ("disputed" if active else None)
+        sentences: list[str] = []
+        if state == "disputed":
+            parts = [f"{_state_words(policy, policy.state_of(p.doc_type) if policy else None, p)} per {record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}]" for p in active]
+            sentences.append(f"{subject}: disputed: " + "; ".join(parts) + ".")
+        elif active:
+            named = ", ".join(f"{record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}]" for p in active)
+            voids = [(p, link) for p in active for link in p.epistemic_metadata.supersedes]
+            if state is not None:
+                sentences.append(f"{subject}: {policy.state_label(state)}." if voids else f"{subject}: {policy.state_label(state)} ({named}).")  # type: ignore[union-attr]
+            elif not voids:
+                sentences.append(f"{subject}: {named} {'is' if len(active) == 1 else 'are'} current.")
+            for i, (p, link) in enumerate(voids):
+                verb = _verb(policy, link, p.doc_type, link.doc_type)
+                lead = f"{record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}]"
+                if state is None and i == 0:
+                    lead = f"{subject}: {lead} is current; it"
+                sentences.append(f"{lead} {verb} the {record_phrase(link.doc_type, link.version)}{_ref(refs.get(link.doc_id), shown)}.")
+        for p in replaced:
+            controllers = [link for link in p.epistemic_metadata.superseded_by if link.controlling and refs.get(link.doc_id) not in shown]
+            if p.epistemic_metadata.conflict_indicators.hidden_superseder and not any(l.controlling for l in p.epistemic_metadata.superseded_by):
+                sentences.append(f"{subject}: the {record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}] has been replaced by a record "
+                                 "you are not permitted to read; the evidence does not say what replaced it.")
+            for link in controllers:
+                sentences.append(f"{subject}: the {record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}] has been replaced by the "
+                                 f"{record_phrase(link.doc_type, link.version)}{_ref(refs.get(link.doc_id), shown)}.")
+        lines.append(DigestLine(
+            subject=subject,
+            state=state,
+            text=" ".join(sentences),
+            controlling=tuple(p.evidence_packet_id for p in active),
+            replaced=tuple(p.evidence_packet_id for p in replaced),
+        ))
+    return lines
+
+
+def _state_words(policy: Policy | None, state: str | None, packet: EvidencePacket) -> str:
+    return policy.state_label(state) if policy is not None and state is not None else f"{record_phrase(packet.doc_type)} current"
