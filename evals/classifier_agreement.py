@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from car_rag.eval.answers import LABELS, classify, load_gold
+from car_rag.eval.answers import Classification, classify, labels_for, load_gold
 from car_rag.eval.stats import Rate
 from car_rag.eval.suites import default_corpora_dir
 
@@ -34,6 +34,27 @@ def _normalise(row: dict) -> dict:
     return row
 
 
+def compare(answers_path: Path, labels_path: Path, suite: str) -> list[tuple[dict, dict, Classification]]:
+    """(answer, hand label, classifier verdict) for every hand-labelled answer."""
+    gold = load_gold(suite)
+    # The dev file names its fields id / retrieval; eval-llm's answers query_id / condition.
+    answers = [_normalise(json.loads(line)) for line in answers_path.read_text().splitlines() if line.strip()]
+    labels = {(r["id"], r["retrieval"]): r for r in map(_normalise, map(json.loads, labels_path.read_text().splitlines()))}
+    unknown = sorted(set(labels) - {(a["id"], a["retrieval"]) for a in answers})
+    if unknown:
+        raise SystemExit(f"{len(unknown)} hand labels name no answer in {answers_path}, first: {unknown[:3]}")
+    seen: set[tuple[str, str]] = set()
+    rows = []
+    for a in answers:
+        key = (a["id"], a["retrieval"])
+        hand = labels.get(key)
+        if hand is None or key in seen:  # a labelled sample of a larger run: only labelled answers count
+            continue
+        seen.add(key)
+        rows.append((a, hand, classify(a["answer"], suite, gold[a["id"]])))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--answers", type=Path, default=default_corpora_dir().parent / "ghsa_llm_answers_dev.jsonl")
@@ -42,23 +63,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "classifier_agreement.md")
     args = ap.parse_args(argv)
 
-    gold = load_gold(args.suite)
-    # The dev file names its fields id / retrieval; eval-llm's answers query_id / condition.
-    answers = [_normalise(json.loads(line)) for line in args.answers.read_text().splitlines() if line.strip()]
-    labels = {(r["id"], r["retrieval"]): r for r in map(_normalise, map(json.loads, args.labels.read_text().splitlines()))}
-    unknown = sorted(set(labels) - {(a["id"], a["retrieval"]) for a in answers})
-    if unknown:
-        raise SystemExit(f"{len(unknown)} hand labels name no answer in {args.answers}, first: {unknown[:3]}")
-    rows, agree = [], 0
-    confusion: collections.Counter = collections.Counter()
-    for a in answers:
-        hand = labels.get((a["id"], a["retrieval"]))
-        if hand is None:  # a labelled sample of a larger run: only labelled answers count
-            continue
-        auto = classify(a["answer"], args.suite, gold[a["id"]])
-        confusion[(hand["label"], auto.label)] += 1
-        agree += hand["label"] == auto.label
-        rows.append((a, hand, auto))
+    rows = compare(args.answers, args.labels, args.suite)
+    labels = labels_for(args.suite)
+    agree = sum(hand["label"] == auto.label for _, hand, auto in rows)
+    confusion = collections.Counter((hand["label"], auto.label) for _, hand, auto in rows)
+    answers = [line for line in args.answers.read_text().splitlines() if line.strip()]
     rate = Rate(agree, len(rows))
     lines = [
         "# Answer classifier vs hand labels",
@@ -71,15 +80,15 @@ def main(argv=None) -> int:
         "",
         "Confusion (rows: hand label, columns: classifier):",
         "",
-        "| hand \\ classifier | " + " | ".join(LABELS) + " |",
-        "|---|" + "---|" * len(LABELS),
+        "| hand \\ classifier | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
     ]
-    for h in LABELS:
-        lines.append(f"| {h} | " + " | ".join(str(confusion[(h, c)]) for c in LABELS) + " |")
-    lines += ["", "Hand-label distribution by retrieval:", "", "| retrieval | " + " | ".join(LABELS) + " |", "|---|" + "---|" * len(LABELS)]
+    for h in labels:
+        lines.append(f"| {h} | " + " | ".join(str(confusion[(h, c)]) for c in labels) + " |")
+    lines += ["", "Hand-label distribution by retrieval:", "", "| retrieval | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
     for ret in sorted({a["retrieval"] for a, _, _ in rows}):
         c = collections.Counter(h["label"] for a, h, _ in rows if a["retrieval"] == ret)
-        lines.append(f"| {ret} | " + " | ".join(str(c[lab]) for lab in LABELS) + " |")
+        lines.append(f"| {ret} | " + " | ".join(str(c[lab]) for lab in labels) + " |")
     dis = [(a, h, c) for a, h, c in rows if h["label"] != c.label]
     lines += ["", f"## Disagreements ({len(dis)})", ""]
     if not dis:

@@ -35,9 +35,10 @@ def read_jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def corpora() -> Path:
-    """The benchmark corpora folder; tests using it are skipped when it is absent."""
+    """The benchmark corpora folder. Missing, the tests that need it fail (a skip would let CI
+    pass without them): check out the project with ``../shared`` beside it."""
     if not CORPORA.is_dir():
-        pytest.skip(f"benchmark corpora not found at {CORPORA}")
+        pytest.fail(f"benchmark corpora not found at {CORPORA}: the tests need ../shared/data/car-benchmarks beside the checkout")
     return CORPORA
 
 
