@@ -41,7 +41,7 @@ from langchain_core.output_parsers import StrOutputParser  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 
-from langchain_car import CAREmbeddings, CARRetriever, answer_prompt, load_documents  # noqa: E402
+from langchain_car import CAREmbeddings, CARRetriever, answer_prompt, check_documents, load_documents  # noqa: E402
 
 DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
 QUESTIONS = [
@@ -51,7 +51,7 @@ QUESTIONS = [
 
 
 class OfflineFakeChatModel(BaseChatModel):
-    """A fake chat model (no language model): lists the active and superseded packets it was given."""
+    """A fake chat model (no language model): lists the current and replaced packets it was given."""
 
     @property
     def _llm_type(self) -> str:
@@ -59,10 +59,10 @@ class OfflineFakeChatModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
         match = re.search(r"<evidence\b.*?</evidence>", str(messages[-1].content), re.S)
-        packets = list(ET.fromstring(match.group(0)).iter("evidence-packet")) if match else []
-        active = [f"{p.get('doc-id')} [{p.get('id')}]" for p in packets if p.get("status") == "active"]
-        stale = [f"{p.get('doc-id')} [{p.get('id')}]" for p in packets if p.get("status") == "superseded"]
-        text = "(offline fake chat model, not an answer) active: " + ", ".join(active) + "; superseded: " + (", ".join(stale) or "none")
+        packets = list(ET.fromstring(match.group(0)).iter("packet")) if match else []
+        current = [f"[{p.get('id')}] {p.get('type')}" for p in packets if p.get("status") == "current"]
+        replaced = [f"[{p.get('id')}] by {p.get('replaced-by')}" for p in packets if p.get("status") == "replaced"]
+        text = "(offline fake chat model, not an answer) current: " + ", ".join(current) + "; replaced: " + (", ".join(replaced) or "none")
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
 
@@ -81,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--question", action="append", help="ask this (repeatable); default: two demo questions")
     parser.add_argument("--model", default=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
-    parser.add_argument("--show-evidence", action="store_true", help="print the XML evidence the model receives")
+    parser.add_argument("--show-evidence", action="store_true", help="print the evidence the model receives")
     args = parser.parse_args()
 
     # The user's vector store: langchain-chroma, documents carrying car-rag metadata.
@@ -100,7 +100,8 @@ def main() -> None:
         policy=load_policy(DEMO / "policy.toml"),  # the demo's rules (security + case law)
         k=5,
     )
-    # `retriever | format_evidence` works as is; the bound formatter adds the policy's rule descriptions.
+    # `retriever | format_evidence` works as is; the bound formatter uses the retriever's policy
+    # for the digest's words. form="audit" gives the full XML with retrieval rationale instead.
     evidence = retriever.evidence_formatter()
     chain = {"context": retriever | evidence, "question": RunnablePassthrough()} | answer_prompt | chat_model(args.model) | StrOutputParser()
 
@@ -113,7 +114,11 @@ def main() -> None:
             print(f"  {m['car_rank']}. [{m['car_status']}] {doc.id}{why}{voids}")
         if args.show_evidence:
             print(evidence.invoke(retriever.invoke(question)))
-        print(f"A: {chain.invoke(question)}\n")
+        answer = chain.invoke(question)
+        # The authority guard after the model (as a runnable: langchain_car.authority_guard()).
+        verdict = check_documents(answer, retriever.invoke(question), retriever.policy)
+        print(f"A: {answer}")
+        print(f"   guard: {'flagged: ' + '; '.join(f.message for f in verdict.findings) if verdict.flagged else 'consistent'}\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ __all__ = [
     "USER_PROMPT",
     "answer_messages",
     "available_prompts",
+    "evidence_messages",
     "fill_prompt",
     "load_prompt",
     "reader_messages",
@@ -104,6 +105,12 @@ def reader_messages(question: str, evidence: str) -> list[dict[str, str]]:
     """Chat messages (system, then user) for answering ``question`` from
     :func:`car_rag.reader_render.render_reader` evidence."""
     return _messages(reader_system_prompt(evidence), READER_USER, question, evidence)
+
+
+def evidence_messages(question: str, evidence: str) -> list[dict[str, str]]:
+    """:func:`reader_messages` or :func:`answer_messages`, whichever prompt ``evidence``'s
+    form (reader-first or audit XML) was written for."""
+    return answer_messages(question, evidence) if "<evidence-packet" in evidence else reader_messages(question, evidence)
 
 
 def answer_messages(question: str, evidence_xml: str) -> list[dict[str, str]]:

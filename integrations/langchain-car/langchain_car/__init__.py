@@ -14,6 +14,7 @@ from langchain_car.documents import (
 )
 from langchain_car.embeddings import CAREmbeddings
 from langchain_car.evidence import answer_prompt, documents_to_result, evidence_formatter, format_evidence
+from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, MetadataLookup
 from langchain_car.retrievers import CARRetriever
 
@@ -30,6 +31,8 @@ __all__ = [
     "DocumentListLookup",
     "MetadataLookup",
     "answer_prompt",
+    "authority_guard",
+    "check_documents",
     "document_metadata",
     "document_to_record",
     "documents_to_result",

@@ -1,4 +1,4 @@
-"""Evidence for the model: retrieved documents → car-rag XML evidence packets → prompt.
+"""Evidence for the model: retrieved documents → car-rag evidence → prompt.
 
 ``format_evidence`` is a runnable, so a chain reads::
 
@@ -9,22 +9,25 @@
     )
 
 The documents are turned back into the car-rag :class:`~car_rag.RetrievalResult` their
-``car_*`` metadata describe, and rendered by :func:`car_rag.render_xml` (packets built by
-:func:`car_rag.build_packets`): the same escaping, conflict groups, token budget and
-supersession sentences as the core, nothing re-implemented. Documents that did not come
-from :class:`~langchain_car.CARRetriever` are rendered as active packets in their order.
+``car_*`` metadata describe, and rendered by the core: the reader-first form by default
+(:func:`car_rag.reader_render.render_reader`: an authority digest in the policy's words,
+then packets marked current or replaced), or the audit XML (:func:`car_rag.render_xml`,
+``form="audit"``); the same escaping, token budget and wording as the core, nothing
+re-implemented. Documents that did not come from :class:`~langchain_car.CARRetriever`
+are rendered as current packets in their order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from car_rag import Policy, Record, RetrievalResult, RetrievedRecord, builtin_policies, load_policy, render_xml
 from car_rag.channels import FusedHit
 from car_rag.channels.fusion import RRF_K
 from car_rag.graph import Edge
-from car_rag.prompts import answer_messages
+from car_rag.prompts import evidence_messages
+from car_rag.reader_render import render_reader
 from car_rag.xml_render import SupersededMode, TokenCounter
 from langchain_core.documents import Document
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -140,6 +143,7 @@ def _policy_for(documents: Sequence[Document]) -> Policy | None:
 def evidence_formatter(
     policy: Policy | str | None = None,
     *,
+    form: Literal["reader", "audit"] = "reader",
     k: int | None = None,
     superseded: SupersededMode = "include",
     token_budget: float | None = None,
@@ -150,39 +154,37 @@ def evidence_formatter(
     id_key: str = "doc_id",
     compact: bool = False,
 ) -> Runnable[list[Document], str]:
-    """A runnable rendering a list of documents as car-rag ``<evidence>`` XML.
+    """A runnable rendering a list of documents as car-rag ``<evidence>``.
 
-    ``policy`` supplies rule descriptions for the supersession sentences (default: the
-    built-in policy named in the documents' ``car_policy``, if any). The other options are
-    :func:`car_rag.render_xml`'s: ``k`` packets at most, ``superseded="omit"`` to leave
-    superseded packets out (listed in ``<omitted>``), a ``token_budget``, ``compact`` for the
-    same facts in fewer tokens.
+    ``form="reader"`` (default) is what a model should read (:func:`car_rag.reader_render.render_reader`);
+    ``form="audit"`` is :func:`car_rag.render_xml`'s full XML with retrieval rationale, for
+    debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
+    supplies the state words, verbs and rule descriptions (default: the built-in policy named
+    in the documents' ``car_policy``, if any). ``k`` packets at most, ``superseded="omit"``
+    to leave superseded records out, a ``token_budget`` (whole packets are dropped, least
+    useful first).
     """
+    if form not in ("reader", "audit"):
+        raise ValueError(f"form must be 'reader' or 'audit', got {form!r}")
     bound = load_policy(policy) if isinstance(policy, str) else policy
 
     def format_evidence(documents: list[Document]) -> str:
         docs = list(documents)
         policy_ = bound or _policy_for(docs)
         result, shown = _build(docs, policy_, None, id_key)
-        return render_xml(
-            result,
-            policy=policy_,
-            k=shown if k is None else min(k, shown),
-            superseded=superseded,
-            token_budget=token_budget,
-            token_counter=token_counter,
-            query_id=query_id,
-            rationale=rationale,
-            indent=indent,
-            compact=compact,
-            provenance=False,  # records beyond the documents are text-less placeholders here
-        )
+        # Records beyond the documents are text-less placeholders here: no provenance packets.
+        common: dict[str, Any] = {"policy": policy_, "k": shown if k is None else min(k, shown), "superseded": superseded,
+                                  "token_budget": token_budget, "token_counter": token_counter, "query_id": query_id,
+                                  "indent": indent, "provenance": False}
+        if form == "reader":
+            return render_reader(result, **common)
+        return render_xml(result, rationale=rationale, compact=compact, **common)
 
     return RunnableLambda(format_evidence, name="format_evidence")
 
 
 format_evidence: Runnable[list[Document], str] = evidence_formatter()
-"""Documents → ``<evidence>`` XML with the default options (see :func:`evidence_formatter`)."""
+"""Documents → reader-first ``<evidence>`` with the default options (see :func:`evidence_formatter`)."""
 
 
 def _answer_prompt(inputs: dict[str, Any]) -> ChatPromptValue:
@@ -190,12 +192,13 @@ def _answer_prompt(inputs: dict[str, Any]) -> ChatPromptValue:
     question = inputs.get("question")
     if not isinstance(evidence, str) or not isinstance(question, str):
         raise TypeError("answer_prompt takes {'context': <evidence XML str>, 'question': <str>}")
-    system, user = answer_messages(question, evidence)
+    system, user = evidence_messages(question, evidence)
     return ChatPromptValue(messages=[SystemMessage(content=system["content"]), HumanMessage(content=user["content"])])
 
 
 answer_prompt: Runnable[dict[str, Any], ChatPromptValue] = RunnableLambda(_answer_prompt, name="car_answer_prompt")
 """car-rag's packaged answer prompt (:mod:`car_rag.prompts`) as a runnable: takes
-``{"context": evidence_xml, "question": str}`` and gives system + user chat messages. The
-system prompt defines the evidence as data and asks for answers from active packets with
+``{"context": evidence, "question": str}`` and gives system + user chat messages, with the
+prompt written for the evidence's form (reader-first or audit). The system prompt defines
+the evidence as data and asks for a direct answer from the current packets, with
 packet-id citations."""

@@ -1,8 +1,9 @@
 """``FakeEvidenceChatModel``: a fake chat model (no language model behind it) for chain tests.
 
-It reads the ``<evidence>`` XML out of its last message and answers the way the packaged
-system prompt asks a real model to: from the active packets, citing their ids, naming what
-was superseded and by what. Deterministic, so a test can assert what reached the model.
+It reads the ``<evidence>`` out of its last message (reader-first or audit form) and answers
+the way the packaged system prompt asks a real model to: from the active (current) packets,
+citing their ids, naming what was superseded and by what. Deterministic, so a test can
+assert what reached the model.
 """
 
 from __future__ import annotations
@@ -41,13 +42,18 @@ class FakeEvidenceChatModel(BaseChatModel):
             answer = "I was given no evidence."
         else:
             root = ET.fromstring(match.group(0))
-            packets = list(root.iter("evidence-packet"))
-            active = [f"{p.get('doc-id')} [{p.get('id')}]" for p in packets if p.get("status") == "active"]
-            stale = []
-            for p in packets:
-                if p.get("status") == "superseded":
-                    by = [s.get("doc-id") for s in p.iter("superseded-by") if s.get("controlling") == "true"]
-                    stale.append(f"{p.get('doc-id')} [{p.get('id')}] is superseded by {', '.join(by) or 'a hidden record'}")
+            if root.find("packet") is not None or root.find("digest") is not None:  # reader-first form
+                packets = list(root.iter("packet"))
+                active = [f"[{p.get('id')}]" for p in packets if p.get("status") == "current"]
+                stale = [f"[{p.get('id')}] is superseded by {p.get('replaced-by')}" for p in packets if p.get("status") == "replaced"]
+            else:
+                packets = list(root.iter("evidence-packet"))
+                active = [f"{p.get('doc-id')} [{p.get('id')}]" for p in packets if p.get("status") == "active"]
+                stale = []
+                for p in packets:
+                    if p.get("status") == "superseded":
+                        by = [s.get("doc-id") for s in p.iter("superseded-by") if s.get("controlling") == "true"]
+                        stale.append(f"{p.get('doc-id')} [{p.get('id')}] is superseded by {', '.join(by) or 'a hidden record'}")
             answer = "Active evidence: " + "; ".join(active) + "."
             if stale:
                 answer += " Superseded: " + "; ".join(stale) + "."

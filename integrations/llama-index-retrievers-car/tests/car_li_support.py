@@ -24,9 +24,11 @@ def content_words(text: str) -> set[str]:
 
 class FakeLLM(CustomLLM):
     """A fake LLM, named as such: no model behind it. It records every prompt it is given and
-    answers by citing the first active evidence packet it sees (or says it used the context)."""
+    answers by citing the first active (current) evidence packet it sees (or says it used the
+    context); ``scripted`` replaces that answer."""
 
     prompts: list[str] = []
+    scripted: str | None = None
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -34,9 +36,14 @@ class FakeLLM(CustomLLM):
 
     def _answer(self, prompt: str) -> str:
         self.prompts.append(prompt)
+        if self.scripted is not None:
+            return self.scripted
         active = re.search(r'<evidence-packet id="(EP-\d+)" doc-id="([^"]+)" status="active"', prompt)
         if active:
             return f"Answered from {active.group(2)} [{active.group(1)}]."
+        current = re.search(r'<packet id="(EP-\d+)" status="current"', prompt)
+        if current:
+            return f"Answered from [{current.group(1)}]."
         return "Answered from the context."
 
     @llm_completion_callback()

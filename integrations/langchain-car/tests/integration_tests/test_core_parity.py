@@ -7,6 +7,7 @@ import json
 
 import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, render_xml
+from car_rag.reader_render import render_reader
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
 from langchain_community.retrievers import BM25Retriever
 
@@ -39,7 +40,8 @@ def test_bm25_stage1_gives_the_same_records_and_the_same_evidence(core_store, qu
         docs = wrapped.invoke(q["query"])
         assert [d.id for d in docs] == expected.doc_ids(5), q["query_id"]
         assert [d.metadata["car_status"] for d in docs] == [r.status for r in expected.top(5)], q["query_id"]
-        assert wrapped.evidence_formatter().invoke(docs) == render_xml(expected, policy=policy, k=5, provenance=False), q["query_id"]
+        assert wrapped.evidence_formatter().invoke(docs) == render_reader(expected, policy=policy, k=5, provenance=False), q["query_id"]
+        assert wrapped.evidence_formatter(form="audit").invoke(docs) == render_xml(expected, policy=policy, k=5, provenance=False), q["query_id"]
         assert q["gold_doc_ids"][0] in [d.id for d in docs], q["query_id"]
 
 

@@ -14,6 +14,8 @@ EXPECTED_ALL = [
     "DocumentListLookup",
     "MetadataLookup",
     "answer_prompt",
+    "authority_guard",
+    "check_documents",
     "document_metadata",
     "document_to_record",
     "documents_to_result",

@@ -8,6 +8,7 @@ The node postprocessors live in :mod:`llama_index.postprocessor.car` (same distr
 
 from llama_index.retrievers.car.base import CARRetriever
 from llama_index.retrievers.car.embedding import CAREmbedding
+from llama_index.retrievers.car.guard import CAR_GUARD, check_response
 from llama_index.retrievers.car.layout import (
     MetadataLayout,
     load_nodes,
@@ -49,6 +50,7 @@ __all__ = [
     "CAREmbedding",
     "CARRetriever",
     "CAR_ANCHOR_ID",
+    "CAR_GUARD",
     "CAR_HIDDEN_SUPERSEDER",
     "CAR_KEYS",
     "CAR_RANK",
@@ -67,6 +69,7 @@ __all__ = [
     "ScopeQuery",
     "VectorStoreAuthorityLookup",
     "authority_lookup",
+    "check_response",
     "evidence_prompt_template",
     "load_nodes",
     "node_to_record",

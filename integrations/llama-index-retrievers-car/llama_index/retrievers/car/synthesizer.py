@@ -1,10 +1,11 @@
-"""Response synthesis from car-rag's XML evidence packets instead of raw node text.
+"""Response synthesis from car-rag's evidence instead of raw node text.
 
-The nodes a query engine hands to its synthesizer become one ``<evidence>`` document
-(:func:`car_rag.render_xml`): active packets first, superseded ones marked with a pointer
-to what voids them, conflict groups, injection-safe escaping. The LLM gets car-rag's
-answer prompt: a system message that defines the evidence as data, and a user message
-with the evidence and the question.
+The nodes a query engine hands to its synthesizer become one ``<evidence>`` document, by
+default the reader-first form (:func:`car_rag.reader_render.render_reader`: an authority
+digest in the policy's words, then packets marked current or replaced, whole texts within
+a token budget), or the audit XML (:func:`car_rag.render_xml`, ``form="audit"``); both
+injection-safe. The LLM gets car-rag's answer prompt for that form: a system message that
+defines the evidence as data, and a user message with the evidence and the question.
 
     engine = RetrieverQueryEngine(retriever, response_synthesizer=EvidenceSynthesizer(llm=llm, policy=policy))
 """
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from car_rag import Policy, load_policy, render_xml
-from car_rag.prompts import USER_PROMPT, load_prompt, system_prompt
+from car_rag.prompts import READER_USER, USER_PROMPT, load_prompt, reader_system_prompt, system_prompt
+from car_rag.reader_render import render_reader
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.prompt_helper import PromptHelper
@@ -33,13 +35,20 @@ from llama_index.retrievers.car.resolver import nodes_to_result
 __all__ = ["EvidenceSynthesizer", "evidence_prompt_template", "render_evidence"]
 
 
-def evidence_prompt_template() -> ChatPromptTemplate:
-    """car-rag's answer prompt as a LlamaIndex chat template over ``{context_str}`` (the XML
-    evidence) and ``{query_str}``."""
-    user = load_prompt(USER_PROMPT).replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
+EvidenceForm = Literal["reader", "audit"]
+
+
+def evidence_prompt_template(form: EvidenceForm = "reader") -> ChatPromptTemplate:
+    """car-rag's answer prompt for an evidence ``form`` as a LlamaIndex chat template over
+    ``{context_str}`` (the evidence) and ``{query_str}``. The template is built once for
+    every query, so its system message carries the hidden-record rules too."""
+    if form not in ("reader", "audit"):
+        raise ValueError(f"form must be 'reader' or 'audit', got {form!r}")
+    system, template = (reader_system_prompt(), READER_USER) if form == "reader" else (system_prompt(), USER_PROMPT)
+    user = load_prompt(template).replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
     return ChatPromptTemplate(
         message_templates=[
-            ChatMessage(role=MessageRole.SYSTEM, content=system_prompt()),
+            ChatMessage(role=MessageRole.SYSTEM, content=system),
             ChatMessage(role=MessageRole.USER, content=user.strip()),
         ]
     )
@@ -51,16 +60,22 @@ def render_evidence(
     policy: Policy | str | Path,
     *,
     layout: MetadataLayout | None = None,
+    form: EvidenceForm = "reader",
     **render_kwargs: Any,
 ) -> str:
-    """The ``<evidence>`` XML for nodes (see :func:`car_rag.render_xml` for ``k``,
-    ``superseded``, ``token_budget``, ``query_id``, ``rationale``, ``indent``, ``compact``).
+    """The ``<evidence>`` for nodes: the reader-first form (default; see
+    :func:`car_rag.reader_render.render_reader` for ``k``, ``superseded``, ``token_budget``,
+    ``query_id``, ``indent``) or ``form="audit"`` (:func:`car_rag.render_xml`, which also
+    takes ``rationale`` and ``compact``).
 
     Nodes from :class:`CARRetriever` or the car-rag postprocessors keep their status; other
     nodes are resolved among themselves (see :func:`nodes_to_result`)."""
+    if form not in ("reader", "audit"):
+        raise ValueError(f"form must be 'reader' or 'audit', got {form!r}")
     policy = load_policy(policy)
     result = nodes_to_result(query, nodes, policy, layout)
-    return render_xml(result, policy=policy, **render_kwargs)
+    render = render_reader if form == "reader" else render_xml
+    return render(result, policy=policy, **render_kwargs)
 
 
 class EvidenceSynthesizer(BaseSynthesizer):
@@ -70,13 +85,14 @@ class EvidenceSynthesizer(BaseSynthesizer):
         llm: the chat model (default ``Settings.llm``).
         policy: the car-rag policy the nodes were resolved under (rule descriptions and scope
             keys in the supersession sentences).
+        form: ``"reader"`` (default: what a model should read) or ``"audit"`` (the full XML
+            with retrieval rationale, for debugging and provenance).
         text_qa_template: a chat template over ``{context_str}`` and ``{query_str}``; default
-            :func:`evidence_prompt_template` (car-rag's answer prompt).
+            :func:`evidence_prompt_template` for ``form`` (car-rag's answer prompt).
         k: render only the first ``k`` records.
-        superseded: ``"include"`` (marked, with a pointer to what voids them) or ``"omit"``.
-        token_budget: drop the least useful packets (superseded first, lowest rank first)
-            until the evidence fits; what was dropped is listed in ``<dropped>``.
-        compact: the same facts in fewer tokens (:func:`car_rag.render_xml`'s compact form).
+        superseded: ``"include"`` (marked, with a pointer to what replaced them) or ``"omit"``.
+        token_budget: leave out the least useful packets, whole, until the evidence fits.
+        compact: audit form only: the same facts in fewer tokens.
     """
 
     def __init__(
@@ -85,6 +101,7 @@ class EvidenceSynthesizer(BaseSynthesizer):
         policy: Policy | str | Path | None = None,
         *,
         layout: MetadataLayout | None = None,
+        form: EvidenceForm = "reader",
         text_qa_template: BasePromptTemplate | None = None,
         k: int | None = None,
         superseded: Literal["include", "omit"] = "include",
@@ -99,8 +116,10 @@ class EvidenceSynthesizer(BaseSynthesizer):
         super().__init__(llm=llm, callback_manager=callback_manager, prompt_helper=prompt_helper, streaming=streaming)
         self.policy = load_policy(policy)
         self.layout = layout or MetadataLayout()
-        self._text_qa_template = text_qa_template or evidence_prompt_template()
-        self._render_kwargs: dict[str, Any] = {"k": k, "superseded": superseded, "token_budget": token_budget, "compact": compact}
+        self._text_qa_template = text_qa_template or evidence_prompt_template(form)
+        self._render_kwargs: dict[str, Any] = {"form": form, "k": k, "superseded": superseded, "token_budget": token_budget}
+        if form == "audit":
+            self._render_kwargs["compact"] = compact
 
     def _get_prompts(self) -> PromptDictType:
         return {"text_qa_template": self._text_qa_template}
@@ -110,7 +129,7 @@ class EvidenceSynthesizer(BaseSynthesizer):
             self._text_qa_template = prompts["text_qa_template"]
 
     def render(self, query: str, nodes: Sequence[NodeWithScore]) -> str:
-        """The evidence XML this synthesizer puts in front of the LLM for ``nodes``."""
+        """The evidence this synthesizer puts in front of the LLM for ``nodes``."""
         return render_evidence(query, nodes, self.policy, layout=self.layout, **self._render_kwargs)
 
     # The base class hands get_response only the nodes' text; pass the nodes along.
