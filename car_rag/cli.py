@@ -22,6 +22,18 @@ def _quiet_runtime() -> None:
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 
+def _count(text: str) -> int:
+    """A count option (``--k``, ``--k1``, ``--depth`` …): a negative k would slice off the last
+    records instead of failing, and 0 returns nothing."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _caller(args: argparse.Namespace):
     from car_rag.eligibility import CallerContext
 
@@ -212,9 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--store", type=Path, required=True)
     query.add_argument("--queries", type=Path, help="JSONL query set (query_id, query); one JSON line out per query")
     query.add_argument("--out", type=Path, help="with --queries: write here instead of stdout")
-    query.add_argument("--k", type=int, default=5, help="records to return (default 5)")
-    query.add_argument("--k1", type=int, default=10, help="Stage-1 anchors (default 10)")
-    query.add_argument("--depth", type=int, default=50, help="per-channel Stage-1 depth before fusion")
+    query.add_argument("--k", type=_count, default=5, help="records to return (default 5)")
+    query.add_argument("--k1", type=_count, default=10, help="Stage-1 anchors (default 10)")
+    query.add_argument("--depth", type=_count, default=50, help="per-channel Stage-1 depth before fusion")
     query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"])
     query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"])
     query.add_argument("--format", default="table", choices=["table", "json", "xml"], help="xml: the evidence packets an LLM reads")
@@ -223,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.set_defaults(func=_cmd_query)
 
     demo = sub.add_parser("demo", help="dense-only vs BM25-only vs car-rag on the packaged demo corpus")
-    demo.add_argument("--k", type=int, default=5)
+    demo.add_argument("--k", type=_count, default=5)
     demo.add_argument("--store", type=Path, help="keep the demo store here (default: a temporary directory)")
     demo.set_defaults(func=_cmd_demo)
 
@@ -233,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
     bench.add_argument("--policy", help="its policy (name or file)")
     bench.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
-    bench.add_argument("--k", type=int, default=5)
-    bench.add_argument("--depth", type=int, default=100, help="ranking depth for ranks and MRR")
+    bench.add_argument("--k", type=_count, default=5)
+    bench.add_argument("--depth", type=_count, default=100, help="ranking depth for ranks and MRR")
     bench.add_argument("--systems", help="comma-separated subset of systems (default: all)")
     bench.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     bench.add_argument("--out", type=Path, default=Path("evals/results"))
@@ -249,15 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--model", help="model name on that server")
     evalllm.add_argument("--conditions", default=",".join(llm.DEFAULT_CONDITIONS),
                          help=f"comma-separated, of {', '.join(llm.CONDITIONS)} (default: %(default)s)")
-    evalllm.add_argument("--k", type=int, default=5, help="records in each context")
-    evalllm.add_argument("--limit", type=int, help="first N queries only")
+    evalllm.add_argument("--k", type=_count, default=5, help="records in each context")
+    evalllm.add_argument("--limit", type=_count, help="first N queries only")
     evalllm.add_argument("--query-ids", type=Path, help="answer only these queries: a file with one query id per line ('#' comments)")
     evalllm.add_argument("--evidence-budget", type=float, default=1500,
                          help="each context fitted to this many tokens by leaving out whole records, least useful first (default %(default)s)")
-    evalllm.add_argument("--max-doc-chars", type=int, help="also cut each record's text to this many characters, in every condition (default: whole)")
-    evalllm.add_argument("--max-tokens", type=int, default=512, help="answer length cap per model call")
+    evalllm.add_argument("--max-doc-chars", type=_count, help="also cut each record's text to this many characters, in every condition (default: whole)")
+    evalllm.add_argument("--max-tokens", type=_count, default=512, help="answer length cap per model call")
     evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact", help="XML evidence rendering (render_xml compact=)")
-    evalllm.add_argument("--concurrency", type=int, default=4, help="model calls in flight")
+    evalllm.add_argument("--concurrency", type=_count, default=4, help="model calls in flight")
     evalllm.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
     evalllm.add_argument("--retries", type=int, default=4, help="retries per model call")
     evalllm.add_argument("--cache", type=Path, help="answer cache JSONL (default OUT/cache.jsonl)")
@@ -272,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     guard.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
     guard.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
     guard.add_argument("--policy", help="its policy (name or file)")
-    guard.add_argument("--k", type=int, default=5, help="records the answers were given (default %(default)s)")
+    guard.add_argument("--k", type=_count, default=5, help="records the answers were given (default %(default)s)")
     guard.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
     guard.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     guard.add_argument("--out", type=Path, required=True)
@@ -288,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:  # OSError: unreadable files as well as missing ones
         print(f"car-rag {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -16,12 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from car_rag.records import Record
+from car_rag.records import PUBLIC_TENANT, Record
 
 __all__ = ["CallerContext", "PUBLIC_TENANT", "governance_metadata"]
-
-PUBLIC_TENANT = "*"
-"""Value of the ``car_tenant`` metadata of records that belong to every tenant."""
 
 
 @dataclass(frozen=True)

@@ -114,12 +114,19 @@ class Rule(BaseModel):
         return f"{self.trigger}⊳{self.target}"
 
 
+def _check_regex(pattern: str, where: str, *, grouped: bool = False) -> None:
+    # ``grouped``: compiled as the claim reader embeds a term, inside a group, where an inline
+    # flag such as "(?i)" is an error. A huge repeat count or nesting fails outside re.error.
+    try:
+        re.compile(f"(?:{pattern})" if grouped else pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        shown = pattern if len(pattern) <= 60 else f"{pattern[:60]}..."
+        raise ValueError(f"{where} is not a valid regex ({shown!r}): {exc}") from None
+
+
 def _check_regexes(patterns: tuple[str, ...], where: str) -> tuple[str, ...]:
     for i, pattern in enumerate(patterns):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"{where}[{i}] is not a valid regex ({pattern!r}): {exc}") from exc
+        _check_regex(pattern, f"{where}[{i}]", grouped=where == "terms")
     return patterns
 
 
@@ -160,7 +167,14 @@ def _vocabulary_states(name: str) -> dict[str, Any]:
 
 
 class Policy(BaseModel):
-    """A domain's authority rules and how to read scope ids out of a query."""
+    """A domain's authority rules and how to read scope ids out of a query.
+
+    A policy may have no rules: records' explicit ``supersedes`` edges count under any
+    policy, so a corpus that states its own supersession needs none (and a policy that only
+    carries states for reading answers has none). A policy file must still say so with
+    ``rules = []``, so that a forgotten ``[[rules]]`` section is an error, not a policy that
+    voids nothing.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -169,7 +183,9 @@ class Policy(BaseModel):
     scope_keys: tuple[str, ...] = Field(
         min_length=1, description="Entity keys that define a record's scope (its entity-index bucket)."
     )
-    rules: tuple[Rule, ...] = Field(default=(), description="Supersession rules; explicit edges always count too.")
+    rules: tuple[Rule, ...] = Field(
+        default=(), description="Supersession rules; explicit edges always count too, so none is a valid choice."
+    )
     scope_patterns: dict[str, str] = Field(
         default_factory=dict,
         description="Scope key -> regex pulling that key's value out of a query (first group, else whole match).",
@@ -190,21 +206,32 @@ class Policy(BaseModel):
         if isinstance(data, dict) and data.get("vocabulary"):
             names = data["vocabulary"]
             if isinstance(names, str) or not isinstance(names, (list, tuple)):
-                raise ValueError("vocabulary must be a list of names")
+                raise ValueError("vocabulary: must be a list of names")
+            states = data.get("states") or {}
+            if not isinstance(states, dict):
+                raise ValueError("states: must be a table of state name -> state")
             merged: dict[str, Any] = {}
             for name in names:
                 merged.update(_vocabulary_states(name))
-            data = {**data, "states": {**merged, **(data.get("states") or {})}}
+            data = {**data, "states": {**merged, **states}}
         return data
+
+    @field_validator("scope_keys")
+    @classmethod
+    def _distinct_keys(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        blank = [k for k in value if not k.strip()]
+        if blank:
+            raise ValueError(f"scope keys must not be empty or white space, got {blank}")
+        repeated = sorted({k for k in value if value.count(k) > 1})
+        if repeated:
+            raise ValueError(f"scope keys must be unique, repeated: {repeated}")
+        return value
 
     @field_validator("scope_patterns")
     @classmethod
     def _compile(cls, value: dict[str, str]) -> dict[str, str]:
         for key, pattern in value.items():
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"scope_patterns[{key!r}] is not a valid regex: {exc}") from exc
+            _check_regex(pattern, f"scope_patterns[{key!r}]")
         return value
 
     @model_validator(mode="after")
@@ -212,21 +239,24 @@ class Policy(BaseModel):
         names = [r.name for r in self.rules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"rule names must be unique, repeated: {dupes}")
-        for rule in self.rules:
+            raise ValueError(f"rules: rule names must be unique, repeated: {dupes}")
+        for i, rule in enumerate(self.rules):
             unknown = [k for k in rule.within if k not in self.scope_keys]
             if unknown:
-                raise ValueError(f"rule {rule.name!r} uses keys {unknown} that are not in scope_keys {list(self.scope_keys)}")
-        for key in self.scope_patterns:
-            if key not in self.scope_keys:
-                raise ValueError(f"scope_patterns names key {key!r} that is not in scope_keys")
+                raise ValueError(
+                    f"rules.{i}.within: rule {rule.name!r} uses keys {unknown} that are not in scope_keys {list(self.scope_keys)}"
+                )
+        for field in ("scope_patterns", "case_insensitive_keys"):
+            for key in getattr(self, field):
+                if key not in self.scope_keys:
+                    raise ValueError(f"{field}: names key {key!r} that is not in scope_keys")
         owner: dict[str, str] = {}
         for name, state in self.states.items():
             if state.opposite is not None and state.opposite not in self.states:
-                raise ValueError(f"state {name!r}: opposite {state.opposite!r} is not a state of this policy")
+                raise ValueError(f"states.{name}.opposite: {state.opposite!r} is not a state of this policy")
             for doc_type in state.doc_types:
                 if doc_type in owner:
-                    raise ValueError(f"doc_type {doc_type!r} is in two states: {owner[doc_type]!r} and {name!r}")
+                    raise ValueError(f"states.{name}.doc_types: {doc_type!r} is also in state {owner[doc_type]!r}")
                 owner[doc_type] = name
         return self
 
@@ -290,13 +320,24 @@ def builtin_policies() -> list[str]:
 def _parse(text: str, suffix: str, origin: str) -> Policy:
     try:
         data = json.loads(text) if suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+    except RecursionError:
+        raise PolicyError(f"{origin}: cannot parse: nested too deeply") from None
+    except ValueError as exc:  # a syntax error, or an integer too long to convert
         raise PolicyError(f"{origin}: cannot parse: {exc}") from exc
+    problems: list[str] = []
+    if isinstance(data, dict) and "rules" not in data:
+        # A forgotten [[rules]] section would load as a policy that voids nothing.
+        problems.append(
+            "rules: missing; write `rules = []` for a policy whose only supersession is the records' "
+            "explicit `supersedes` edges"
+        )
     try:
-        return Policy.model_validate(data)
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
-        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise PolicyError(f"{origin}: invalid policy: {details}") from exc
+        problems += [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"] for e in exc.errors()]
+    if problems:
+        raise PolicyError(f"{origin}: invalid policy: {'; '.join(problems)}")
+    return policy
 
 
 def load_policy(name_or_path: str | Path | Policy) -> Policy:
@@ -307,7 +348,12 @@ def load_policy(name_or_path: str | Path | Policy) -> Policy:
     if path.suffix in (".toml", ".json"):
         if not path.is_file():
             raise PolicyError(f"policy file not found: {path}")
-        return _parse(path.read_text(encoding="utf-8"), path.suffix, str(path))
+        try:
+            # utf-8-sig: a byte-order mark some editors write is not part of the policy.
+            text = path.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise PolicyError(f"{path}: cannot parse: not UTF-8: {exc.reason} at byte {exc.start}") from None
+        return _parse(text, path.suffix, str(path))
     name = str(name_or_path)
     if name not in builtin_policies():
         raise PolicyError(f"unknown policy {name!r}: use a .toml/.json file or one of {builtin_policies()}")

@@ -11,15 +11,45 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
-__all__ = ["Record", "RecordError", "LoadReport", "load_records", "parse_records"]
+__all__ = ["Record", "RecordError", "LoadReport", "load_records", "parse_records", "PUBLIC_TENANT"]
+
+PUBLIC_TENANT = "*"
+"""The tenant value the eligibility gate writes for records that belong to every tenant;
+reserved, so no record can claim it (see :mod:`car_rag.eligibility`)."""
+
+METADATA_DEPTH = 64
+"""How deeply ``metadata`` may nest: a record is stored as JSON and read back when its store
+opens, and pydantic's JSON reader refuses nesting much past 200 levels."""
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """``repr`` of a value for an error message, cut short so a huge one cannot flood the report."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _not_blank(value: str) -> str:
+    # An empty scope value would put unrelated records in one entity bucket (and link them
+    # through a rule); an empty tenant or principal is a data error, not a name.
+    if not value.strip():
+        raise ValueError(f"must not be empty or white space, got {_shown(value)}")
+    return value
+
+
+_Label = Annotated[StrictStr, AfterValidator(_not_blank)]
+"""A scope key or value, tenant or principal: a string that is not empty or white space."""
 
 
 class Record(BaseModel):
@@ -31,7 +61,7 @@ class Record(BaseModel):
     doc_id: StrictStr = Field(min_length=1, description="Stable unique id of the record.")
     text: StrictStr = Field(description="The document text, verbatim.")
     doc_type: StrictStr = Field(min_length=1, description="Kind of document; policy rules match on it.")
-    scope: dict[StrictStr, StrictStr] = Field(
+    scope: dict[_Label, _Label] = Field(
         default_factory=dict, description="Entity keys the record is about, e.g. {'cve_id': ..., 'package': ...}."
     )
     published_at: datetime | None = Field(default=None, description="When the record was issued.")
@@ -44,14 +74,34 @@ class Record(BaseModel):
     authority: float | None = Field(
         default=None, ge=0.0, le=1.0, strict=True, description="Source authority weight, 0..1."
     )
-    tenant: StrictStr | None = Field(default=None, description="Owning tenant; None means every tenant.")
-    allowed_principals: list[StrictStr] = Field(
+    tenant: _Label | None = Field(
+        default=None, description=f"Owning tenant; None means every tenant ({PUBLIC_TENANT!r} is reserved)."
+    )
+    allowed_principals: list[_Label] = Field(
         default_factory=list, description="Principals allowed to read it; empty means every principal."
     )
     supersedes: list[StrictStr] = Field(
         default_factory=list, description="Explicit supersession edges: ids this record voids."
     )
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free metadata, carried through.")
+
+    @field_validator("metadata")
+    @classmethod
+    def _storable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Checked here, not when written: a record the store cannot read back would make the
+        # whole store fail to open.
+        stack = [(value, 1)]
+        while stack:
+            item, depth = stack.pop()
+            if depth > METADATA_DEPTH:
+                raise ValueError(f"nested deeper than {METADATA_DEPTH} levels")
+            children = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else ()
+            stack.extend((child, depth + 1) for child in children)
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"must be JSON data: {exc}") from None
+        return value
 
     @field_validator("doc_id")
     @classmethod
@@ -72,6 +122,26 @@ class Record(BaseModel):
                         text.encode("utf-8")
                     except UnicodeEncodeError as exc:
                         raise ValueError(f"unpaired surrogate at position {exc.start}: not valid Unicode") from None
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def _not_public_marker(cls, value: str | None) -> str | None:
+        # The Chroma filter reads the marker as "every tenant": a record carrying it would be
+        # public to dense search and private to BM25 and Stage 2.
+        if value == PUBLIC_TENANT:
+            raise ValueError(f"{PUBLIC_TENANT!r} is reserved for records of every tenant: leave tenant out instead")
+        return value
+
+    @field_validator("published_at", "effective_at", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: object) -> object:
+        # pydantic reads a number, or a string of digits, as seconds since 1970: 2024 or
+        # "20240131" would silently become a date in 1970.
+        if isinstance(value, numbers.Number) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
+            raise ValueError(
+                f"must be an ISO-8601 date such as '2024-01-31' or '2024-01-31T12:00:00Z', not a number: {_shown(value)}"
+            )
         return value
 
     @field_validator("published_at", "effective_at")
@@ -131,8 +201,10 @@ class LoadReport:
 def _errors_from_validation(exc: ValidationError, source: str, line: int | None, doc_id: str | None) -> list[RecordError]:
     out = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or None
-        out.append(RecordError(source, line, doc_id, loc, err["msg"]))
+        loc, message = [str(p) for p in err["loc"]], err["msg"]
+        if loc[-1:] == ["[key]"]:  # a bad key of a dict: name the dict, the message shows the key
+            loc, message = loc[:-2], f"invalid key: {message}"
+        out.append(RecordError(source, line, doc_id, ".".join(loc) or None, message))
     return out
 
 
@@ -141,7 +213,8 @@ def _validate(numbered: Iterable[tuple[int, Any, str | None]], source: str) -> L
     seen: set[str] = set()
     for number, item, problem in numbered:
         if problem:
-            report.errors.append(RecordError(source, number, None, None, problem))
+            doc_id = item.get("doc_id") if isinstance(item, dict) and isinstance(item.get("doc_id"), str) else None
+            report.errors.append(RecordError(source, number, doc_id, None, problem))
             continue
         if isinstance(item, Record):
             record = item
@@ -169,6 +242,19 @@ def parse_records(items: Iterable[Any], source: str = "<input>") -> LoadReport:
     return _validate(((n, item, None) for n, item in enumerate(items, start=1)), source)
 
 
+def _load_json(text: str) -> tuple[Any, list[str]]:
+    """One JSON value, and the keys some object in it repeats (JSON keeps the last of two
+    equal keys: a repeated "supersedes" would drop edges silently)."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in items]
+        repeated.extend(key for i, key in enumerate(keys) if key in keys[:i])
+        return dict(items)
+
+    return json.loads(text, object_pairs_hook=pairs), repeated
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -176,11 +262,17 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 continue
             try:
                 # utf-8-sig: a byte-order mark some editors write must not cost the first record.
-                yield number, json.loads(raw.decode("utf-8-sig")), None
+                item, repeated = _load_json(raw.decode("utf-8-sig"))
             except UnicodeDecodeError as exc:
                 yield number, None, f"not UTF-8: {exc.reason} at byte {exc.start}"
             except json.JSONDecodeError as exc:
                 yield number, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+            except ValueError as exc:  # e.g. an integer too long to convert
+                yield number, None, f"invalid JSON: {exc}"
+            except RecursionError:
+                yield number, None, "invalid JSON: nested too deeply"
+            else:
+                yield number, item, f"invalid JSON: key {_shown(repeated[0])} appears twice in one object" if repeated else None
 
 
 def load_records(path: str | Path) -> LoadReport:

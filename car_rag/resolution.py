@@ -3,7 +3,9 @@
 Stage 2 follows supersession from every anchor, and from every scope id the query names,
 through the entity-indexed authority graph. Stage 3 builds the supersession graph over
 that retrieved set (RSSG) and keeps its active frontier in front: active records first,
-each in its anchor's Stage-1 order, superseded records after them as provenance.
+each in its anchor's Stage-1 order, superseded records after them as provenance. A record
+voided only by records the caller may not read has nothing shown in its place, so it keeps
+its own: ranked among the active records, and an anchor never after its Stage-1 rank.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ class RetrievedRecord:
     def doc_id(self) -> str:
         return self.record.doc_id
 
+    @property
+    def displaced(self) -> bool:
+        """Superseded, with a record the caller may read in its place: ranked after the active
+        records as provenance. One voided only by hidden records (``hidden_superseder``) is not."""
+        return self.status == "superseded" and not self.hidden_superseder
+
     def to_dict(self) -> dict:
         return {
             "rank": self.rank,
@@ -78,7 +86,8 @@ class RetrievedRecord:
 
 @dataclass
 class RetrievalResult:
-    """Ranked records for one query: active frontier first, superseded provenance after."""
+    """Ranked records for one query: active frontier first, superseded provenance after
+    (a record superseded only by records the caller may not read keeps its place)."""
 
     query: str
     ranked: list[RetrievedRecord]
@@ -92,11 +101,15 @@ class RetrievalResult:
     def __len__(self) -> int:
         return len(self.ranked)
 
-    def top(self, k: int) -> list[RetrievedRecord]:
+    def top(self, k: int | None) -> list[RetrievedRecord]:
+        """The first ``k`` records (all with None); a negative ``k`` is an error, not a slice
+        that silently drops the last records."""
+        if k is not None and k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
         return self.ranked[:k]
 
     def doc_ids(self, k: int | None = None) -> list[str]:
-        return [r.doc_id for r in self.ranked[:k]]
+        return [r.doc_id for r in self.top(k)]
 
     @property
     def active(self) -> list[RetrievedRecord]:
@@ -113,7 +126,7 @@ class RetrievalResult:
         return {
             "query": self.query,
             "scope_ids": self.scope_ids,
-            "records": [r.to_dict() for r in self.ranked[:k]],
+            "records": [r.to_dict() for r in self.top(k)],
             "timings_ms": self.timings_ms,
         }
 
@@ -153,7 +166,8 @@ def resolve_authority(
     framework's nodes), so integrations resolve exactly as the core retriever does.
 
     With a ``caller``, records they may not read are never admitted; a record voided
-    only by such records is still reported superseded, with ``hidden_superseder`` set.
+    only by such records is still reported superseded, with ``hidden_superseder`` set, and
+    keeps its place (an anchor is never ranked after its Stage-1 rank).
     """
     started = time.perf_counter()
     readable = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
@@ -189,26 +203,17 @@ def resolve_authority(
         for sup, rule in sups.items():
             voids.setdefault(sup, []).append(Edge(sup, target, rule))
 
-    def order(doc_id: str) -> tuple:
-        # Active before superseded; then by chain (query-named, else anchor rank);
-        # within a chain newest first, then Stage-1 rank.
-        hit = stage1.get(doc_id)
-        when = graph.records[doc_id].time or _EPOCH
-        superseded = doc_id in rssg.voided_by or doc_id in hidden
-        return (superseded, members[doc_id][0], -when.timestamp(), hit.rank if hit else 0, doc_id)
-
-    ranked = []
-    for rank, doc_id in enumerate(sorted(members, key=order), 1):
-        group, role, anchor_id = members[doc_id]
+    items = []
+    for doc_id, (_, role, anchor_id) in members.items():
         voided = rssg.voided_by.get(doc_id, {})
         # A record voided by something the caller cannot see does not control anything.
         controlling = [c for c in rssg.controlling(doc_id) if c not in hidden]
-        ranked.append(
+        items.append(
             RetrievedRecord(
                 record=graph.records[doc_id],
                 status="superseded" if voided or doc_id in hidden else "active",
                 role=role,
-                rank=rank,
+                rank=0,
                 anchor_id=anchor_id,
                 stage1=stage1.get(doc_id),
                 superseded_by=controlling,
@@ -217,6 +222,24 @@ def resolve_authority(
                 hidden_superseder=doc_id in hidden and not controlling,
             )
         )
+
+    def order(item: RetrievedRecord) -> tuple:
+        # Displaced records (a shown record controls them) after the rest; then by chain
+        # (query-named, else anchor rank); within a chain newest first, then Stage-1 rank.
+        when = item.record.time or _EPOCH
+        hit = item.stage1.rank if item.stage1 else 0
+        return (item.displaced, members[item.doc_id][0], -when.timestamp(), hit, item.doc_id)
+
+    ranked = sorted(items, key=order)
+    # Nothing shown stands in for a record voided only by hidden ones: an anchor among them
+    # is never ranked after its Stage-1 rank, so a caller asking for k records sees it.
+    keep = sorted((i.stage1.rank, i.doc_id) for i in items if i.hidden_superseder and i.stage1 is not None)
+    for stage1_rank, doc_id in keep:
+        at = next(n for n, i in enumerate(ranked) if i.doc_id == doc_id)
+        if at >= stage1_rank:
+            ranked.insert(stage1_rank - 1, ranked.pop(at))
+    for rank, item in enumerate(ranked, 1):
+        item.rank = rank
     elapsed = (time.perf_counter() - started) * 1000
     return RetrievalResult(query, ranked, anchors, scope_ids, {"stage23": elapsed})
 

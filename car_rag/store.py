@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
+from pydantic import ValidationError
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
 from car_rag.eligibility import governance_metadata
@@ -97,11 +98,21 @@ def chroma_metadata(record: Record) -> dict[str, Any]:
     return meta
 
 
+def _reserved_by(key: str) -> str | None:
+    """Whose metadata key a scope key would take: car-rag's own, or one Chroma refuses
+    ("chroma:document", keys starting with "#" or "$"), which would fail the whole batch."""
+    if key in RESERVED_METADATA:
+        return "car-rag"
+    if key == "chroma:document" or key.startswith(("#", "$")):
+        return "Chroma"
+    return None
+
+
 def _scope_key_errors(record: Record, source: str, line: int | None) -> list[RecordError]:
     return [
-        RecordError(source, line, record.doc_id, f"scope.{key}", f"scope key {key!r} is reserved for car-rag metadata")
+        RecordError(source, line, record.doc_id, f"scope.{key}", f"scope key {key!r} is reserved for {owner} metadata")
         for key in record.scope
-        if key in RESERVED_METADATA
+        if (owner := _reserved_by(key))
     ]
 
 
@@ -220,7 +231,16 @@ class CARStore:
 
     def _load(self) -> None:
         rows = self._db.execute("SELECT body FROM records ORDER BY seq").fetchall()
-        records = [Record.model_validate_json(body) for (body,) in rows]
+        records = []
+        for (body,) in rows:
+            try:
+                records.append(Record.model_validate_json(body))
+            except ValidationError as exc:
+                # Stored before a validation rule existed (e.g. an empty scope value): name it.
+                doc_id = json.loads(body).get("doc_id") if body.lstrip().startswith("{") else None
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise StoreError(f"{self.path}: stored record {doc_id!r} no longer validates ({problems}); "
+                                 "re-ingest it corrected into a new store") from None
         self._next_seq = (self._db.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0) + 1
         self.graph = AuthorityGraph(self.policy)
         edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule FROM edges")]
@@ -228,10 +248,12 @@ class CARStore:
         # Vectors are written before records, so ids in Chroma that the records table lacks
         # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
         self._orphans: set[str] = set()
-        if self.dense.collection.count() != len(records):
+        vectors = self.dense.collection.count()
+        if vectors != len(records):
             self._orphans = set(self.dense.ids()) - set(self.graph.records)
         self._unsaved = 0
         ordered = [r.doc_id for r in records]
+        self.dense.load(ordered, vectors)  # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
         bm25_dir = self.path / "bm25"
         self.lexical: LexicalIndex = make_lexical_index(self.config["bm25_backend"])
         if (bm25_dir / "index.json").is_file():
@@ -289,9 +311,9 @@ class CARStore:
         ingest, never half of it. ``embeddings`` (doc_id → vector) skips encoding those records.
         """
         started = time.perf_counter()
-        loaded: LoadReport = load_records(source) if isinstance(source, (str, Path)) else parse_records(source)
-        report = IngestReport(errors=list(loaded.errors))
         label = str(source) if isinstance(source, (str, Path)) else "<records>"
+        loaded: LoadReport = load_records(source) if isinstance(source, (str, Path)) else parse_records(source, label)
+        report = IngestReport(errors=list(loaded.errors))
         with self.lock.read():  # another thread's ingest may be writing the records table
             fingerprints = self._fingerprints([r.doc_id for r in loaded.records])
         changed: list[Record] = []

@@ -92,3 +92,27 @@ def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
     assert "no car-rag store at" in capsys.readouterr().err
     assert main(["ingest", str(tmp_path / "nope.jsonl"), "--store", str(tmp_path / "s"), "--policy", "nope"]) == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("--k", "-1"), ("--k", "0"), ("--k1", "0"), ("--k1", "-3"), ("--depth", "0"), ("--depth", "-50"), ("--k", "two")],
+)
+def test_counts_below_one_are_usage_errors(cli_store, capsys, option, value):
+    """`--k -1` used to print every record but the last one."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["query", "--store", str(cli_store), "lodash prototype pollution", "--anchors", "bm25", option, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: car-rag query") and f"argument {option}: must be" in err and value in err
+
+
+def test_negative_k_is_an_error_not_a_slice(cli_store):
+    from car_rag import CARStore, ControllingAuthorityRetriever
+
+    with CARStore.open(cli_store) as store:
+        result = ControllingAuthorityRetriever(store, anchors="bm25").retrieve("lodash prototype pollution")
+    assert len(result) > 1 and len(result.top(None)) == len(result) and result.top(0) == []
+    for call in (result.top, result.doc_ids, result.to_dict):
+        with pytest.raises(ValueError, match="k must be >= 0, got -1"):
+            call(-1)

@@ -501,11 +501,14 @@ def test_lookup_returns_records_oldest_first():
     assert [r.doc_id for r in graph.scope_bucket(graph.records["d"])] == ["undated", "d", "eff", "p2a", "p2b", "p3"]
 
 
-# --------------------------------------------------------------------------- known limitation
+# --------------------------------------------------------------------------- version labels
 
 
 def test_versioned_document_rules_alone_never_form_a_cycle():
+    """A label PEP 440 rejects is ordered by its numbers, on the same scale as valid ones:
+    "1.0.0-draft" ties with "1.0" (both stay active) and both void "1.0rc1"; no cycle."""
     graph = _graph("versioned-document")
     for i, version in enumerate(["1.0", "1.0rc1", "1.0.0-draft"]):
         graph.add(rec(f"v{i}", "sop", version=version, scope={"document": "D"}))
-    assert len(graph) == 3
+    assert edge_set(graph) == {("v0", "v1", "higher_version"), ("v2", "v1", "higher_version")}
+    assert graph.frontier(graph.records) == {"v0", "v2"}

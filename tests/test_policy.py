@@ -382,3 +382,95 @@ def test_edges_between_lists_explicit_first_then_rules():
     assert policy.edges_between(p1, p2) == []
     assert policy.edges_between(d, p1) == []
     assert EXPLICIT_RULE == "explicit"
+
+
+# --------------------------------------------------------------------------- bad input (issue "Bad input and measurement integrity")
+
+MINIMAL = 'name = "p"\nscope_keys = ["a"]\n'
+
+
+def test_a_policy_file_without_rules_must_say_rules_is_empty(tmp_path):
+    """A rule-less policy is legitimate (explicit `supersedes` edges count under any policy),
+    but a forgotten [[rules]] section must not load as a policy that voids nothing."""
+    path = _write(tmp_path, MINIMAL)
+    with pytest.raises(PolicyError) as exc:
+        load_policy(path)
+    assert str(exc.value).startswith(f"{path}: invalid policy: rules: missing") and "rules = []" in str(exc.value)
+    policy = load_policy(_write(tmp_path, MINIMAL + "rules = []\n"))
+    assert policy.rules == ()
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"name": "p", "scope_keys": ["a"]}), encoding="utf-8")
+    with pytest.raises(PolicyError, match="rules: missing"):
+        load_policy(path)
+
+
+def test_under_a_rule_less_policy_explicit_edges_still_supersede():
+    from car_rag.graph import AuthorityGraph
+
+    graph = AuthorityGraph(Policy(name="explicit-only", scope_keys=("document",), rules=()))
+    graph.add(rec("v1", "sop", at=1, scope={"document": "SOP-1"}))
+    edges = graph.add(rec("v2", "sop", at=2, scope={"document": "SOP-1"}, supersedes=["v1"]))
+    assert [(e.superseder, e.target, e.rule) for e in edges] == [("v2", "v1", EXPLICIT_RULE)]
+    assert graph.frontier(["v1", "v2"]) == {"v2"}
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ('["a", "b", "a"]', "scope keys must be unique, repeated: ['a']"),
+        ('["a", ""]', "scope keys must not be empty or white space, got ['']"),
+        ('["a", "  "]', "scope keys must not be empty or white space, got ['  ']"),
+    ],
+)
+def test_duplicate_or_blank_scope_keys_are_rejected_naming_file_and_field(tmp_path, keys, message):
+    path = _write(tmp_path, f'name = "p"\nscope_keys = {keys}\nrules = []\n')
+    with pytest.raises(PolicyError) as exc:
+        load_policy(path)
+    assert str(exc.value).startswith(f"{path}: invalid policy: scope_keys: ") and message in str(exc.value)
+
+
+def test_case_insensitive_key_not_in_scope_keys_is_rejected(tmp_path):
+    path = _write(tmp_path, MINIMAL + 'rules = []\ncase_insensitive_keys = ["cve"]\n')
+    with pytest.raises(PolicyError, match="case_insensitive_keys: names key 'cve' that is not in scope_keys"):
+        load_policy(path)
+
+
+def test_rule_naming_an_unknown_key_names_the_rule_field(tmp_path):
+    path = _write(tmp_path, MINIMAL + '[[rules]]\nname = "r"\ntrigger = "x"\ntarget = "y"\nwithin = ["zzz"]\n')
+    with pytest.raises(PolicyError, match=r"rules\.0\.within: rule 'r' uses keys \['zzz'\]"):
+        load_policy(path)
+
+
+@pytest.mark.parametrize("pattern", ["a{4294967296}", "(" * 5000 + ")" * 5000])
+def test_regexes_that_fail_outside_re_error_are_policy_errors(tmp_path, pattern):
+    """A huge repeat count raises OverflowError and deep nesting RecursionError, not re.error."""
+    path = tmp_path / "p.json"
+    data = {"name": "p", "scope_keys": ["a"], "rules": [], "scope_patterns": {"a": pattern}}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"scope_patterns\['a'\] is not a valid regex"):
+        load_policy(path)
+
+
+def test_state_term_is_checked_as_the_claim_reader_embeds_it(tmp_path):
+    """'(?i)patched' compiles alone, not inside the group the claim reader puts it in."""
+    body = MINIMAL + 'rules = []\n[states.patched]\ndoc_types = ["patch"]\nterms = ["(?i)patched"]\n'
+    with pytest.raises(PolicyError, match=r"terms\[0\] is not a valid regex"):
+        load_policy(_write(tmp_path, body))
+
+
+def test_states_that_are_not_a_table_beside_a_vocabulary_are_a_policy_error(tmp_path):
+    with pytest.raises(PolicyError, match="states: must be a table"):
+        load_policy(_write(tmp_path, MINIMAL + 'rules = []\nvocabulary = ["security"]\nstates = [1]\n'))
+
+
+def test_policy_file_encoding_and_nesting(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_bytes(b'name = "caf\xe9"\nscope_keys = ["a"]\nrules = []\n')
+    with pytest.raises(PolicyError, match=rf"{path}: cannot parse: not UTF-8"):
+        load_policy(path)
+    path.write_bytes(b"\xef\xbb\xbf" + (MINIMAL + "rules = []\n").encode())  # a byte-order mark is not the policy
+    assert load_policy(path).name == "p"
+    path = tmp_path / "p.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(PolicyError, match="nested too deeply"):
+        load_policy(path)

@@ -301,3 +301,143 @@ def test_authority_is_not_coerced_from_bool_or_string(value):
 
 def test_authority_accepts_an_integer_weight():
     assert Record.model_validate(_good("a", authority=1)).authority == 1.0
+
+
+# --------------------------------------------------------------------------- bad input (issue "Bad input and measurement integrity")
+
+
+@pytest.mark.parametrize(
+    "scope, field, shown",
+    [
+        ({"package": ""}, "scope.package", "''"),
+        ({"package": "   "}, "scope.package", "'   '"),
+        ({"": "lodash"}, "scope", "''"),
+        ({" \t": "lodash"}, "scope", "' \\t'"),
+    ],
+)
+def test_empty_scope_key_or_value_is_rejected_naming_field_and_value(scope, field, shown):
+    """An empty scope value would put unrelated records in one entity bucket, so a rule
+    within that key would link them."""
+    report = parse_records([_good("a", scope={"cve_id": "CVE-1", **scope})], source="mem")
+    assert report.records == []
+    [err] = report.errors
+    assert (err.line, err.doc_id, err.field) == (1, "a", field)
+    assert "empty or white space" in err.message and shown in err.message
+
+
+def test_records_with_an_empty_scope_value_cannot_be_linked_by_a_rule(tmp_path):
+    path = tmp_path / "c.jsonl"
+    lines = [_good("disclosure", doc_type="vulnerability_disclosure", scope={"package": ""}),
+             _good("unrelated-patch", doc_type="patch_release", scope={"package": ""})]  # fmt: skip
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    report = load_records(path)
+    assert report.records == []
+    assert [(e.line, e.doc_id, e.field) for e in report.errors] == [
+        (1, "disclosure", "scope.package"), (2, "unrelated-patch", "scope.package")
+    ]
+
+
+@pytest.mark.parametrize("value", [2024, 2024.5, 1_700_000_000, "2024", "20240131", "1700000000", " 17e8 ", -5, 10**400])
+@pytest.mark.parametrize("field", ["published_at", "effective_at"])
+def test_numeric_dates_are_rejected_not_read_as_seconds_since_1970(field, value):
+    with pytest.raises(ValidationError) as info:
+        Record.model_validate(_good("a", **{field: value}))
+    [err] = info.value.errors()
+    assert err["loc"] == (field,)
+    assert "ISO-8601" in err["msg"] and "not a number" in err["msg"] and repr(value)[:60] in err["msg"]
+    assert len(err["msg"]) < 200
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_boolean_dates_are_rejected(value):
+    with pytest.raises(ValidationError) as info:
+        Record.model_validate(_good("a", published_at=value))
+    assert info.value.errors()[0]["loc"] == ("published_at",)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("2024-01-31", datetime(2024, 1, 31, tzinfo=timezone.utc)),
+        ("2024-01-31T12:00:00Z", datetime(2024, 1, 31, 12, tzinfo=timezone.utc)),
+        ("2024-01-31T12:00:00+02:00", datetime(2024, 1, 31, 10, tzinfo=timezone.utc)),
+        (datetime(2024, 1, 31), datetime(2024, 1, 31, tzinfo=timezone.utc)),
+    ],
+)
+def test_iso_dates_and_datetime_objects_are_still_accepted(value, expected):
+    assert Record.model_validate(_good("a", published_at=value)).published_at == expected
+
+
+def test_numeric_date_in_a_corpus_names_line_record_and_field(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps(_good("ok", published_at="2024-01-01")) + "\n" + json.dumps(_good("year", published_at=2024)) + "\n")
+    report = load_records(path)
+    assert [r.doc_id for r in report.records] == ["ok"]
+    [err] = report.errors
+    assert (err.line, err.doc_id, err.field) == (2, "year", "published_at")
+
+
+def test_reserved_public_tenant_is_rejected():
+    """'*' is what the Chroma filter reads as "every tenant": a record carrying it would be
+    public to dense search but private to BM25 and Stage 2."""
+    with pytest.raises(ValidationError) as info:
+        Record.model_validate(_good("a", tenant="*"))
+    [err] = info.value.errors()
+    assert err["loc"] == ("tenant",) and "reserved" in err["msg"]
+
+
+@pytest.mark.parametrize("patch, field", [({"tenant": ""}, "tenant"), ({"tenant": " "}, "tenant"),
+                                          ({"allowed_principals": ["alice", ""]}, "allowed_principals.1")])  # fmt: skip
+def test_blank_tenant_or_principal_is_rejected(patch, field):
+    with pytest.raises(ValidationError) as info:
+        Record.model_validate(_good("a", **patch))
+    assert [".".join(map(str, e["loc"])) for e in info.value.errors()] == [field]
+
+
+def test_a_star_principal_is_an_ordinary_name():
+    """Only the tenant value '*' is reserved; a principal '*' is read by a caller holding it
+    (tests/test_eligibility.py checks every channel agrees)."""
+    assert Record.model_validate(_good("a", allowed_principals=["*"])).allowed_principals == ["*"]
+
+
+def _nested(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_metadata_nesting_is_capped_so_a_stored_record_can_be_read_back():
+    from car_rag.records import METADATA_DEPTH
+
+    deepest = Record.model_validate(_good("a", metadata={"m": _nested(METADATA_DEPTH - 1)}))
+    assert Record.model_validate_json(deepest.model_dump_json()) == deepest
+    for depth in (METADATA_DEPTH, 250, 5000):  # 250: accepted and written before, unreadable on open
+        with pytest.raises(ValidationError) as info:
+            Record.model_validate(_good("a", metadata={"m": _nested(depth)}))
+        [err] = info.value.errors()
+        assert err["loc"] == ("metadata",) and f"deeper than {METADATA_DEPTH}" in err["msg"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), object()])
+def test_metadata_must_be_json_data(value):
+    with pytest.raises(ValidationError) as info:
+        Record.model_validate(_good("a", metadata={"x": value}))
+    assert info.value.errors()[0]["loc"] == ("metadata",)
+
+
+def test_json_nested_too_deeply_is_a_bad_line_not_a_crash(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(b"[" * 100_000 + b"]" * 100_000 + b"\n" + json.dumps(_good("ok")).encode() + b"\n")
+    report = load_records(path)
+    assert [r.doc_id for r in report.records] == ["ok"]
+    assert [(e.line, e.message) for e in report.errors] == [(1, "invalid JSON: nested too deeply")]
+
+
+def test_a_key_given_twice_is_rejected_not_silently_dropped(tmp_path):
+    path = tmp_path / "twice.jsonl"
+    path.write_text('{"doc_id": "p", "text": "t", "doc_type": "note", "supersedes": ["d"], "supersedes": []}\n')
+    report = load_records(path)
+    assert report.records == []
+    [err] = report.errors
+    assert (err.line, err.doc_id) == (1, "p") and "'supersedes' appears twice" in err.message

@@ -384,7 +384,7 @@ class RecordingCollection:
         return self.collection.get(**kwargs)
 
 
-def test_generated_records_and_small_upsert_batches(tmp_path, security_policy, embedder):
+def test_generated_records_and_small_upsert_batches(tmp_path, security_policy, embedder, monkeypatch):
     store = CARStore.open(tmp_path / "store", security_policy, embedder=embedder)
     try:
         records = _generated(60)
@@ -393,21 +393,20 @@ def test_generated_records_and_small_upsert_batches(tmp_path, security_policy, e
         assert len(report.new_edges) == 60
         assert store.dense.collection.count() == 120
         assert len(store.lexical.doc_ids) == 120
-        assert store._client.get_max_batch_size() >= 1
         hit = store.dense.collection.get(where={"cve_id": "CVE-2098-10042"}, include=[])
         assert sorted(hit["ids"]) == ["gen-42-disclosure", "gen-42-release"]
 
-        # DenseChannel.upsert never sends more than batch_size records at once.
+        # An ingest never sends Chroma more records at once than its client accepts.
+        collection = store.dense.collection
+        recorder = RecordingCollection(collection)
+        monkeypatch.setattr(store.dense, "collection", recorder)
+        monkeypatch.setattr(store._client, "get_max_batch_size", lambda: 7)
         extra = _generated(15, offset=1000)
         ids = [r["doc_id"] for r in extra]
-        texts = [r["text"] for r in extra]
-        vectors = embedder.encode(texts)
-        metadatas = [chroma_metadata(Record.model_validate(r)) for r in extra]
-        recorder = RecordingCollection(store.dense.collection)
-        DenseChannel(recorder).upsert(ids, vectors, texts, metadatas, batch_size=7)
+        assert store.ingest(extra, progress=False).added == ids
         assert recorder.batch_sizes == [7, 7, 7, 7, 2]
-        assert store.dense.collection.count() == 150
-        got = store.dense.collection.get(ids=ids, include=["documents", "metadatas"])
+        assert collection.count() == 150
+        got = collection.get(ids=ids, include=["documents", "metadatas"])
         assert sorted(got["ids"]) == sorted(ids)
         by_id = dict(zip(got["ids"], zip(got["documents"], got["metadatas"])))
         for rec in extra:
@@ -416,6 +415,54 @@ def test_generated_records_and_small_upsert_batches(tmp_path, security_policy, e
             assert meta["cve_id"] == rec["scope"]["cve_id"] and meta["doc_type"] == rec["doc_type"]
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- dense search
+def test_two_builds_of_one_corpus_rank_dense_queries_identically(tmp_path, security_policy, embedder):
+    """Chroma's HNSW builds of one corpus differ; up to EXACT_SEARCH_LIMIT records the dense
+    channel searches exactly, so a build in one batch, a build streamed in small batches and
+    either reopened all rank alike. On this coarse HNSW (ef 8, M 4) two builds searched by
+    Chroma ranked 21 of the 22 queries differently."""
+    records = _generated(150)
+    vectors = dict(zip([r["doc_id"] for r in records], embedder.encode([r["text"] for r in records])))
+    queries = embedder.encode([f"buffer overflow in the header parser of genpkg{i}" for i in range(0, 150, 7)])
+    coarse = {"ef_construction": 8, "ef_search": 8, "max_neighbors": 4}
+
+    def rankings(store: CARStore) -> list[list[tuple[str, float]]]:
+        assert store.dense.exact
+        return [[(h.doc_id, round(h.score, 5)) for h in store.dense.search(q, 30)] for q in queries]
+
+    whole = CARStore.open(tmp_path / "whole", security_policy, embedder=embedder, hnsw=coarse)
+    streamed = CARStore.open(tmp_path / "streamed", security_policy, embedder=embedder, hnsw=coarse)
+    try:
+        whole.ingest(records, progress=False, embeddings=vectors)
+        for start in range(0, len(records), 60):
+            streamed.ingest(records[start : start + 60], progress=False, embeddings=vectors)
+        expected = rankings(whole)
+        assert rankings(streamed) == expected
+    finally:
+        whole.close()
+        streamed.close()
+    for path in (tmp_path / "whole", tmp_path / "streamed"):
+        with CARStore.open(path, embedder=embedder) as reopened:
+            assert rankings(reopened) == expected
+
+
+def test_exact_search_answers_as_chroma_and_gives_way_to_hnsw_past_its_limit(fresh_store, embedder):
+    """Same hits and scores as Chroma's HNSW (exact on 45 records at ef 200), with and without
+    a metadata filter; a collection grown past the limit is searched by HNSW again."""
+    vectors = embedder.encode(["zipcraft archive path traversal", "lodash prototype pollution merge", "court overruled"])
+    hnsw = DenseChannel(fresh_store.dense.collection)  # never loaded: Chroma answers
+    for where in (None, {"doc_type": "patch_release"}, {"$or": [{"package": "lodash"}, {"package": "zipcraft"}]}):
+        for vector in vectors:
+            exact = fresh_store.dense.search(vector, 12, where=where)
+            approx = hnsw.search(vector, 12, where=where)
+            assert [h.doc_id for h in exact] == [h.doc_id for h in approx]
+            np.testing.assert_allclose([h.score for h in exact], [h.score for h in approx], atol=1e-5)
+    fresh_store.dense.exact_limit = len(fresh_store) + 1
+    fresh_store.ingest(_generated(1), progress=False)
+    assert not fresh_store.dense.exact and len(fresh_store) == 47
+    assert fresh_store.dense.search(embedder.encode(["genpkg0 header parser bounds checks"])[0], 1)[0].doc_id == "gen-0-release"
 
 
 # --------------------------------------------------------------------------- scope metadata
@@ -501,3 +548,21 @@ def test_reingest_after_a_crash_between_vectors_and_records_clears_stale_metadat
     assert meta == chroma_metadata(reopened.get("adv-1"))
     assert reopened.dense.collection.get(where={"component": "lexer"}, include=[])["ids"] == []
     reopened.close()
+
+
+def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, security_policy, embedder):
+    import sqlite3
+
+    store = CARStore.open(tmp_path / "s", security_policy, embedder=embedder)
+    store.ingest([{"doc_id": "old", "text": "x", "doc_type": "vulnerability_disclosure", "scope": {"package": "p", "cve_id": "CVE-1"}}],
+                 progress=False)
+    store.close()
+    # As if written before empty scope values were rejected.
+    db = sqlite3.connect(tmp_path / "s" / "records.sqlite")
+    body = json.loads(db.execute("SELECT body FROM records").fetchone()[0])
+    body["scope"]["package"] = ""
+    db.execute("UPDATE records SET body = ?", (json.dumps(body),))
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match=r"stored record 'old' no longer validates \(scope"):
+        CARStore.open(tmp_path / "s", security_policy, embedder=embedder)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -132,41 +133,53 @@ POOL = (
 )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(order=st.permutations(range(len(POOL))), queries=st.lists(st.integers(0, 2), min_size=len(POOL), max_size=len(POOL)))
-def test_interleaved_inserts_and_queries_match_a_rebuild_after_every_step(
-    order, queries, tmp_path_factory, security_policy, embedder
-) -> None:
-    store = _live_store(tmp_path_factory, security_policy, embedder)
-    retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=20, depth=20)
-    inserted: list[dict] = []
-    for position, package in zip(order, queries):
-        record = POOL[position]
-        before = {d for d in store.records if store.graph.is_superseded(d)}
-        report = store.ingest([record], progress=False)
-        inserted.append(record)
-        after = {d for d in store.records if store.graph.is_superseded(d)}
-        assert after - before <= set(report.newly_superseded) <= after
+@pytest.fixture(scope="module")
+def pool_vectors(embedder) -> dict[str, np.ndarray]:
+    """The pool's MiniLM vectors, encoded once: each example then pays for Chroma, not the model."""
+    return dict(zip([r["doc_id"] for r in POOL], embedder.encode([r["text"] for r in POOL])))
 
-        rebuilt = AuthorityGraph(security_policy)
-        for r in sorted(inserted, key=lambda r: r["doc_id"]):
-            rebuilt.add(store.records[r["doc_id"]])
-        assert edge_set(store.graph) == edge_set(rebuilt)
-        assert store.graph.frontier(store.records) == rebuilt.frontier(rebuilt.records)
-        ids = [r["doc_id"] for r in inserted]
-        assert store.lexical.doc_ids == ids and store.dense.collection.count() == len(ids)
-        query = f"p{package} heap overflow release notes"
-        np.testing.assert_allclose(
-            store.lexical.scores(query), _bm25s_scores(ids, [store.records[d].text for d in ids], query), rtol=1e-5, atol=1e-6
-        )
-        # The query after the insert sees the new frontier: every record it returns has the
-        # status a rebuild gives it among what it returned, and nothing superseded is active.
-        result = retriever.retrieve(query)
-        returned = [r.doc_id for r in result]
-        expected_active = rebuilt.frontier(returned)
-        assert {r.doc_id for r in result.active} == expected_active
-        for r in result:
-            assert rebuilt.ancestors(r.doc_id) <= set(returned)  # the closure came along
+
+# Each example streams a random sub-corpus of the pool (up to all of it) in random order and
+# queries after every insert: small stores keep a hundred examples cheap.
+STEPS = st.lists(
+    st.tuples(st.integers(0, len(POOL) - 1), st.integers(0, 2)), min_size=1, max_size=len(POOL), unique_by=lambda s: s[0]
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_interleaved_inserts_and_queries_match_a_rebuild_after_every_step(
+    steps, tmp_path_factory, security_policy, embedder, pool_vectors
+) -> None:
+    with _live_store(tmp_path_factory, security_policy, embedder) as store:
+        retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=20, depth=20)
+        inserted: list[dict] = []
+        for position, package in steps:
+            record = POOL[position]
+            before = {d for d in store.records if store.graph.is_superseded(d)}
+            report = store.ingest([record], progress=False, embeddings=pool_vectors)
+            inserted.append(record)
+            after = {d for d in store.records if store.graph.is_superseded(d)}
+            assert after - before <= set(report.newly_superseded) <= after
+
+            rebuilt = AuthorityGraph(security_policy)
+            for r in sorted(inserted, key=lambda r: r["doc_id"]):
+                rebuilt.add(store.records[r["doc_id"]])
+            assert edge_set(store.graph) == edge_set(rebuilt)
+            assert store.graph.frontier(store.records) == rebuilt.frontier(rebuilt.records)
+            ids = [r["doc_id"] for r in inserted]
+            assert store.lexical.doc_ids == ids and store.dense.collection.count() == len(ids)
+            query = f"p{package} heap overflow release notes"
+            texts = [store.records[d].text for d in ids]
+            np.testing.assert_allclose(store.lexical.scores(query), _bm25s_scores(ids, texts, query), rtol=1e-5, atol=1e-6)
+            # The query after the insert sees the new frontier: every record it returns has the
+            # status a rebuild gives it among what it returned, and nothing superseded is active.
+            result = retriever.retrieve(query)
+            returned = [r.doc_id for r in result]
+            expected_active = rebuilt.frontier(returned)
+            assert {r.doc_id for r in result.active} == expected_active
+            for r in result:
+                assert rebuilt.ancestors(r.doc_id) <= set(returned)  # the closure came along
 
 
 def test_queries_during_inserts_never_see_half_an_insert(tmp_path_factory, security_policy, embedder) -> None:
@@ -176,10 +189,17 @@ def test_queries_during_inserts_never_see_half_an_insert(tmp_path_factory, secur
     retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=10, depth=30)
     stop = threading.Event()
     problems: list[str] = []
+    crashes: list[BaseException] = []
     checks = {"during": 0}
     writing = threading.Event()
 
     def reader() -> None:
+        try:
+            read_until_stopped()
+        except BaseException as exc:  # pytest would only warn about a dead thread
+            crashes.append(exc)
+
+    def read_until_stopped() -> None:
         while not stop.is_set():
             with store.lock.read():
                 sizes = (len(store.graph), len(store.lexical.doc_ids), store.dense.collection.count())
@@ -207,6 +227,7 @@ def test_queries_during_inserts_never_see_half_an_insert(tmp_path_factory, secur
     stop.set()
     for t in threads:
         t.join()
+    assert not crashes, crashes
     assert not problems, problems[:5]
     assert checks["during"] > 0, "no query overlapped the inserts: the test proved nothing"
     final = retriever.retrieve("remote heap overflow crash release notes")

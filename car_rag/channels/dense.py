@@ -1,7 +1,15 @@
-"""Dense retrieval over a Chroma collection holding the records' embeddings."""
+"""Dense retrieval over a Chroma collection holding the records' embeddings.
+
+Up to :data:`EXACT_SEARCH_LIMIT` records the search is exact, over vectors held in memory:
+Chroma's HNSW builds are not reproducible (chromadb 1.x inserts a batch on several threads,
+ignores ``num_threads`` in embedded mode and takes no seed), so the same corpus ingested
+twice would rank differently; a matrix product over 20k MiniLM vectors takes about as long
+as one HNSW query.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -10,15 +18,99 @@ from tqdm.auto import tqdm
 
 from car_rag.channels.base import ChannelHit
 
-__all__ = ["DenseChannel"]
+__all__ = ["DenseChannel", "EXACT_SEARCH_LIMIT"]
+
+EXACT_SEARCH_LIMIT = 20_000
+"""Collections up to this size are searched exactly once :meth:`DenseChannel.load` has read them."""
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (cosine similarity is then a dot product, as in Chroma)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.where(norms > 0, norms, 1.0)
+
+
+class _ExactIndex:
+    """Every vector of a collection, one row per id, for exact cosine search."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.rows: dict[str, int] = {}
+        self._matrix: np.ndarray | None = None  # rows beyond len(ids) are spare capacity
+
+    def put(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Replace the rows of known ids and append the others; the matrix grows by doubling,
+        so streamed inserts seldom copy it."""
+        vectors = _unit(vectors)
+        new = [d for d in dict.fromkeys(ids) if d not in self.rows]
+        matrix, size = self._matrix, len(self.ids) + len(new)
+        if matrix is None or size > len(matrix):
+            capacity = max(size, 64, 0 if matrix is None else 2 * len(matrix))
+            grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
+            if matrix is not None:
+                grown[: len(matrix)] = matrix
+            matrix = self._matrix = grown
+        for doc_id in new:
+            self.rows[doc_id] = len(self.ids)
+            self.ids.append(doc_id)
+        matrix[[self.rows[d] for d in ids]] = vectors
+
+    def search(self, vector: np.ndarray, k: int, allowed: np.ndarray | None) -> list[ChannelHit]:
+        if self._matrix is None:
+            return []
+        scores = self._matrix[: len(self.ids)] @ _unit(vector)
+        count = len(self.ids)
+        if allowed is not None:
+            scores = np.where(allowed, scores, -np.inf)
+            count = int(allowed.sum())
+        k = min(k, count)
+        if k <= 0:
+            return []
+        # Everything scoring at least the k-th best, ties at the cut included, ordered by
+        # score then id: which of several equal vectors is shown never depends on the build.
+        cut = np.partition(scores, -k)[-k]
+        best = sorted(np.flatnonzero(scores >= cut), key=lambda i: (-scores[i], self.ids[i]))[:k]
+        return [ChannelHit(self.ids[i], float(scores[i]), rank) for rank, i in enumerate(best, 1)]
 
 
 class DenseChannel:
     """Nearest neighbours by cosine similarity; ``where`` is a Chroma metadata filter applied
-    inside the index search (a pre-filter, so filtered-out records are never candidates)."""
+    before ranking (a pre-filter, so filtered-out records are never candidates).
 
-    def __init__(self, collection: Any):
+    Chroma's HNSW index answers until :meth:`load` has read the vectors of a collection of at
+    most ``exact_limit`` records; from then on the search is exact, and stays so while
+    :meth:`upsert` keeps the collection within that size.
+    """
+
+    def __init__(self, collection: Any, *, exact_limit: int = EXACT_SEARCH_LIMIT):
         self.collection = collection
+        self.exact_limit = exact_limit
+        self._exact: _ExactIndex | None = None
+        self._allowed: dict[str, np.ndarray] = {}
+        """Rows each ``where`` filter admits (exact search), keyed by the filter as JSON."""
+
+    @property
+    def exact(self) -> bool:
+        """Whether searches are exact (else Chroma's approximate HNSW index answers)."""
+        return self._exact is not None
+
+    def load(self, order: Sequence[str] = (), count: int | None = None) -> None:
+        """Read every vector into memory for exact search when the collection (in cosine
+        space) holds at most ``exact_limit`` records (``count``, when the caller already knows
+        it); rows follow ``order``, then any other id in the collection."""
+        self._exact, self._allowed = None, {}
+        space = ((self.collection.configuration_json or {}).get("hnsw") or {}).get("space", "cosine")
+        if space != "cosine" or (self.collection.count() if count is None else count) > self.exact_limit:
+            return  # exact search scores by cosine only; Chroma answers for other spaces
+        exact = _ExactIndex()
+        got = self.collection.get(include=["embeddings"])
+        if got["ids"]:
+            position = {doc_id: i for i, doc_id in enumerate(got["ids"])}
+            ids = [d for d in order if d in position]
+            ids += sorted(position.keys() - set(ids))
+            exact.put(ids, np.asarray(got["embeddings"], dtype=np.float32)[[position[d] for d in ids]])
+        self._exact = exact
 
     def upsert(
         self,
@@ -52,6 +144,14 @@ class DenseChannel:
                     ids=ids, embeddings=vectors[start:stop], documents=list(texts[start:stop]), metadatas=batch_meta
                 )
                 bar.update(len(doc_ids[start:stop]))
+        self._allowed = {}
+        if self._exact is not None:
+            # The vectors as Chroma stored them (it normalises them its own way, to the last
+            # bit), which is what a reopened store reads: both rank alike.
+            written = self.collection.get(ids=list(doc_ids), include=["embeddings"])
+            self._exact.put(written["ids"], np.asarray(written["embeddings"], dtype=np.float32))
+            if len(self._exact.ids) > self.exact_limit:
+                self._exact = None  # grown past the limit: HNSW from now on
 
     def ids(self, page: int = 10_000) -> list[str]:
         """Every id in the collection, read in pages."""
@@ -65,6 +165,9 @@ class DenseChannel:
     def search(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[ChannelHit]:
         if k <= 0:
             return []
+        exact = self._exact
+        if exact is not None:
+            return exact.search(vector, k, self._admitted(exact, where) if where else None)
         # No count() first: it scans the collection (~19 ms at 100k records), and Chroma
         # answers an empty collection or k above its size with what it has.
         result = self.collection.query(
@@ -75,3 +178,17 @@ class DenseChannel:
         )
         ids, distances = result["ids"][0], result["distances"][0]
         return [ChannelHit(d, 1.0 - float(dist), r) for r, (d, dist) in enumerate(zip(ids, distances), 1)]
+
+    def _admitted(self, exact: _ExactIndex, where: Mapping[str, Any]) -> np.ndarray:
+        """The rows ``where`` admits, as Chroma evaluates it (asked once per filter until the
+        next upsert)."""
+        key = json.dumps(where, sort_keys=True, default=str)
+        mask = self._allowed.get(key)
+        if mask is None:
+            admitted = self.collection.get(where=dict(where), include=[])["ids"]
+            mask = np.zeros(len(exact.ids), dtype=bool)
+            mask[[exact.rows[d] for d in admitted if d in exact.rows]] = True
+            if len(self._allowed) >= 64:
+                self._allowed = {}
+            self._allowed[key] = mask
+        return mask

@@ -191,6 +191,26 @@ def test_caller_never_sees_a_restricted_fix(index, policy):
     assert ids(insider.retrieve(query)) == ["adv-vaultkit-3.1.0-release", "adv-vaultkit-disclosure"]
 
 
+def test_anchor_voided_only_by_a_restricted_fix_keeps_its_stage1_place(index, policy):
+    """Nothing the outsider may read takes the stale disclosure's place: it stays first, in
+    the core's order, among the active records, and so do the plain node and the filter."""
+    from llama_index.postprocessor.car import ActiveStatusFilter
+
+    query = "Can a network attacker still recover vaultkit API tokens through the timing side channel?"
+    stage1 = index.as_retriever(similarity_top_k=3).retrieve(query)
+    assert ids(stage1)[0] == "adv-vaultkit-disclosure"
+    outsider = CallerContext("other-co", {"dev"})
+    retriever = CARRetriever(index.as_retriever(similarity_top_k=3), index.vector_store, policy, caller=outsider)
+    nodes = retriever.retrieve(query)
+    statuses = [(n.node.metadata[CAR_STATUS], n.node.metadata[CAR_HIDDEN_SUPERSEDER]) for n in nodes]
+    assert ids(nodes)[0] == "adv-vaultkit-disclosure" and statuses[0] == ("superseded", True)
+    assert ("active", False) in statuses[1:] and "adv-vaultkit-3.1.0-release" not in ids(nodes)
+    assert ids(ActiveStatusFilter(mode="mark").postprocess_nodes(nodes, query_str=query)) == ids(nodes)
+    plain = NodeWithScore(node=TextNode(text="Rotate tokens after upgrading.", id_="guidance"), score=0.5)
+    resolved = retriever.resolve(query, [stage1[0], plain, *stage1[1:]]).nodes
+    assert [n.node.node_id for n in resolved][:2] == ["adv-vaultkit-disclosure", "guidance"]
+
+
 def test_nodes_without_car_metadata_pass_through(index, nodes, policy):
     plain = TextNode(text="General guidance: keep yamlette and other YAML parsers updated.", id_="guidance")
     bm25 = BM25Retriever.from_defaults(nodes=[*nodes, plain], similarity_top_k=3)

@@ -8,7 +8,7 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index.postprocessor.car.base import CARPostprocessorBase
-from llama_index.retrievers.car.resolver import CAR_STATUS, Resolution
+from llama_index.retrievers.car.resolver import CAR_HIDDEN_SUPERSEDER, CAR_STATUS, Resolution
 
 __all__ = ["ActiveStatusFilter"]
 
@@ -25,7 +25,9 @@ class ActiveStatusFilter(CARPostprocessorBase):
 
     ``mode="drop"`` removes superseded nodes; the provenance stays on the nodes that void
     them (``car_supersedes`` names each dropped record and the rule). ``mode="mark"``
-    keeps every node, active ones first, superseded ones after them, marked in metadata.
+    keeps every node in car-rag's order: active ones first, superseded ones after them,
+    marked in metadata, except a node voided only by records the caller may not read
+    (``car_hidden_superseder``), which keeps its place as nothing shown stands in for it.
     Nodes without car-rag metadata (``car_status="unresolved"``) are always kept.
     """
 
@@ -48,9 +50,10 @@ class ActiveStatusFilter(CARPostprocessorBase):
             incoming = {self.layout.doc_id(n.node) for n in nodes}
             # The resolution brings in superseders from the store; a filter only filters.
             nodes = [n for n in resolution.nodes if self.layout.doc_id(n.node) in incoming]
-        superseded = [n for n in nodes if n.node.metadata.get(CAR_STATUS) == "superseded"]
-        kept = [n for n in nodes if n.node.metadata.get(CAR_STATUS) != "superseded"]
-        return kept if self.mode == "drop" else kept + superseded
+        if self.mode == "drop":
+            return [n for n in nodes if n.node.metadata.get(CAR_STATUS) != "superseded"]
+        displaced = [_displaced(n) for n in nodes]
+        return [n for n, d in zip(nodes, displaced) if not d] + [n for n, d in zip(nodes, displaced) if d]
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
@@ -63,3 +66,9 @@ class ActiveStatusFilter(CARPostprocessorBase):
     ) -> list[NodeWithScore]:
         resolution = await self._aresolve(nodes, query_bundle) if self._needs_resolution(nodes) else None
         return self._apply(nodes, resolution)
+
+
+def _displaced(nws: NodeWithScore) -> bool:
+    """Superseded with a readable record in its place (:attr:`car_rag.RetrievedRecord.displaced`)."""
+    meta = nws.node.metadata
+    return meta.get(CAR_STATUS) == "superseded" and not meta.get(CAR_HIDDEN_SUPERSEDER)

@@ -25,9 +25,11 @@ class CARRetriever(BaseRetriever):
     metadata filter only, the records in ``store`` that can supersede each anchor (same
     scope keys, superseding types), transitively; Stage 3 is car-rag's supersession graph
     and active frontier. The result ranks active records first, each in its anchor's Stage-1
-    order, and superseded ones after them; nothing is dropped. Every node carries its
-    status in metadata (``car_status``, ``car_superseded_by``, ``car_rule``, ``car_voided_by``,
-    ``car_supersedes``, ``car_role``, ``car_stage1_score``, ``car_stage1_rank``, …).
+    order, and superseded ones after them (except one voided only by records ``caller`` may
+    not read: nothing shown takes its place, so it keeps its own); nothing is dropped. Every
+    node carries its status in metadata (``car_status``, ``car_superseded_by``, ``car_rule``,
+    ``car_voided_by``, ``car_supersedes``, ``car_role``, ``car_stage1_score``,
+    ``car_stage1_rank``, …).
 
     Args:
         retriever: the Stage-1 retriever to wrap.

@@ -9,7 +9,9 @@ are read from node metadata (:func:`~llama_index.retrievers.car.layout.node_to_r
 a per-query :class:`car_rag.AuthorityGraph`, and car-rag's own
 :func:`car_rag.resolution.resolve_authority` builds the RSSG, picks the active
 frontier and ranks: active records first, each in its anchor's Stage-1 order, superseded
-ones after them as provenance. Nothing about supersession is re-implemented here.
+ones after them as provenance (one superseded only by records the caller may not read keeps
+its place). Nodes without car-rag metadata keep their Stage-1 place among the records that
+are not displaced. Nothing about supersession is re-implemented here.
 """
 
 from __future__ import annotations
@@ -302,10 +304,10 @@ class _Run:
         out: list[NodeWithScore] = []
         pending = sorted(self.unmanaged, key=lambda u: (u[0], u[2]))
         for item in result.ranked:
-            while pending and item.status == "active" and group(item) > pending[0][0]:
+            while pending and not item.displaced and group(item) > pending[0][0]:
                 _, nws, rank = pending.pop(0)
                 out.append(annotate(nws, None, nws.score, rank))
-            if item.status != "active":
+            if item.displaced:
                 while pending:
                     _, nws, rank = pending.pop(0)
                     out.append(annotate(nws, None, nws.score, rank))
