@@ -1,12 +1,14 @@
 """The authority digest: one plain sentence per subject of the evidence, saying what holds
 now and which packet controls it, in the policy's own words.
 
-"lodash, CVE-2019-10744: patched. Patch release 4.17.12 [EP-1] fixes the vulnerability
-disclosure [EP-3]." A small reader that holds a release note which never names the CVE
+"lodash, CVE-2019-10744: patched. The patch release 4.17.12 fixes the vulnerability
+disclosure. (Current: EP-1. Replaced: EP-3.)" A small reader that holds a release note which never names the CVE
 still learns from this line that the note answers the question, and in the domain's
 words rather than in "superseded", which small readers have been measured to read as
 "not fixed" (``evals/results/llm-ghsa-freeform/``). A policy without states gets neutral
-wording ("… is current; it supersedes …").
+wording ("… is current; it supersedes …"). Packet ids are listed at the end of each line,
+apart from the words: small readers copy an id that stands next to "fixes" into the place
+of a version (evals/results/llm-ghsa-freeform-reader/choices/).
 """
 
 from __future__ import annotations
@@ -64,12 +66,6 @@ def _verb(policy: Policy | None, link: AuthorityLink, trigger_type: str, target_
     return "supersedes"
 
 
-def _ref(packet_id: str | None, shown: set[str]) -> str:
-    if packet_id is None:
-        return " (not in the evidence)"
-    return f" [{packet_id}]" if packet_id in shown else f" [{packet_id}, not shown]"
-
-
 def authority_digest(
     packets: Sequence[EvidencePacket], policy: Policy | None = None, *, refs: dict[str, str] | None = None
 ) -> list[DigestLine]:
@@ -88,34 +84,45 @@ def authority_digest(
         states = {policy.state_of(p.doc_type) if policy else None for p in active}
         state = next(iter(states)) if len(states) == 1 else ("disputed" if active else None)
         sentences: list[str] = []
+        elsewhere: list[str] = []  # replaced records not among the packets, by packet id
         if state == "disputed":
-            parts = [f"{_state_words(policy, policy.state_of(p.doc_type) if policy else None, p)} per {record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}]" for p in active]
+            parts = [f"{_state_words(policy, policy.state_of(p.doc_type) if policy else None, p)} per the "
+                     f"{record_phrase(p.doc_type, p.version)} ({p.evidence_packet_id})" for p in active]
             sentences.append(f"{subject}: disputed: " + "; ".join(parts) + ".")
         elif active:
-            named = ", ".join(f"{record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}]" for p in active)
             voids = [(p, link) for p in active for link in p.epistemic_metadata.supersedes]
             if state is not None:
-                sentences.append(f"{subject}: {policy.state_label(state)}." if voids else f"{subject}: {policy.state_label(state)} ({named}).")  # type: ignore[union-attr]
+                sentences.append(f"{subject}: {policy.state_label(state)}.")  # type: ignore[union-attr]
             elif not voids:
-                sentences.append(f"{subject}: {named} {'is' if len(active) == 1 else 'are'} current.")
+                kinds = " and the ".join(dict.fromkeys(record_phrase(p.doc_type, p.version) for p in active))
+                sentences.append(f"{subject}: the {kinds} {'is' if len(active) == 1 else 'are'} current.")
             for i, (p, link) in enumerate(voids):
                 verb = _verb(policy, link, p.doc_type, link.doc_type)
-                lead = f"{record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}]"
+                lead = f"The {record_phrase(p.doc_type, p.version)}"
                 if state is None and i == 0:
-                    lead = f"{subject}: {lead} is current; it"
-                sentences.append(f"{lead} {verb} the {record_phrase(link.doc_type, link.version)}{_ref(refs.get(link.doc_id), shown)}.")
+                    lead = f"{subject}: the {record_phrase(p.doc_type, p.version)} is current; it"
+                ref = refs.get(link.doc_id)
+                if ref is not None and ref not in shown:
+                    elsewhere.append(f"{ref}, not shown")
+                where = " (not in the evidence)" if ref is None else ""
+                sentences.append(f"{lead} {verb} the {record_phrase(link.doc_type, link.version)}{where}.")
         for p in replaced:
             controllers = [link for link in p.epistemic_metadata.superseded_by if link.controlling and refs.get(link.doc_id) not in shown]
             if p.epistemic_metadata.conflict_indicators.hidden_superseder and not any(l.controlling for l in p.epistemic_metadata.superseded_by):
-                sentences.append(f"{subject}: the {record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}] has been replaced by a record "
+                sentences.append(f"{subject}: the {record_phrase(p.doc_type, p.version)} has been replaced by a record "
                                  "you are not permitted to read; the evidence does not say what replaced it.")
             for link in controllers:
-                sentences.append(f"{subject}: the {record_phrase(p.doc_type, p.version)} [{p.evidence_packet_id}] has been replaced by the "
-                                 f"{record_phrase(link.doc_type, link.version)}{_ref(refs.get(link.doc_id), shown)}.")
+                sentences.append(f"{subject}: the {record_phrase(p.doc_type, p.version)} has been replaced by the "
+                                 f"{record_phrase(link.doc_type, link.version)}, which is not shown.")
+        ids = []
+        if active:
+            ids.append("Current: " + ", ".join(p.evidence_packet_id for p in active) + ".")
+        if replaced or elsewhere:
+            ids.append("Replaced: " + "; ".join([p.evidence_packet_id for p in replaced] + elsewhere) + ".")
         lines.append(DigestLine(
             subject=subject,
             state=state,
-            text=" ".join(sentences),
+            text=" ".join(sentences) + f" ({' '.join(ids)})",
             controlling=tuple(p.evidence_packet_id for p in active),
             replaced=tuple(p.evidence_packet_id for p in replaced),
         ))

@@ -41,6 +41,7 @@ __all__ = [
     "Provenance",
     "RetrievalRationale",
     "build_packets",
+    "hidden_only",
     "matching_spans",
     "record_label",
     "scope_groups",
@@ -422,6 +423,12 @@ def _int_meta(meta: dict[str, Any], *keys: str) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+def hidden_only(packet: EvidencePacket) -> bool:
+    """Superseded only by records the caller may not read: no shown record stands in for it."""
+    ep = packet.epistemic_metadata
+    return ep.conflict_indicators.hidden_superseder and not any(link.controlling for link in ep.superseded_by)
 
 
 def scope_groups(packets: Sequence[EvidencePacket]) -> list[list[int]]:

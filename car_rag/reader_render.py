@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from car_rag.digest import authority_digest, record_phrase, subject_phrase
-from car_rag.evidence import EvidencePacket, build_packets
+from car_rag.evidence import EvidencePacket, build_packets, hidden_only
 from car_rag.xml_render import SupersededMode, TokenCounter, approx_tokens
 from car_rag.xml_tree import Element, iso_date
 
@@ -42,15 +42,18 @@ _CUT_MARK = " […]"
 
 
 def reader_order(packets: Iterable[EvidencePacket]) -> list[EvidencePacket]:
-    """Each current packet in rank order, followed by the records it replaced; replaced
-    records whose controller is not among ``packets`` last. Dropping from the end of this
-    order removes the least useful packet first."""
+    """Each current packet in rank order, followed by the records it replaced; a record
+    replaced only by one the caller may not read keeps its own place (nothing shown stands
+    in for it); other replaced records whose controller is not among ``packets`` come last.
+    Dropping from the end of this order removes the least useful packet first."""
     packets = list(packets)
     by_id = {p.doc_id: p for p in packets}
     placed: set[str] = set()
     out: list[EvidencePacket] = []
     for p in packets:
-        if p.is_active and p.doc_id not in placed:
+        if p.doc_id in placed:
+            continue
+        if p.is_active:
             out.append(p)
             placed.add(p.doc_id)
             for link in p.epistemic_metadata.supersedes:
@@ -58,6 +61,9 @@ def reader_order(packets: Iterable[EvidencePacket]) -> list[EvidencePacket]:
                 if target is not None and not target.is_active and target.doc_id not in placed:
                     out.append(target)
                     placed.add(target.doc_id)
+        elif hidden_only(p):
+            out.append(p)
+            placed.add(p.doc_id)
     out += [p for p in packets if p.doc_id not in placed]
     return out
 
@@ -162,6 +168,12 @@ def render_reader(
                 dropped.append(p.evidence_packet_id)
         shown = kept
     text = _document(shown, not_shown, policy, dropped=dropped, cut_to=None, **options)
+    while token_budget is not None and len(shown) > 1 and count(text) > token_budget:
+        # A later drop can lengthen an earlier digest line ("…, not shown"): drop from the end.
+        last = shown.pop()
+        not_shown[last.doc_id] = last.evidence_packet_id
+        dropped.append(last.evidence_packet_id)
+        text = _document(shown, not_shown, policy, dropped=dropped, cut_to=None, **options)
     if token_budget is not None and len(shown) == 1 and count(text) > token_budget:
         # The most useful packet alone is over budget: keep as much of its text as fits.
         lo, hi = 0, len(shown[0].text)

@@ -35,7 +35,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from car_rag.evidence import AuthorityLink, EvidencePacket, build_packets, record_label, scope_groups
+from car_rag.evidence import AuthorityLink, EvidencePacket, build_packets, hidden_only, record_label, scope_groups
 from car_rag.policy import EXPLICIT_RULE
 from car_rag.xml_tree import Element, iso_date, sanitize_xml_text, short_number
 
@@ -295,7 +295,9 @@ def render_xml(
 ) -> str:
     """The ``<evidence>`` XML for a retrieval result (packets built with ``policy``) or for packets.
 
-    Active packets come first, each in its given order, then superseded (and archived) ones.
+    Active packets come first, each in its given order, then superseded (and archived) ones;
+    a packet superseded only by a record the caller may not read keeps its place among the
+    active ones.
     ``superseded="omit"`` leaves the superseded packets out and lists their ids in an
     ``<omitted>`` element; the default keeps them, marked ``status="superseded"`` with a
     ``<superseded-by>`` pointer. ``k`` keeps the first ``k`` records of a result (in result
@@ -324,7 +326,10 @@ def render_xml(
         for p in packets:
             if not isinstance(p, EvidencePacket):
                 raise TypeError(f"expected EvidencePacket objects, got {type(p).__name__}")
-    ordered = [p for p in packets if p.is_active] + [p for p in packets if not p.is_active]
+    # A packet voided only by a record the caller may not read keeps its place: nothing
+    # shown stands in for it (the result ranks it so too).
+    first = [p for p in packets if p.is_active or hidden_only(p)]
+    ordered = first + [p for p in packets if p not in first]
     if superseded == "omit":
         shown, omitted = [p for p in ordered if p.is_active], [p for p in ordered if not p.is_active]
     else:

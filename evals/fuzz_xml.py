@@ -1,11 +1,13 @@
-"""Fuzz the XML evidence renderer for injection safety, with as many examples as you like.
+"""Fuzz both evidence renderings for injection safety, with as many examples as you like.
 
 Runs the property of ``tests/test_xml_injection.py`` (same strategies, same invariants):
 packets whose every string is adversarial (generated unicode with control characters and
 lone surrogates, decoded invalid UTF-8, closing tags, CDATA terminators, quotes, entities,
 "ignore previous instructions" …) are rendered with random renderer options and parsed
 back with ElementTree and minidom; exactly the expected packets must be there, with every
-attribute and text equal to the sanitized original.
+attribute and text equal to the sanitized original. The same cases then go through the
+reader-first form (``render_reader``) and ``check_reader_rendering``: both parsers read it,
+only its own elements appear, and every packet is an input packet, text intact.
 
 Run:  python evals/fuzz_xml.py --examples 10000 [--seed N] [--out evals/results/fuzz_xml.txt]
 """
@@ -25,9 +27,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import hypothesis  # noqa: E402
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-from test_xml_injection import NASTY, cases, check_rendering  # noqa: E402  (tests/ is on sys.path)
+from test_xml_injection import NASTY, cases, check_reader_rendering, check_rendering  # noqa: E402  (tests/ is on sys.path)
 
 import car_rag  # noqa: E402
+from car_rag.reader_render import render_reader  # noqa: E402
 from car_rag.xml_render import render_xml  # noqa: E402
 
 
@@ -58,6 +61,12 @@ def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
         stats["with_conflict_group"] += "<conflict-group" in out
         stats["compact_form"] += bool(options.get("compact"))
         check_rendering(packets, options, out)
+        reader_options = {k: v for k, v in options.items() if k in ("superseded", "query_id", "indent")}
+        reader_options["token_budget"] = options["token_budget"] or None
+        reader = render_reader(packets, **reader_options)
+        stats["reader_chars"] += len(reader)
+        stats["reader_with_digest"] += "<digest>" in reader
+        check_reader_rendering(packets, reader_options, reader)
 
     test = seed(seed_value)(property_holds) if seed_value is not None else property_holds
     try:
@@ -82,12 +91,13 @@ def main() -> int:
     ok, stats, failure = run(args.examples, args.seed)
     elapsed = time.perf_counter() - started
     lines = [
-        "fuzz_xml: injection safety of car_rag.xml_render.render_xml",
+        "fuzz_xml: injection safety of car_rag.xml_render.render_xml and car_rag.reader_render.render_reader",
         f"car-rag {car_rag.__version__}, hypothesis {hypothesis.__version__}, Python {platform.python_version()}",
         f"seed: {args.seed if args.seed is not None else 'random'}; max_examples: {args.examples}; "
         f"{len(NASTY)} hand-written nasty fragments mixed with generated text",
         f"examples run: {stats['examples']} ({stats['packets']} packets, {stats['xml_chars']:,} XML characters) "
-        f"in {elapsed:.1f} s",
+        f"in {elapsed:.1f} s; the same examples in the reader-first form: {stats['reader_chars']:,} characters, "
+        f"{stats['reader_with_digest']} with a digest",
     ]
     n = max(stats["examples"], 1)
     for key in (
@@ -102,7 +112,7 @@ def main() -> int:
         lines.append(f"  examples {key.replace('_', ' ')}: {stats[key]} ({100 * stats[key] / n:.0f}%)")
     lines.append(
         "result: PASS - every example parsed (ElementTree and minidom) to exactly the expected packets, "
-        "attributes and text equal to the sanitized originals"
+        "attributes and text equal to the sanitized originals, in both forms"
         if ok
         else "result: FAIL"
     )

@@ -40,8 +40,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
              "scope": {"package": "minimist", "cve_id": "CVE-2021-44906"}, "published_at": "2022-03-17"},
         ],
         "anchors": ["lodash-cve", "minimist-cve"],
-        "digest": ["lodash, CVE-2019-10744: patched. patch release 4.17.12 [EP-1] fixes the vulnerability disclosure [EP-3].",
-                   "minimist, CVE-2021-44906: vulnerable (vulnerability disclosure [EP-2])."],
+        "digest": ["lodash, CVE-2019-10744: patched. The patch release 4.17.12 fixes the vulnerability disclosure. (Current: EP-1. Replaced: EP-3.)",
+                   "minimist, CVE-2021-44906: vulnerable. (Current: EP-2.)"],
     },
     "legal-precedent": {
         "records": [
@@ -51,7 +51,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
              "scope": {"case": "smith_v_jones", "question_id": "Q1"}, "published_at": "2020-02-03"},
         ],
         "anchors": ["smith-1990"],
-        "digest": ["smith_v_jones, Q1: overruled. overruling [EP-1] overrules the ruling [EP-2]."],
+        "digest": ["smith_v_jones, Q1: overruled. The overruling overrules the ruling. (Current: EP-1. Replaced: EP-2.)"],
     },
     "drug-regulation": {
         "records": [
@@ -61,7 +61,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
              "doc_type": "recall_enforcement", "scope": {"ndc": "0093-7180-01"}, "published_at": "2024-04-12"},
         ],
         "anchors": ["label-2021"],
-        "digest": ["0093-7180-01: recalled. recall enforcement [EP-1] withdraws the drug label [EP-2]."],
+        "digest": ["0093-7180-01: recalled. The recall enforcement withdraws the drug label. (Current: EP-1. Replaced: EP-2.)"],
     },
     "sec-204a1": {
         "records": [
@@ -71,7 +71,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
              "scope": {"ticker": "ACME"}, "published_at": "2024-03-02"},
         ],
         "anchors": ["pc-1"],
-        "digest": ["ACME: not compliant. blackout announced [EP-1] voids the pre clearance approved [EP-2]."],
+        "digest": ["ACME: not compliant. The blackout announced voids the pre clearance approved. (Current: EP-1. Replaced: EP-2.)"],
     },
     "versioned-document": {
         "records": [
@@ -81,6 +81,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
              "scope": {"document": "SOP-7"}},
         ],
         "anchors": ["sop-7-v1"],
-        "digest": ["SOP-7: sop 2 [EP-1] is current; it replaces the sop 1 [EP-2]."],
+        "digest": ["SOP-7: the sop 2 is current; it replaces the sop 1. (Current: EP-1. Replaced: EP-2.)"],
     },
 }

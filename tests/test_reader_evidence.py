@@ -61,12 +61,12 @@ def test_a_policy_without_states_still_renders_in_neutral_words() -> None:
     scenario = SCENARIOS["security-advisory"]
     result, _ = authority_result("security-advisory", scenario["records"], scenario["anchors"])
     digest = ET.fromstring(render_reader(result, policy=plain, k=5)).find("digest").text
-    assert digest.split("\n")[0] == ("lodash, CVE-2019-10744: patch release 4.17.12 [EP-1] is current; it fixes the "
-                                     "vulnerability disclosure [EP-3].")
+    assert digest.split("\n")[0] == ("lodash, CVE-2019-10744: the patch release 4.17.12 is current; it fixes the "
+                                     "vulnerability disclosure. (Current: EP-1. Replaced: EP-3.)")
     assert "patched" not in digest and "vulnerable" not in digest
     # No policy at all: still a digest, with the generic verb.
     bare = ET.fromstring(render_reader(build_packets(result, None, 5))).find("digest").text
-    assert "is current; it supersedes the vulnerability disclosure [EP-3]" in bare
+    assert "is current; it supersedes the vulnerability disclosure. (Current: EP-1. Replaced: EP-3.)" in bare
 
 
 def test_omitted_replaced_records_are_named_as_not_shown() -> None:
@@ -74,7 +74,7 @@ def test_omitted_replaced_records_are_named_as_not_shown() -> None:
     result, policy = authority_result("legal-precedent", scenario["records"], scenario["anchors"])
     root = ET.fromstring(render_reader(result, policy=policy, k=5, superseded="omit"))
     assert [p.get("id") for p in root.findall("packet")] == ["EP-1"]
-    assert root.find("digest").text == "smith_v_jones, Q1: overruled. overruling [EP-1] overrules the ruling [EP-2, not shown]."
+    assert root.find("digest").text == "smith_v_jones, Q1: overruled. The overruling overrules the ruling. (Current: EP-1. Replaced: EP-2, not shown.)"
 
 
 def test_hidden_superseder_is_stated_never_named() -> None:
@@ -114,7 +114,7 @@ def test_budget_keeps_whole_packets_and_skips_one_that_does_not_fit() -> None:
     # The long replaced disclosure is dropped whole; the shorter current record after it stays.
     assert [p.get("id") for p in root.findall("packet")] == ["EP-1", "EP-2"]
     assert root.find("not-shown").text == "EP-3"
-    assert "[EP-3, not shown]" in root.find("digest").text
+    assert "Replaced: EP-3, not shown." in root.find("digest").text
     assert all(p.get("cut") is None for p in root.findall("packet"))
 
 
@@ -154,3 +154,12 @@ def test_bad_arguments() -> None:
         render_reader("<evidence/>")
     with pytest.raises(TypeError, match="EvidencePacket"):
         render_reader([object()])
+
+
+def test_a_record_replaced_only_by_a_hidden_one_keeps_its_place() -> None:
+    records = [dict(r) for r in SCENARIOS["security-advisory"]["records"]]
+    records[1]["tenant"] = "initech"
+    result, policy = authority_result("security-advisory", records, ["lodash-cve", "minimist-cve"],
+                                      caller=CallerContext(tenant="acme"))
+    ids = [(p.get("id"), p.get("status")) for p in ET.fromstring(render_reader(result, policy=policy, k=5)).findall("packet")]
+    assert ids == [("EP-1", "replaced"), ("EP-2", "current")]  # the question's record first, as Stage 1 ranked it

@@ -39,7 +39,9 @@ from car_rag.evidence import (
     PacketContent,
     Provenance,
     RetrievalRationale,
+    hidden_only,
 )
+from car_rag.reader_render import reader_order, render_reader
 from car_rag.xml_render import (
     approx_tokens,
     compact_relation_text,
@@ -258,7 +260,8 @@ def check_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], o
     assert {el.tag for el in root.iter()} <= KNOWN_TAGS
     assert root.get("query-id") == _attr(options.get("query_id"))
 
-    ordered = [p for p in packets_in if p.is_active] + [p for p in packets_in if not p.is_active]
+    first = [p for p in packets_in if p.is_active or hidden_only(p)]  # voided only by hidden records: keeps its place
+    ordered = first + [p for p in packets_in if p not in first]
     shown_expected = [p for p in ordered if p.is_active] if options.get("superseded") == "omit" else ordered
     omitted_expected = [p for p in ordered if not p.is_active] if options.get("superseded") == "omit" else []
 
@@ -329,6 +332,52 @@ def check_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], o
         assert node.getAttribute("status") == packet.status
         (text_node,) = [n for n in node.childNodes if getattr(n, "tagName", None) == "text"]
         assert _dom_text(text_node) == S(packet.text)
+
+
+READER_TAGS = {"evidence", "digest", "packet", "not-shown"}
+
+
+def check_reader_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], out: str) -> None:
+    """Injection-safety invariants of ``out = render_reader(packets_in, **options)``: both
+    parsers read it, only the renderer's own elements appear, every packet element is one
+    of the input packets (in reader order, none twice), with its id, type and text intact
+    (a text cut to fit a budget is a prefix and says so)."""
+    assert not _FORBIDDEN_IN_OUTPUT.search(out), "a character XML 1.0 forbids reached the output"
+    out.encode("utf-8")
+    root = ET.fromstring(out)
+    xml.dom.minidom.parseString(out)
+    assert root.tag == "evidence" and {el.tag for el in root.iter()} <= READER_TAGS
+    assert root.get("query-id") == _attr(options.get("query_id"))
+    assert [el.tag for el in root if el.tag == "digest"] in ([], ["digest"]) and len(root.findall("digest")) <= 1
+    assert all(not list(el) for el in root), "an element appeared inside a packet or the digest"
+    expected = [p for p in reader_order(packets_in) if p.is_active or options.get("superseded") != "omit"]
+    rendered = root.findall("packet")
+    position = 0
+    for el in rendered:
+        while position < len(expected) and S(expected[position].evidence_packet_id) != el.get("id"):
+            position += 1
+        assert position < len(expected), f"packet {el.get('id')!r} is not an expected packet, or out of order"
+        packet = expected[position]
+        position += 1
+        assert el.get("status") == ("current" if packet.is_active else "replaced")
+        assert el.get("type") == S(packet.doc_type.replace("_", " ").strip() or "record")
+        text = S(packet.text.replace("\r\n", "\n").replace("\r", "\n"))
+        if el.get("cut") is None:
+            assert (el.text or "") == text
+        else:
+            assert (el.text or "").endswith(" […]") and text.startswith((el.text or "")[: -len(" […]")])
+    if options.get("token_budget") is not None and len(rendered) > 1:
+        assert approx_tokens(out) <= options["token_budget"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_property_adversarial_packets_in_the_reader_form(case: tuple[list[EvidencePacket], dict[str, Any]]) -> None:
+    packets, options = case
+    reader_options = {k: v for k, v in options.items() if k in ("superseded", "query_id", "indent")}
+    reader_options["token_budget"] = options["token_budget"] or None
+    out = render_reader(packets, **reader_options)
+    check_reader_rendering(packets, reader_options, out)
 
 
 def render_and_check(packets_in: list[EvidencePacket], options: dict[str, Any]) -> str:

@@ -44,7 +44,7 @@ def test_llm_gets_reader_first_evidence_by_default(index, policy, fake_llm):
     assert "<digest>" in prompt and 'status="current"' in prompt  # the reader prompt explains both
     root = _evidence(prompt)
     digest = root.find("digest").text
-    assert ": patched. patch release 2.0.1 [EP-1] fixes the vulnerability disclosure [EP-" in digest
+    assert ": patched. The patch release 2.0.1 fixes the vulnerability disclosure. (Current: EP-1. Replaced: EP-" in digest
     first = root.find("packet")
     assert (first.get("id"), first.get("status"), first.get("version")) == ("EP-1", "current", "2.0.1")
     assert any(p.get("status") == "replaced" and p.get("replaced-by") == "EP-1" for p in root.iter("packet"))
@@ -82,7 +82,7 @@ def test_omit_superseded_and_budget(index, policy, fake_llm):
     assert root.find("omitted") is not None
     _engine(index, policy, fake_llm, superseded="omit", token_budget=400).query(YAML_Q)
     root = _evidence(fake_llm.prompts[-1])
-    assert all(p.get("status") == "current" for p in root.iter("packet")) and "not shown]" in root.find("digest").text
+    assert all(p.get("status") == "current" for p in root.iter("packet")) and "not shown" in root.find("digest").text
 
 
 def test_compact_evidence(index, policy, fake_llm):

@@ -30,7 +30,7 @@ def packets(xml: str) -> dict[str, ET.Element]:
 def test_reader_form_is_the_default_digest_first() -> None:
     root = ET.fromstring(format_evidence.invoke(make().invoke(QUERY)))
     assert root.find("digest").text.startswith("lodash, CVE-")  # the policy's words: "patched", "fixes"
-    assert ": patched. patch release 4.17.99 [EP-1] fixes the vulnerability disclosure [EP-" in root.find("digest").text
+    assert ": patched. The patch release 4.17.99 fixes the vulnerability disclosure. (Current: EP-1. Replaced: EP-" in root.find("digest").text
     first, second = root.findall("packet")[:2]
     assert (first.get("id"), first.get("status"), first.get("version")) == ("EP-1", "current", "4.17.99")
     assert second.get("status") == "replaced" and second.get("replaced-by") == "EP-1"
