@@ -1,6 +1,6 @@
 """Draw the held-out query samples of the reader protocol (see README.md beside this file).
 
-    python evals/reader_protocol/draw.py            # writes evals/reader_protocol/plan.json
+    python evals/reader_protocol/draw.py            # writes plan.json and heldout-<suite>.txt here
 
 The draw depends only on the seed and the query files' ids, so anyone re-running it gets
 the same samples; the committed plan.json is the record of what was fixed, and when.
@@ -36,6 +36,8 @@ def main() -> None:
     for suite in HELDOUT_SUITES:
         plan["heldout"][suite], plan["outside_sample"][suite] = draw(suite)
     (HERE / "plan.json").write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+    for suite, ids in plan["heldout"].items():  # the form `car-rag eval-llm --query-ids` reads
+        (HERE / f"heldout-{suite}.txt").write_text(f"# held-out sample of {suite} (plan.json, seed {SEED})\n" + "\n".join(ids) + "\n")
     print({s: len(v) for s, v in plan["heldout"].items()})
 
 
