@@ -94,6 +94,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
             result = retriever.retrieve(args.text, caller=caller)
             if args.format == "json":
                 print(json.dumps(result.to_dict(args.k), indent=2, ensure_ascii=False))
+            elif args.format == "evidence":
+                from car_rag.reader_render import render_reader
+
+                print(render_reader(result, policy=store.policy, k=args.k))
             elif args.format == "xml":
                 from car_rag.xml_render import render_xml
 
@@ -229,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--depth", type=_count, default=50, help="per-channel Stage-1 depth before fusion")
     query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"])
     query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"])
-    query.add_argument("--format", default="table", choices=["table", "json", "xml"], help="xml: the evidence packets an LLM reads")
+    query.add_argument("--format", default="table", choices=["table", "json", "evidence", "xml"],
+                       help="evidence: the reader-first evidence an LLM reads; xml: the audit XML (default: %(default)s)")
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
     query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
     query.set_defaults(func=_cmd_query)
