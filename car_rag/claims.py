@@ -111,7 +111,8 @@ class ClaimReader:
             words = "|".join(f"(?:{t})" for t in terms)
             # "whether it has been patched", "it may have been overruled": about the evidence.
             hedges.append(rf"\b(?:whether|if)\s+(?:or\s+not\s+)?(?:\w+\s+){{0,6}}?(?:has|have|is|was|were|had)\s+(?:been\s+)?(?:{words})\b")
-            hedges.append(rf"\b(?:may|might|could|possibly|perhaps|likely|presumably|appears?\s+to|seems?\s+to)\s+(?:have\s+)?(?:been\s+)?(?:{words})\b")
+            hedges.append(rf"\b(?:(?:may|might|could)\s+(?:have\s+been|been|be)|(?:possibly|perhaps|likely|presumably|appears?\s+to|seems?\s+to)"
+                          rf"(?:\s+have)?(?:\s+been)?)\s+(?:{words})\b")  # "may have been fixed"; "may trade" claims
         return re.compile("|".join(f"(?:{h})" for h in hedges), re.IGNORECASE)
 
     @staticmethod

@@ -45,4 +45,5 @@ def extract_versions(text: str) -> list[str]:
         if _NOT_VERSION_BEFORE.search(text[: m.start()][-24:]):
             continue
         out.append(m.group(0))
-    return out + [m.group(1) for m in _BARE_VERSION_RE.finditer(text)]
+    # "version 4" counts; "Python version 3" names a language's version, not a fix.
+    return out + [m.group(1) for m in _BARE_VERSION_RE.finditer(text) if not _NOT_VERSION_BEFORE.search(text[: m.start()][-24:])]

@@ -1,0 +1,115 @@
+"""Every claim pattern and every negated term of the packaged vocabularies, one example
+each: the pattern matches it and the claim reader asserts the state it should (fast tier)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import resources
+
+import pytest
+
+from car_rag.claims import ClaimReader
+from car_rag.policy import Policy
+
+VOCABULARIES = {
+    p.name[: -len(".toml")]: tomllib.loads(p.read_text(encoding="utf-8"))["states"]
+    for p in (resources.files("car_rag") / "vocabularies").iterdir()
+    if p.name.endswith(".toml")
+}
+
+# (vocabulary, state, "claims" | "terms", index) -> (sentence, the state the reader must assert)
+EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
+    ("security", "vulnerable", "claims", 0): ("The flaw is still unpatched.", "vulnerable"),
+    ("security", "vulnerable", "claims", 1): ("The server remains exploitable.", "vulnerable"),
+    ("security", "vulnerable", "terms", 0): ("Version 2 is no longer vulnerable.", "patched"),
+    ("security", "vulnerable", "terms", 1): ("The current release is not affected.", "patched"),
+    ("security", "vulnerable", "terms", 2): ("It isn't exploitable any more.", "patched"),
+    ("security", "vulnerable", "terms", 3): ("The latest version does not contain this vulnerability.", "patched"),
+    ("security", "patched", "claims", 0): ("The vulnerability has been fixed.", "patched"),
+    ("security", "patched", "claims", 1): ("It was resolved in 2.3.1.", "patched"),
+    ("security", "patched", "claims", 2): ("The release that fixes it is 2.3.1.", "patched"),
+    ("security", "patched", "claims", 3): ("A patch is available.", "patched"),
+    ("security", "patched", "claims", 4): ("Upgrade to version 2.3.1.", "patched"),
+    ("security", "patched", "terms", 0): ("The vulnerability hasn't been patched.", "vulnerable"),
+    ("security", "patched", "terms", 1): ("It was never fixed.", "vulnerable"),
+    ("security", "patched", "terms", 2): ("The issue is not yet addressed.", "vulnerable"),
+    ("security", "patched", "terms", 3): ("The bug isn't resolved.", "vulnerable"),
+    ("security", "patched", "terms", 4): ("It has not been remediated.", "vulnerable"),
+    ("security", "patched", "terms", 5): ("The flaw is not mitigated.", "vulnerable"),
+    ("security", "patched", "terms", 6): ("The defect was not corrected.", "vulnerable"),
+    ("security", "patched", "terms", 7): ("There are no patches for it.", "vulnerable"),
+    ("security", "patched", "terms", 8): ("There is no official fix.", "vulnerable"),
+    ("security", "patched", "terms", 9): ("There is no update for this.", "vulnerable"),
+    ("security", "patched", "terms", 10): ("There is no remediation.", "vulnerable"),
+    ("security", "patched", "terms", 11): ("No patched version exists.", "vulnerable"),
+    ("security", "patched", "terms", 12): ("There is no fixed version.", "vulnerable"),
+    ("security", "patched", "terms", 13): ("There is no version that fixes it.", "vulnerable"),
+    ("legal", "good_law", "claims", 0): ("The ruling is still good law.", "good_law"),
+    ("legal", "good_law", "claims", 1): ("The holding remains intact.", "good_law"),
+    ("legal", "good_law", "claims", 2): ("The standard still applies.", "good_law"),
+    ("legal", "good_law", "terms", 0): ("It is no longer good law.", "overruled"),
+    ("legal", "good_law", "terms", 1): ("The precedent is not valid.", "overruled"),
+    ("legal", "good_law", "terms", 2): ("The decision isn't binding.", "overruled"),
+    ("legal", "good_law", "terms", 3): ("The case is no longer controlling.", "overruled"),
+    ("legal", "good_law", "terms", 4): ("The opinion is not authoritative.", "overruled"),
+    ("legal", "good_law", "terms", 5): ("The rule is not in force.", "overruled"),
+    ("legal", "good_law", "terms", 6): ("The ruling is not precedential.", "overruled"),
+    ("legal", "overruled", "claims", 0): ("The standard has been modified by a later decision.", "overruled"),
+    ("legal", "overruled", "claims", 1): ("Smith was abrogated.", "overruled"),
+    ("legal", "overruled", "terms", 0): ("The ruling hasn't been overruled.", "good_law"),
+    ("legal", "overruled", "terms", 1): ("It was never overturned.", "good_law"),
+    ("legal", "overruled", "terms", 2): ("The holding is not abrogated.", "good_law"),
+    ("legal", "overruled", "terms", 3): ("The judgment was not reversed.", "good_law"),
+    ("legal", "overruled", "terms", 4): ("The case has not been superseded.", "good_law"),
+    ("legal", "overruled", "terms", 5): ("The standard has not been modified.", "good_law"),
+    ("legal", "overruled", "terms", 6): ("The test was not replaced.", "good_law"),
+    ("legal", "overruled", "terms", 7): ("The order was not vacated.", "good_law"),
+    ("legal", "overruled", "terms", 8): ("The doctrine was never altered.", "good_law"),
+    ("legal", "overruled", "terms", 9): ("The rule has not changed.", "good_law"),
+    ("compliance", "active", "claims", 0): ("The pre-clearance is still valid.", "active"),
+    ("compliance", "active", "claims", 1): ("The employee may trade today.", "active"),
+    ("compliance", "active", "terms", 0): ("The clearance is not valid.", "non_compliant"),
+    ("compliance", "active", "terms", 1): ("The approval is no longer active.", "non_compliant"),
+    ("compliance", "active", "terms", 2): ("The clearance is not in effect.", "non_compliant"),
+    ("compliance", "active", "terms", 3): ("The trade is not permitted.", "non_compliant"),
+    ("compliance", "active", "terms", 4): ("Trading is not allowed.", "non_compliant"),
+    ("compliance", "active", "terms", 5): ("The employee must not trade.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 0): ("The trade is non-compliant.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 1): ("The employee is in violation of the policy.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 2): ("Trading violates the blackout.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 3): ("Trading is prohibited.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 4): ("A blackout is in effect.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 5): ("The pre-clearance was revoked.", "non_compliant"),
+    ("compliance", "compliant", "claims", 0): ("The trade is compliant.", "compliant"),
+    ("compliance", "compliant", "claims", 1): ("The trade is permitted under the emergency exception.", "compliant"),
+    ("compliance", "compliant", "claims", 2): ("The emergency exception applies.", "compliant"),
+    ("compliance", "compliant", "terms", 0): ("The trade is not compliant.", "non_compliant"),
+    ("drug", "approved", "claims", 0): ("The drug is still approved.", "approved"),
+    ("drug", "approved", "terms", 0): ("The product is no longer approved.", "recalled"),
+    ("drug", "approved", "terms", 1): ("It is not marketed any more.", "recalled"),
+    ("drug", "approved", "terms", 2): ("The tablets are not on the market.", "recalled"),
+    ("drug", "recalled", "claims", 0): ("The lots have been withdrawn.", "recalled"),
+    ("drug", "recalled", "claims", 1): ("Yes, recalled in 2024.", "recalled"),
+    ("drug", "recalled", "terms", 0): ("The product was not recalled.", "approved"),
+    ("drug", "recalled", "terms", 1): ("The drug was never withdrawn.", "approved"),
+}
+
+
+def _patterns() -> list[tuple[str, str, str, int]]:
+    return [(v, s, kind, i) for v, states in VOCABULARIES.items() for s, state in states.items()
+            for kind in ("claims", "terms") for i in range(len(state.get(kind, [])))]
+
+
+def test_every_pattern_has_an_example() -> None:
+    assert sorted(_patterns()) == sorted(EXAMPLES)
+
+
+@pytest.mark.parametrize("key", sorted(EXAMPLES), ids=lambda k: "-".join(map(str, k)))
+def test_pattern_example(key: tuple[str, str, str, int]) -> None:
+    vocabulary, state, kind, index = key
+    sentence, expected = EXAMPLES[key]
+    pattern = VOCABULARIES[vocabulary][state][kind][index]
+    assert re.search(pattern, sentence, re.IGNORECASE), f"{pattern!r} does not match {sentence!r}"
+    reader = ClaimReader(Policy(name="t", scope_keys=("s",), vocabulary=(vocabulary,)))
+    assert reader.read(sentence).asserted() == [expected], (sentence, reader.read(sentence))
