@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from car_rag.channels.base import BACKENDS
+from car_rag.channels.lexical import BACKENDS
+from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 
 __all__ = ["main"]
 
@@ -56,7 +57,7 @@ def _print_table(result, k: int, out: TextIO) -> None:
             rules = sorted({e.rule for e in rec.voided_by})
             why = f"superseded by {', '.join(rec.superseded_by)} ({', '.join(rules)})"
         elif rec.hidden_superseder:
-            why = "superseded by a record you are not permitted to read"
+            why = HIDDEN_SUPERSEDER_TEXT
         else:
             why = rec.role
         rank = str(rec.rank) if rec in shown else "prov"

@@ -470,12 +470,13 @@ def build_packets(
     replaced and by what; the renderer can omit them or drop them under a token budget).
     ``provenance=False`` keeps exactly the top ``k``.
 
-    Packet ids are ``EP-<rank>``. ``policy`` (normally ``store.policy``) supplies each rule's
-    description and scope keys for the supersession sentences; without it the sentences
-    name the rule only and use the scope entries both records share.
+    Packet ids are ``EP-<rank>``. ``policy`` (default: the one the result was resolved
+    under) supplies each rule's description and scope keys for the supersession sentences;
+    without any, the sentences name the rule only and use the scope entries both records share.
     """
     if k is not None and k < 0:
         raise ValueError(f"k must be >= 0 or None, got {k}")
+    policy = policy or result.policy
     shown = result.ranked[:k]
     if k is not None and provenance:
         ids = {item.doc_id for item in shown}

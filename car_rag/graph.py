@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from car_rag.policy import EXPLICIT_RULE, WILDCARD, Policy
 from car_rag.records import Record
 
 __all__ = ["Edge", "AuthorityGraph", "SupersessionCycleError", "RSSG"]
 
-_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -230,7 +228,7 @@ class AuthorityGraph:
     def lookup(self, scope: Mapping[str, str]) -> list[Record]:
         """Entity-index lookup: records whose scope has every given key/value, oldest first."""
         ids = self._candidates(tuple(scope), scope, WILDCARD) if scope else ()
-        return sorted((self.records[i] for i in ids), key=lambda r: (r.time or _EPOCH, r.doc_id))
+        return sorted((self.records[i] for i in ids), key=lambda r: (r.sort_time, r.doc_id))
 
     def scope_bucket(self, record: Record) -> list[Record]:
         """Records sharing ``record``'s scope on every policy scope key it has."""

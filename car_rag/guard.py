@@ -105,14 +105,16 @@ def check_answer(
 ) -> GuardReport:
     """Findings for ``answer`` against ``evidence``: a retrieval result (its top ``k``
     records and the records they supersede, numbered ``EP-<rank>`` as both renderings
-    number them) or the packets the answer was generated from. ``policy`` supplies the
-    state words; without states only the citation and version checks run."""
+    number them) or the packets the answer was generated from. ``policy`` (default: the
+    result's own) supplies the state words; without states only the citation and version
+    checks run."""
     text = _as_text(answer)
     if text is None:
         return GuardReport(False, reason=f"the answer is not text ({type(answer).__name__})")
     if not text.strip():
         return GuardReport(False, reason="empty answer")
     if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
+        policy = policy or evidence.policy  # type: ignore[union-attr]
         packets = build_packets(evidence, policy, k)  # type: ignore[arg-type]
     else:
         packets = list(evidence)  # type: ignore[arg-type]

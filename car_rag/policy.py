@@ -274,15 +274,6 @@ class Policy(BaseModel):
         return state.label or name.replace("_", " ")
 
     @cached_property
-    def anchor_types(self) -> frozenset[str]:
-        """Types some rule can void: the records Stage 2 probes for superseders."""
-        return frozenset(r.target for r in self.rules)
-
-    @cached_property
-    def superseding_types(self) -> frozenset[str]:
-        return frozenset(r.trigger for r in self.rules)
-
-    @cached_property
     def _patterns(self) -> dict[str, re.Pattern[str]]:
         return {k: re.compile(p) for k, p in self.scope_patterns.items()}
 

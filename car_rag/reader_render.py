@@ -124,8 +124,8 @@ def render_reader(
     indent: str | None = "  ",
     provenance: bool = True,
 ) -> str:
-    """The reader-first ``<evidence>`` for a retrieval result (packets built with ``policy``,
-    whose states and verbs word the digest) or for packets.
+    """The reader-first ``<evidence>`` for a retrieval result or for packets; ``policy``
+    (default: the result's own) supplies the states and verbs that word the digest.
 
     ``k`` keeps the first ``k`` records of a result plus, with ``provenance``, the records
     those replaced. ``superseded="omit"`` leaves replaced records out (the digest still
@@ -143,6 +143,7 @@ def render_reader(
     if isinstance(evidence, (str, bytes)):
         raise TypeError("render_reader takes a RetrievalResult or EvidencePacket objects, not text")
     if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
+        policy = policy or evidence.policy  # type: ignore[union-attr]
         packets = build_packets(evidence, policy, k, provenance=provenance)  # type: ignore[arg-type]
     else:
         packets = list(evidence)[:k]

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
-__all__ = ["Record", "RecordError", "LoadReport", "load_records", "parse_records", "PUBLIC_TENANT"]
+__all__ = ["PUBLIC_TENANT", "UNDATED", "LoadReport", "Record", "RecordError", "load_records", "parse_records"]
 
 PUBLIC_TENANT = "*"
 """The tenant value the eligibility gate writes for records that belong to every tenant;
@@ -50,6 +50,10 @@ def _not_blank(value: str) -> str:
 
 _Label = Annotated[StrictStr, AfterValidator(_not_blank)]
 """A scope key or value, tenant or principal: a string that is not empty or white space."""
+
+
+UNDATED = datetime.min.replace(tzinfo=timezone.utc)
+"""Where a record without a date sorts: before every dated one."""
 
 
 class Record(BaseModel):
@@ -158,6 +162,11 @@ class Record(BaseModel):
         if info.data.get("doc_id") in value:
             raise ValueError("a record cannot supersede itself")
         return value
+
+    @property
+    def sort_time(self) -> datetime:
+        """:attr:`time` for ordering: a record without a date sorts before every dated one."""
+        return self.time or UNDATED
 
     @property
     def time(self) -> datetime | None:

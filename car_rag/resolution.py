@@ -14,7 +14,6 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Literal
 
 from car_rag.channels import FusedHit
@@ -29,7 +28,6 @@ Resolution = Literal["rules", "timestamp"]
 Status = Literal["active", "superseded"]
 Role = Literal["anchor", "superseder", "scope_match"]
 
-_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
 
 @dataclass
@@ -94,6 +92,9 @@ class RetrievalResult:
     anchors: list[FusedHit]
     scope_ids: dict[str, list[str]]
     timings_ms: dict[str, float]
+    policy: Policy | None = None
+    """The policy the result was resolved under: renderings and the guard take their words
+    and rule descriptions from it when none is passed."""
 
     def __iter__(self) -> Iterator[RetrievedRecord]:
         return iter(self.ranked)
@@ -145,7 +146,7 @@ class _TimestampRSSG(RSSG):
             buckets.setdefault(tuple(rec.scope.get(k) for k in scope_keys), []).append(rec)
         for group in buckets.values():
             for rec in group:
-                later = {o.doc_id: "later_in_scope" for o in group if (o.time or _EPOCH) > (rec.time or _EPOCH)}
+                later = {o.doc_id: "later_in_scope" for o in group if o.sort_time > rec.sort_time}
                 if later:
                     self.voided_by[rec.doc_id] = later
 
@@ -226,7 +227,7 @@ def resolve_authority(
     def order(item: RetrievedRecord) -> tuple:
         # Displaced records (a shown record controls them) after the rest; then by chain
         # (query-named, else anchor rank); within a chain newest first, then Stage-1 rank.
-        when = item.record.time or _EPOCH
+        when = item.record.sort_time
         hit = item.stage1.rank if item.stage1 else 0
         return (item.displaced, members[item.doc_id][0], -when.timestamp(), hit, item.doc_id)
 
@@ -241,12 +242,12 @@ def resolve_authority(
     for rank, item in enumerate(ranked, 1):
         item.rank = rank
     elapsed = (time.perf_counter() - started) * 1000
-    return RetrievalResult(query, ranked, anchors, scope_ids, {"stage23": elapsed})
+    return RetrievalResult(query, ranked, anchors, scope_ids, {"stage23": elapsed}, policy)
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: Resolution) -> set[str]:
     if resolution == "rules":
         return graph.ancestors(doc_id)
     record = graph.records[doc_id]
-    later = (r for r in graph.scope_bucket(record) if (r.time or _EPOCH) > (record.time or _EPOCH))
+    later = (r for r in graph.scope_bucket(record) if r.sort_time > record.sort_time)
     return {r.doc_id for r in later}

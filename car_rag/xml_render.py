@@ -293,7 +293,8 @@ def render_xml(
     provenance: bool = True,
     compact: bool = False,
 ) -> str:
-    """The ``<evidence>`` XML for a retrieval result (packets built with ``policy``) or for packets.
+    """The ``<evidence>`` XML for a retrieval result (packets built with ``policy``, by default
+    the result's own) or for packets.
 
     Active packets come first, each in its given order, then superseded (and archived) ones;
     a packet superseded only by a record the caller may not read keeps its place among the
@@ -320,6 +321,7 @@ def render_xml(
     if isinstance(evidence, (str, bytes)):
         raise TypeError("render_xml takes a RetrievalResult or EvidencePacket objects, not text")
     if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
+        policy = policy or evidence.policy  # type: ignore[union-attr]
         packets = build_packets(evidence, policy, k, provenance=provenance)  # type: ignore[arg-type]
     else:
         packets = list(evidence)[:k]

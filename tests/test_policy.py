@@ -50,8 +50,6 @@ def test_every_builtin_policy_loads(name):
     assert policy.rules, "a built-in policy without rules is useless"
     for rule in policy.rules:
         assert set(rule.within) <= set(policy.scope_keys)
-    assert policy.anchor_types == frozenset(r.target for r in policy.rules)
-    assert policy.superseding_types == frozenset(r.trigger for r in policy.rules)
 
 
 def test_sec_204a1_has_the_paper_rules_r1_to_r10():
@@ -85,8 +83,6 @@ def test_load_policy_from_user_toml(tmp_path):
         assert [r.name for r in policy.rules] == ["revision", "withdrawal"]
         assert policy.rule("revision").order == "higher_version"
         assert policy.rule("withdrawal").order == "any"
-        assert policy.anchor_types == {"sop"}
-        assert policy.superseding_types == {"sop", "sop_withdrawn"}
         assert policy.scope_ids_in("see SOP-12 and SOP-7, SOP-12 again") == {"sop_id": ["SOP-12", "SOP-7"]}
 
 

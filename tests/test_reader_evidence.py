@@ -163,3 +163,14 @@ def test_a_record_replaced_only_by_a_hidden_one_keeps_its_place() -> None:
                                       caller=CallerContext(tenant="acme"))
     ids = [(p.get("id"), p.get("status")) for p in ET.fromstring(render_reader(result, policy=policy, k=5)).findall("packet")]
     assert ids == [("EP-1", "replaced"), ("EP-2", "current")]  # the question's record first, as Stage 1 ranked it
+
+
+def test_a_result_carries_its_policy() -> None:
+    (result,), kw = _security()
+    assert result.policy == kw["policy"]
+    assert render_reader(result, k=5) == render_reader(result, k=5, **kw)
+    from car_rag.guard import check_answer
+    from car_rag.xml_render import render_xml
+
+    assert render_xml(result) == render_xml(result, **kw)
+    assert check_answer("No, it is not patched.", result).flagged

@@ -351,21 +351,22 @@ def check_reader_rendering(packets_in: list[EvidencePacket], options: dict[str, 
     assert [el.tag for el in root if el.tag == "digest"] in ([], ["digest"]) and len(root.findall("digest")) <= 1
     assert all(not list(el) for el in root), "an element appeared inside a packet or the digest"
     expected = [p for p in reader_order(packets_in) if p.is_active or options.get("superseded") != "omit"]
+
+    def renders(el: ET.Element, packet: EvidencePacket) -> bool:
+        text = S(packet.text.replace("\r\n", "\n").replace("\r", "\n"))
+        body = el.text or ""
+        intact = body == text if el.get("cut") is None else body.endswith(" […]") and text.startswith(body[: -len(" […]")])
+        return (el.get("id") == S(packet.evidence_packet_id) and intact
+                and el.get("status") == ("current" if packet.is_active else "replaced")
+                and el.get("type") == S(packet.doc_type.replace("_", " ").strip() or "record"))
+
     rendered = root.findall("packet")
     position = 0
-    for el in rendered:
-        while position < len(expected) and S(expected[position].evidence_packet_id) != el.get("id"):
+    for el in rendered:  # ids may repeat in adversarial input: match the whole packet, in order
+        while position < len(expected) and not renders(el, expected[position]):
             position += 1
-        assert position < len(expected), f"packet {el.get('id')!r} is not an expected packet, or out of order"
-        packet = expected[position]
+        assert position < len(expected), f"packet {el.get('id')!r} is not an expected packet, intact and in order"
         position += 1
-        assert el.get("status") == ("current" if packet.is_active else "replaced")
-        assert el.get("type") == S(packet.doc_type.replace("_", " ").strip() or "record")
-        text = S(packet.text.replace("\r\n", "\n").replace("\r", "\n"))
-        if el.get("cut") is None:
-            assert (el.text or "") == text
-        else:
-            assert (el.text or "").endswith(" […]") and text.startswith((el.text or "")[: -len(" […]")])
     if options.get("token_budget") is not None and len(rendered) > 1:
         assert approx_tokens(out) <= options["token_budget"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ChannelHit", "LexicalIndex", "make_lexical_index", "load_lexical_index", "BACKENDS"]
+__all__ = ["ChannelHit", "LexicalIndex"]
 
 
 @dataclass(frozen=True)
@@ -73,30 +73,3 @@ class LexicalIndex(ABC):
         folder.mkdir(parents=True, exist_ok=True)
         self._save_body(folder)
         (folder / "index.json").write_text(json.dumps({"backend": self.backend, "doc_ids": self.doc_ids}))
-
-
-BACKENDS = ("bm25s", "bm25-incremental", "rank-bm25")
-
-
-def make_lexical_index(backend: str = "bm25s") -> LexicalIndex:
-    if backend == "bm25s":
-        from car_rag.channels.bm25s_index import BM25sIndex
-
-        return BM25sIndex()
-    if backend == "bm25-incremental":
-        from car_rag.channels.incremental_bm25 import IncrementalBM25Index
-
-        return IncrementalBM25Index()
-    if backend == "rank-bm25":
-        from car_rag.channels.rank_bm25_index import RankBM25Index
-
-        return RankBM25Index()
-    raise ValueError(f"unknown BM25 backend {backend!r}; choose one of {BACKENDS}")
-
-
-def load_lexical_index(folder: Path) -> LexicalIndex:
-    meta = json.loads((folder / "index.json").read_text())
-    index = make_lexical_index(meta["backend"])
-    index.doc_ids = meta["doc_ids"]
-    index._load_body(folder)
-    return index

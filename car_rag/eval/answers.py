@@ -23,14 +23,12 @@ is labelled by its lead, the first sentence that claims anything: "No, it is not
 version, and is ``uncertain`` without one, as is a lead sentence that itself claims both
 ways and names no version.
 
-:class:`LLMJudge` is an optional second classifier behind the same interface.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -50,7 +48,6 @@ __all__ = [
     "load_gold",
     "normalise_version",
     "suite_kind",
-    "LLMJudge",
 ]
 
 LABELS = ("correct", "patched_wrong_version", "patched_no_version", "confident_wrong", "uncertain")
@@ -229,36 +226,3 @@ def load_gold(suite: Any, corpora_dir: str | Path | None = None) -> dict[str, Go
             version = version_from_record(texts.get(q.gold_doc_ids[0], ""))
         out[q.query_id] = GoldAnswer(status, version if status == "patched" else None)
     return out
-
-
-# --------------------------------------------------------------------------- optional LLM judge
-
-class LLMJudge:
-    """A model as the classifier, same interface: ``judge.classify(answer_text, suite, gold)``.
-
-    ``complete(messages) -> str`` is any chat call (e.g. :meth:`car_rag.eval.llm.ChatClient.complete`).
-    The judge must reply with one label; anything else falls back to the rule classifier.
-    """
-
-    def __init__(self, complete: Callable[[list[dict[str, str]]], str]):
-        self.complete = complete
-
-    def classify(self, answer_text: str, suite: Any, gold: GoldAnswer | dict | str) -> Classification:
-        if isinstance(gold, str):
-            gold = GoldAnswer(gold)
-        elif isinstance(gold, dict):
-            gold = GoldAnswer(gold["status"], gold.get("fixed_version"))
-        labels = ", ".join(LABELS)
-        prompt = (
-            f"Gold status: {gold.status}" + (f"; fixing version: {gold.fixed_version}" if gold.fixed_version else "")
-            + f"\nAnswer to judge:\n<<<\n{answer_text}\n>>>\nReply with exactly one of: {labels}. "
-            "correct = claims the gold status (and, if patched, names the fixing version); patched_wrong_version = says "
-            "patched but names other versions; patched_no_version = says patched, no version; confident_wrong = claims a "
-            "different status; uncertain = hedged or claims nothing."
-        )
-        reply = self.complete([{"role": "user", "content": prompt}]).strip().lower()
-        label = next((lab for lab in LABELS if lab in reply), None)
-        if label is None:
-            fallback = classify(answer_text, suite, gold)
-            return Classification(fallback.label, f"judge reply unusable ({reply[:40]!r}); rules: {fallback.reason}")
-        return Classification(label, f"llm judge: {reply[:80]}")
