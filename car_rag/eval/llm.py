@@ -39,6 +39,7 @@ from typing import Any
 
 from car_rag.eval.answers import Classification, GoldAnswer, classify, labels_for, load_gold, suite_kind
 from car_rag.eval.stats import Rate
+from car_rag.extras import require
 
 __all__ = [
     "CONDITIONS",
@@ -141,10 +142,7 @@ class ChatClient:
         cache: AnswerCache | None = None,
         max_tokens: int = 512,
     ):
-        try:
-            import openai
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise RuntimeError("the LLM path needs the openai client: pip install 'car-rag[llm]'") from exc
+        openai = require("openai", "llm", "the reader evaluation's chat client")
         self.model = model
         self.max_tokens = max_tokens
         self.cache = cache
@@ -625,9 +623,7 @@ def markdown(rep: dict[str, Any], command: str) -> str:
 
 
 def plot(rep: dict[str, Any], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require("matplotlib", "llm", "the reader report's plot").use("Agg")
     import matplotlib.pyplot as plt
 
     conds = list(rep["conditions"])

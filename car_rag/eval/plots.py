@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from car_rag.extras import require
+
 __all__ = ["plot_suite"]
 
 
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ImportError("plots need matplotlib: pip install 'car-rag[bench]'") from exc
+    matplotlib = require("matplotlib", "bench", "plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

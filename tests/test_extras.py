@@ -1,0 +1,36 @@
+"""The engine imports without the optional dependencies; a missing extra is named (fast tier)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from car_rag.extras import MissingExtraError, require
+
+HEAVY = ("torch", "chromadb", "sentence_transformers", "transformers", "matplotlib", "openai")
+
+
+def test_import_car_rag_loads_no_heavy_dependency() -> None:
+    code = (
+        "import sys, car_rag, car_rag.guard, car_rag.reader_render, car_rag.xml_render, car_rag.claims; "
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
+
+
+def test_a_missing_extra_is_named(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "chromadb", None)  # as if not installed
+    with pytest.raises(MissingExtraError, match=r"pip install 'car-rag\[store\]'"):
+        require("chromadb", "store", "the store's vector index")
+    assert issubclass(MissingExtraError, ImportError)
+
+
+def test_store_without_chroma_says_which_extra(monkeypatch, tmp_path) -> None:
+    from car_rag import CARStore, StoreError
+
+    monkeypatch.setitem(sys.modules, "chromadb", None)
+    with pytest.raises((StoreError, MissingExtraError), match=r"car-rag\[store\]"):
+        CARStore.open(tmp_path / "s", "security-advisory")
