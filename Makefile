@@ -14,7 +14,7 @@ export ANONYMIZED_TELEMETRY ?= False
 # Framework integrations: standalone packages, installed and tested beside the core.
 INTEGRATIONS := integrations/llama-index-retrievers-car integrations/langchain-car
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	python3 -m venv $(VENV)
@@ -29,8 +29,12 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/car-rag demo
 
+test-fast: install  ## the unit tier: no model, no Chroma
+	$(PY) -m pytest -q tests/unit
+
 test: install
-	$(PY) -m pytest -q tests integrations/llama-index-retrievers-car/tests
+	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
 	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
 	$(PY) -m pytest -q integrations/langchain-car/tests
 

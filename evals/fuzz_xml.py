@@ -1,6 +1,6 @@
 """Fuzz both evidence renderings for injection safety, with as many examples as you like.
 
-Runs the property of ``tests/test_xml_injection.py`` (same strategies, same invariants):
+Runs the property of ``tests/integration/test_xml_injection.py`` (same strategies, same invariants):
 packets whose every string is adversarial (generated unicode with control characters and
 lone surrogates, decoded invalid UTF-8, closing tags, CDATA terminators, quotes, entities,
 "ignore previous instructions" …) are rendered with random renderer options and parsed
@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 import hypothesis  # noqa: E402
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402

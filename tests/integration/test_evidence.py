@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from importlib import resources
 from typing import Any
@@ -444,10 +445,16 @@ def test_k_keeps_the_top_of_the_result(retriever: Retriever, store: CARStore) ->
 
 
 def test_without_policy_rules_are_named_without_description(retriever: Retriever) -> None:
-    packets = build_packets(retriever.retrieve(Q_LODASH))
+    """A result that carries no policy (one built by hand, say) still renders: the rule's name only."""
+    packets = build_packets(dataclasses.replace(retriever.retrieve(Q_LODASH), policy=None))
     release = next(p for p in packets if p.doc_id == "lodash-4.17.12")
     (link,) = release.epistemic_metadata.supersedes
     assert link.rule == "patch_fixes_disclosure" and link.rule_description == "" and link.scope == LODASH
+
+
+def test_rules_are_described_by_the_policy_the_result_carries(retriever: Retriever) -> None:
+    (link,) = next(p for p in build_packets(retriever.retrieve(Q_LODASH)) if p.doc_id == "lodash-4.17.12").epistemic_metadata.supersedes
+    assert link.rule_description == "A patch release fixes the disclosed vulnerability."
 
 
 def test_packet_json_round_trip(retriever: Retriever, store: CARStore) -> None:

@@ -281,7 +281,7 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
     from car_rag.eval.llm import build_jobs
     from car_rag.eval.suites import custom_suite
 
-    demo = Path(__file__).resolve().parents[1] / "car_rag" / "data" / "demo"
+    demo = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
     security = [line for line in (demo / "queries.jsonl").read_text().splitlines() if '"sec-' in line]
     queries = tmp_path / "queries.jsonl"
     queries.write_text("\n".join(security) + "\n")
@@ -329,7 +329,7 @@ def test_paired_confident_wrong_counts_and_exact_mcnemar():
 
 
 def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "evals"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "evals"))
     import compare_runs
 
     from car_rag.eval.suites import load_suite
@@ -355,7 +355,7 @@ def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tm
 def _demo_security_suite(tmp_path):
     from car_rag.eval.suites import custom_suite
 
-    demo = Path(__file__).resolve().parents[1] / "car_rag" / "data" / "demo"
+    demo = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
     security = [line for line in (demo / "queries.jsonl").read_text().splitlines() if '"sec-' in line]
     queries = tmp_path / "queries.jsonl"
     queries.write_text("\n".join(security) + "\n")

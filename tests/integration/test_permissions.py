@@ -18,7 +18,7 @@ import pytest
 
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, render_xml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evals"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
 import permissions_fuzz as pf  # noqa: E402  (evals/ is on sys.path)
 
 MODES = ("bm25", "dense", "hybrid")

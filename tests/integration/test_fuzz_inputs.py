@@ -16,7 +16,7 @@ import pytest
 from car_rag import CARStore
 from car_rag.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evals"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
 import fuzz_inputs as fi  # noqa: E402  (evals/ is on sys.path)
 
 GOOD = {"doc_id": "good", "text": "a record that is fine", "doc_type": "note"}

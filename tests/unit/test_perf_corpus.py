@@ -6,7 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evals" / "perf"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals" / "perf"))
 
 from corpus import ATTACKS, generate  # noqa: E402
 

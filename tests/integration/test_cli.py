@@ -10,7 +10,7 @@ import pytest
 
 from car_rag.cli import main
 
-DEMO = Path(__file__).resolve().parents[1] / "car_rag" / "data" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 
 
 @pytest.fixture(scope="module")

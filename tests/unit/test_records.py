@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
 
-CVE_CORPUS = Path(__file__).resolve().parents[2] / "shared/data/car-benchmarks/corpora/cvepatchqa.corpus.jsonl"
+CVE_CORPUS = Path(__file__).resolve().parents[3] / "shared/data/car-benchmarks/corpora/cvepatchqa.corpus.jsonl"
 
 FULL = {
     "doc_id": "rel-4.17.12",

@@ -25,7 +25,7 @@ from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, rend
 from car_rag.cli import main
 from car_rag.graph import AuthorityGraph
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evals"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
 import permissions_fuzz as pf  # noqa: E402  (evals/ is on sys.path)
 
 MODES = ("bm25", "dense", "hybrid")

@@ -15,7 +15,7 @@ from car_rag.eval.suites import CVE_ANSWER, FINSUPERQA_ANSWER, custom_suite, loa
 from car_rag.queries import Query
 from car_rag.records import Record
 
-DEMO = Path(__file__).resolve().parents[1] / "car_rag" / "data" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 
 
 def test_wilson_matches_known_values():
