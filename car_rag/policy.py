@@ -136,7 +136,9 @@ class State(BaseModel):
     ``claims`` are regexes (case-insensitive) whose match in an answer asserts the state
     ("remains vulnerable"); ``terms`` are words whose negation denies it ("not patched",
     "hasn't been fixed", "no longer vulnerable"); a denial asserts ``opposite`` when one is
-    named. Without either, the label itself serves as the only term.
+    named. Without either, the label itself serves as the only term. ``precedence`` decides
+    what an answer asserting several states concludes, where the domain's rules rank them
+    (an emergency exception over a blackout over a pre-clearance); without it, the lead.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -146,6 +148,7 @@ class State(BaseModel):
     opposite: str | None = Field(default=None, description="The state that denying this one asserts.")
     claims: tuple[str, ...] = Field(default=(), description="Regexes whose match in an answer asserts the state.")
     terms: tuple[str, ...] = Field(default=(), description="Words (regexes) whose negation in an answer denies the state.")
+    precedence: int | None = Field(default=None, description="Rank among the states an answer asserts at once (highest concludes).")
 
     @field_validator("claims", "terms")
     @classmethod

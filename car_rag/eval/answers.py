@@ -131,15 +131,25 @@ def _classify_status(kind: str, text: str, gold: GoldAnswer) -> Classification:
     if not found:
         hedges = reading.hedges
         return Classification("uncertain", f"no status claimed (hedge: '{hedges[0]}')" if hedges else "no status claimed")
-    claimed = found[0] if len(found) == 1 else reading.lead
+    claimed = found[0] if len(found) == 1 else _conclusion(kind, found) or reading.lead
     if claimed is None:
         return Classification("uncertain", f"contradictory: claims {', '.join(found)}")
     why = _quote(reading.first(claimed))
     if len(found) > 1:
-        why += f"; leads with it, later also {', '.join(s for s in found if s != claimed)}"
+        how = "decides" if _conclusion(kind, found) else "leads with it"
+        why += f"; {how}, also {', '.join(s for s in found if s != claimed)}"
     if claimed == gold.status:
         return Classification("correct", f"claims {claimed} ({why})")
     return Classification("confident_wrong", f"claims {claimed} ({why}), gold {gold.status}")
+
+def _conclusion(kind: str, found: list[str]) -> str | None:
+    """The asserted state of highest precedence, where the vocabulary ranks every one found."""
+    states = _reader(kind).policy.states
+    ranks = [states[s].precedence for s in found]
+    if any(r is None for r in ranks):
+        return None
+    return max(found, key=lambda s: states[s].precedence or 0)
+
 
 _SECURITY_SUITES = ("ghsa", "cvepatchqa")
 _LEGAL_SUITES = ("legalprecedentqa", "legal")

@@ -69,6 +69,9 @@ EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
     ("legal", "overruled", "terms", 9): ("The rule has not changed.", "good_law"),
     ("compliance", "active", "claims", 0): ("The pre-clearance is still valid.", "active"),
     ("compliance", "active", "claims", 1): ("The employee may trade today.", "active"),
+    ("compliance", "active", "claims", 2): ("The trade is compliant with current policy.", "active"),
+    ("compliance", "active", "claims", 3): ("Compliance approved the employee's request to trade.", "active"),
+    ("compliance", "active", "claims", 4): ("The transaction passes compliance review.", "active"),
     ("compliance", "active", "terms", 0): ("The clearance is not valid.", "non_compliant"),
     ("compliance", "active", "terms", 1): ("The approval is no longer active.", "non_compliant"),
     ("compliance", "active", "terms", 2): ("The clearance is not in effect.", "non_compliant"),
@@ -80,10 +83,14 @@ EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
     ("compliance", "non_compliant", "claims", 2): ("Trading violates the blackout.", "non_compliant"),
     ("compliance", "non_compliant", "claims", 3): ("Trading is prohibited.", "non_compliant"),
     ("compliance", "non_compliant", "claims", 4): ("A blackout is in effect.", "non_compliant"),
-    ("compliance", "non_compliant", "claims", 5): ("The pre-clearance was revoked.", "non_compliant"),
-    ("compliance", "compliant", "claims", 0): ("The trade is compliant.", "compliant"),
-    ("compliance", "compliant", "claims", 1): ("The trade is permitted under the emergency exception.", "compliant"),
-    ("compliance", "compliant", "claims", 2): ("The emergency exception applies.", "compliant"),
+    ("compliance", "non_compliant", "claims", 5): ("The pre-clearance was denied.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 6): ("The pre-clearance has been superseded by a blackout.", "non_compliant"),
+    ("compliance", "non_compliant", "terms", 0): ("The pre-clearance has not been superseded.", "active"),
+    ("compliance", "non_compliant", "terms", 1): ("The approval was never voided.", "active"),
+    ("compliance", "non_compliant", "terms", 2): ("The clearance is not revoked.", "active"),
+    ("compliance", "compliant", "claims", 0): ("The trade is compliant under an emergency trading exception.", "compliant"),
+    ("compliance", "compliant", "claims", 1): ("The emergency exception applies.", "compliant"),
+    ("compliance", "compliant", "claims", 2): ("The blackout was superseded by the emergency exception.", "compliant"),
     ("compliance", "compliant", "terms", 0): ("The trade is not compliant.", "non_compliant"),
     ("drug", "approved", "claims", 0): ("The drug is still approved.", "approved"),
     ("drug", "approved", "terms", 0): ("The product is no longer approved.", "recalled"),
@@ -113,3 +120,26 @@ def test_pattern_example(key: tuple[str, str, str, int]) -> None:
     assert re.search(pattern, sentence, re.IGNORECASE), f"{pattern!r} does not match {sentence!r}"
     reader = ClaimReader(Policy(name="t", scope_keys=("s",), vocabulary=(vocabulary,)))
     assert reader.read(sentence).asserted() == [expected], (sentence, reader.read(sentence))
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "label"),
+    [
+        # precedence: an exception overrides a restriction, a restriction voids a pre-clearance
+        ("Yes. The pre-clearance is still active and the trade is compliant under an emergency exception.", "compliant", "correct"),
+        ("The pre-clearance was revoked; the trade is permitted under the emergency exception.", "compliant", "correct"),
+        ("The pre-clearance is still valid, but a blackout is in effect.", "non_compliant", "correct"),
+        ("Yes, the employee may trade. The trade is compliant under an exception.", "active", "confident_wrong"),
+    ],
+)
+def test_compliance_answers_conclude_with_the_state_of_highest_precedence(answer: str, gold: str, label: str) -> None:
+    from car_rag.eval.answers import classify
+
+    assert classify(answer, "finsuperqa", gold).label == label
+
+
+def test_without_precedence_several_states_fall_back_to_the_lead() -> None:
+    from car_rag.eval.answers import classify
+
+    assert classify("It is still good law. Later it was overruled.", "legalprecedentqa", "good_law").label == "correct"
+    assert classify("It is still good law and it was overruled.", "legalprecedentqa", "good_law").label == "uncertain"
