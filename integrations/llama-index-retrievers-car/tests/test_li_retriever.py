@@ -19,8 +19,8 @@ from llama_index.retrievers.car import (
     CAR_STAGE1_SCORE,
     CAR_STATUS,
     CAR_SUPERSEDED_BY,
-    CAR_SUPERSEDES,
     CAR_VOIDED_BY,
+    CAR_VOIDS,
     CARRetriever,
     NodeAuthorityLookup,
 )
@@ -60,12 +60,12 @@ def test_retriever_puts_the_fix_first_and_marks_the_disclosure(index, policy):
     fix, disclosure = meta["adv-yamlette-2.0.1-release"], meta["adv-yamlette-disclosure"]
     assert fix[CAR_STATUS] == "active" and fix[CAR_ROLE] == "superseder"
     assert fix[CAR_ANCHOR_ID] == "adv-yamlette-disclosure"
-    assert fix[CAR_SUPERSEDES] == [{"doc_id": "adv-yamlette-disclosure", "rule": "patch_fixes_disclosure"}]
+    assert [(e["doc_id"], e["rule"]) for e in fix[CAR_VOIDS]] == [("adv-yamlette-disclosure", "patch_fixes_disclosure")]
     assert fix[CAR_STAGE1_SCORE] is None and fix[CAR_STAGE1_RANK] is None
     assert disclosure[CAR_STATUS] == "superseded"
     assert disclosure[CAR_SUPERSEDED_BY] == ["adv-yamlette-2.0.1-release"]
     assert disclosure[CAR_RULE] == "patch_fixes_disclosure"
-    assert disclosure[CAR_VOIDED_BY] == [{"doc_id": "adv-yamlette-2.0.1-release", "rule": "patch_fixes_disclosure"}]
+    assert [(e["doc_id"], e["rule"]) for e in disclosure[CAR_VOIDED_BY]] == [("adv-yamlette-2.0.1-release", "patch_fixes_disclosure")]
     assert disclosure[CAR_STAGE1_RANK] == 1 and isinstance(disclosure[CAR_STAGE1_SCORE], float)
     # superseded records come after every active one, nothing is dropped
     statuses = [n.node.metadata[CAR_STATUS] for n in nodes]
