@@ -20,7 +20,7 @@ from car_rag.policy import Policy
 from car_rag.records import Record
 from car_rag.resolution import Anchor, RetrievalResult, RetrievedRecord
 
-__all__ = ["UNRESOLVED", "annotations", "result_from_annotations", "status_rule", "unresolved_annotations"]
+__all__ = ["UNRESOLVED", "annotations_for", "result_from_annotations", "status_rule", "unresolved_annotations"]
 
 UNRESOLVED = "unresolved"
 """``car_status`` of an item passed through without car-rag metadata."""
@@ -52,7 +52,7 @@ def _link(result: RetrievalResult, doc_id: str, rule: str) -> dict[str, Any]:
     }
 
 
-def annotations(item: RetrievedRecord, result: RetrievalResult) -> dict[str, Any]:
+def annotations_for(item: RetrievedRecord, result: RetrievalResult) -> dict[str, Any]:
     """The ``car_*`` metadata for one record of ``result``."""
     hit = item.stage1
     return {
@@ -124,8 +124,8 @@ def _linked(link: Mapping[str, Any], rank: int) -> RetrievedRecord:
         doc_id=str(link["doc_id"]), text="", doc_type=link.get("doc_type") or "record",
         version=link.get("version"), scope=link.get("scope") or {},
     )
-    status = "superseded" if link.get("status") == "superseded" else "active"
-    return RetrievedRecord(record=record, status=status, role="superseder", rank=rank)
+    superseded = link.get("status") == "superseded"
+    return RetrievedRecord(record=record, status="superseded" if superseded else "active", role="superseder", rank=rank)
 
 
 def result_from_annotations(

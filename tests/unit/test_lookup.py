@@ -15,7 +15,7 @@ from car_rag import (
     LAYOUT_VERSION, Anchor, AuthorityGraph, CallerContext, DictStore, LayoutError, Record, RecordLayout, ScopeQuery,
     load_policy, load_records, resolve_authority,
 )
-from car_rag.annotations import annotations, result_from_annotations
+from car_rag.annotations import annotations_for, result_from_annotations
 from car_rag.lookup import minimal_queries
 
 DEMO = Path(car_rag.__file__).parent / "data" / "demo"
@@ -168,7 +168,7 @@ def test_metadata_written_by_others_reads_with_the_policy_scope_keys():
 def test_annotations_rebuild_the_result_they_describe():
     records = [*CHAIN, _rec("bulletin", "vendor_bulletin", {"package": "other"}, 9, supersedes=["disc"])]
     result = DictStore.of(records).resolve(SEC, "q", ["disc"])
-    annotated = [(r.record, annotations(r, result)) for r in result.ranked]
+    annotated = [(r.record, annotations_for(r, result)) for r in result.ranked]
     back = result_from_annotations(annotated, query="q", policy=SEC)
     assert _shape(back) == _shape(result)
     assert [r.stage1.rank if r.stage1 else None for r in back] == [r.stage1.rank if r.stage1 else None for r in result]

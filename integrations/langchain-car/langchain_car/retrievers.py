@@ -13,21 +13,21 @@ from __future__ import annotations
 
 import math
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from car_rag import Anchor, AuthorityClosure, Policy, RecordLayout, RetrievalResult, load_policy
-from car_rag.annotations import annotations
+from car_rag import Anchor, AuthorityClosure, RecordLayout, RetrievalResult
+from car_rag.annotations import annotations_for
 from car_rag.lookup import aresolve_closure, resolve_closure
+from car_rag.policy import PolicyArg
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStoreRetriever
-from pydantic import Field, PrivateAttr, field_validator
+from pydantic import Field, PrivateAttr
 
 from langchain_car.lookup import MetadataLookup, WhereStore, as_lookup
 
@@ -71,7 +71,7 @@ class CARRetriever(BaseRetriever):
         description="Stage 2: where superseders are looked up by metadata filter: a langchain_chroma.Chroma, "
         "a chromadb collection, a MetadataLookup, or a list of Documents held in memory."
     )
-    policy: Policy = Field(description="car-rag policy (or built-in policy name / policy file) deciding what voids what.")
+    policy: PolicyArg = Field(description="car-rag policy (or built-in policy name / policy file) deciding what voids what.")
     k: int = Field(default=5, ge=1, description="Number of documents returned (frontier first, then superseded).")
     k1: int | None = Field(
         default=None, ge=1, description="Keep only the first k1 Stage-1 documents as anchors; None keeps them all."
@@ -91,11 +91,6 @@ class CARRetriever(BaseRetriever):
 
     _lookup: MetadataLookup = PrivateAttr()
     _store: WhereStore = PrivateAttr()
-
-    @field_validator("policy", mode="before")
-    @classmethod
-    def _load_policy(cls, value: Any) -> Any:
-        return load_policy(value) if isinstance(value, (str, Path)) else value
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
@@ -180,7 +175,7 @@ class CARRetriever(BaseRetriever):
     def _documents(self, result: RetrievalResult, closure: AuthorityClosure, k: int) -> list[Document]:
         out = []
         for item in result.top(k):
-            metadata = {**(closure.sources[item.doc_id].metadata or {}), **annotations(item, result)}
+            metadata = {**(closure.sources[item.doc_id].metadata or {}), **annotations_for(item, result)}
             out.append(Document(id=item.doc_id, page_content=item.record.text, metadata=metadata))
         return out
 

@@ -232,3 +232,17 @@ def test_chunks_of_one_record_stay_together(policy, records):
     assert [n.node.node_id for n in resolved] == ["adv-yamlette-2.0.1-release", "chunk-a", "chunk-b"]
     assert resolved[2].node.metadata[CAR_STATUS] == "superseded"
     assert resolved[2].node.metadata[CAR_STAGE1_RANK] == 2
+
+
+def test_explicit_edge_from_another_scope_is_found(policy, records):
+    # The core plans a lookup for records naming the anchor in `supersedes`, wherever their scope.
+    from car_rag import Record
+    from llama_index.retrievers.car import records_to_nodes
+
+    bulletin = Record(doc_id="vendor-bulletin", text="Vendor bulletin 12.", doc_type="vendor_bulletin",
+                      scope={"package": "elsewhere"}, published_at="2030-01-01", supersedes=["adv-yamlette-disclosure"])
+    pool = records_to_nodes([*records, bulletin])
+    stage1 = [NodeWithScore(node=n, score=1.0) for n in pool if n.node_id == "adv-yamlette-disclosure"]
+    meta = by_id(CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes)
+    assert "vendor-bulletin" in meta["adv-yamlette-disclosure"][CAR_SUPERSEDED_BY]
+    assert meta["vendor-bulletin"][CAR_ROLE] == "superseder"

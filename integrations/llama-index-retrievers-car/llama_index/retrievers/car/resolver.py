@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from car_rag import Anchor, AuthorityClosure, AuthorityStore, CallerContext, LayoutError, Policy, RetrievalResult
-from car_rag.annotations import annotations, result_from_annotations, unresolved_annotations
+from car_rag.annotations import annotations_for, result_from_annotations, unresolved_annotations
 from car_rag.layout import (
     CAR_ANCHOR_ID, CAR_ANNOTATION_KEYS, CAR_HIDDEN_SUPERSEDER, CAR_RANK, CAR_ROLE, CAR_RULE, CAR_STAGE1_RANK,
     CAR_STAGE1_SCORE, CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDED_BY, CAR_VOIDS,
@@ -124,7 +124,7 @@ class _Nodes:
                 out.append(annotate(nws, unresolved, nws.score, rank))
             chain = self.scores.get(item.anchor_id or "", top_score) if item.role != "scope_match" else top_score
             score = self.scores.get(item.doc_id, chain)
-            car = annotations(item, result)
+            car = annotations_for(item, result)
             chunks = self.chunks.get(item.doc_id) or [(NodeWithScore(node=self.closure.sources[item.doc_id]), None)]
             for nws, rank in chunks:
                 out.append(annotate(nws, car, nws.score if rank is not None else score, rank))
