@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from car_rag.annotations import status_rule
 from car_rag.policy import EXPLICIT_RULE, Policy
 
 if TYPE_CHECKING:
@@ -332,9 +333,6 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
     hidden = item.hidden_superseder or (item.status == "superseded" and not controlling)
     supersedes = [_link(result, policy, e, towards=e.target) for e in item.voids]
     status: FreshnessStatus = item.status
-    status_rule = next((link.rule for link in superseded_by if link.controlling), None) or (
-        superseded_by[0].rule if superseded_by else None
-    )
     label = record_label(record.doc_type, record.version, record.doc_id)
     roles = {
         "anchor": "Stage-1 anchor for the query",
@@ -399,7 +397,7 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
             fused_score=hit.score if hit else None,
             channel_scores=dict(hit.channel_scores) if hit else {},
             channel_ranks=dict(hit.channel_ranks) if hit else {},
-            status_rule=status_rule,
+            status_rule=status_rule(item, result),
             relevance_rationale="; ".join(reasons),
         ),
     )

@@ -21,10 +21,10 @@ import tomllib
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from car_rag.records import Record
 
@@ -353,3 +353,8 @@ def load_policy(name_or_path: str | Path | Policy) -> Policy:
         raise PolicyError(f"unknown policy {name!r}: use a .toml/.json file or one of {builtin_policies()}")
     text = (resources.files("car_rag") / "policies" / f"{name}.toml").read_text(encoding="utf-8")
     return _parse(text, ".toml", f"built-in policy {name!r}")
+
+
+PolicyArg = Annotated[Policy, BeforeValidator(lambda v: load_policy(v) if isinstance(v, (str, Path)) else v)]
+"""A pydantic field type taking a :class:`Policy`, or the name or path of one (integrations'
+retrievers and postprocessors declare their ``policy`` with it)."""

@@ -12,22 +12,41 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from car_rag.channels import FusedHit
+from car_rag.channels.fusion import RRF_K, FusedHit
 from car_rag.eligibility import CallerContext
 from car_rag.graph import RSSG, AuthorityGraph, Edge
 from car_rag.policy import Policy
 from car_rag.records import Record
 
-__all__ = ["RetrievalResult", "RetrievedRecord", "Resolution", "resolve_authority"]
+__all__ = ["Anchor", "RetrievalResult", "RetrievedRecord", "Resolution", "resolve_authority"]
 
 Resolution = Literal["rules", "timestamp"]
 Status = Literal["active", "superseded"]
 Role = Literal["anchor", "superseder", "scope_match"]
 
+
+@dataclass(frozen=True)
+class Anchor:
+    """A Stage-1 hit from any retriever, as Stages 2-3 need it: which record, at which
+    rank, with the retriever's own score (None when it gives none) under a channel name.
+
+    Integrations pass these instead of :class:`FusedHit`, so no one fakes a fused score:
+    the core fuses the single ranked list itself (:meth:`hit`), as its own RRF would.
+    """
+
+    doc_id: str
+    rank: int
+    score: float | None = None
+    channel: str = "stage1"
+
+    def hit(self) -> FusedHit:
+        """The Stage-1 rationale a result carries: reciprocal rank fusion of one channel."""
+        scores = {self.channel: self.score} if self.score is not None else {}
+        return FusedHit(self.doc_id, 1.0 / (RRF_K + self.rank), self.rank, scores, {self.channel: self.rank})
 
 
 @dataclass
@@ -155,7 +174,7 @@ def resolve_authority(
     graph: AuthorityGraph,
     policy: Policy,
     query: str,
-    anchors: list[FusedHit],
+    anchors: Sequence[FusedHit | Anchor],
     caller: CallerContext | None = None,
     *,
     resolution: Resolution = "rules",
@@ -169,8 +188,12 @@ def resolve_authority(
     With a ``caller``, records they may not read are never admitted; a record voided
     only by such records is still reported superseded, with ``hidden_superseder`` set, and
     keeps its place (an anchor is never ranked after its Stage-1 rank).
+
+    ``anchors`` are the core retriever's fused hits, or neutral :class:`Anchor` values from
+    any other Stage 1 (a framework retriever).
     """
     started = time.perf_counter()
+    hits = [a.hit() if isinstance(a, Anchor) else a for a in anchors]
     readable = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
     # member -> (group, role, anchor id): group orders chains (0 = named in the query).
     members: dict[str, tuple[int, Role, str | None]] = {}
@@ -187,7 +210,7 @@ def resolve_authority(
         matches = [r for r in graph.lookup(dict(zip(keys, values))) if readable(r.doc_id)]
         for record in matches[-scope_lookup_limit :]:
             admit(record.doc_id, 0, "scope_match", record.doc_id)
-    for hit in anchors:
+    for hit in hits:
         admit(hit.doc_id, hit.rank, "anchor", hit.doc_id)
     for doc_id, (group, _, _) in list(members.items()):
         for sup in _chain_above(graph, doc_id, resolution):
@@ -198,7 +221,7 @@ def resolve_authority(
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
     hidden = {d for d in members if caller is not None and not all(map(readable, graph.ancestors(d)))}
-    stage1 = {h.doc_id: h for h in anchors}
+    stage1 = {h.doc_id: h for h in hits}
     voids: dict[str, list[Edge]] = {}
     for target, sups in rssg.voided_by.items():
         for sup, rule in sups.items():
@@ -242,7 +265,7 @@ def resolve_authority(
     for rank, item in enumerate(ranked, 1):
         item.rank = rank
     elapsed = (time.perf_counter() - started) * 1000
-    return RetrievalResult(query, ranked, anchors, scope_ids, {"stage23": elapsed}, policy)
+    return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy)
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: Resolution) -> set[str]:

@@ -29,10 +29,10 @@ import numpy as np
 from pydantic import ValidationError
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
-from car_rag.eligibility import governance_metadata
 from car_rag.extras import require
 from car_rag.embedding import DEFAULT_MODEL, Embedder
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
+from car_rag.layout import CAR_PREFIX, LAYOUT_KEYS, RecordLayout
 from car_rag.locking import ReadWriteLock
 from car_rag.policy import Policy, load_policy
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
@@ -44,12 +44,8 @@ DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "ma
 """Chroma's defaults (ef 100, M 16) lose up to 9 of the exact top 10 on templated corpora with
 duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.3 ms/query."""
 FORMAT_VERSION = 1
-RESERVED_METADATA = frozenset(
-    {
-        "doc_id", "doc_type", "published_at", "effective_at", "version", "source", "uri", "authority",
-        "tenant", "allowed_principals", "supersedes", "car_tenant", "car_public",
-    }
-)
+RESERVED_METADATA = LAYOUT_KEYS
+"""Metadata keys a scope key may not take (see :mod:`car_rag.layout`)."""
 
 
 class StoreError(RuntimeError):
@@ -81,28 +77,18 @@ class IngestReport:
 
 
 def chroma_metadata(record: Record) -> dict[str, Any]:
-    """Flat Chroma metadata for a record: everything but its text and free metadata, so the
-    collection alone can rebuild the record for Stage-2 lookups (the integrations do)."""
-    meta: dict[str, Any] = {"doc_id": record.doc_id, "doc_type": record.doc_type}
-    for name in ("published_at", "effective_at"):
-        value = getattr(record, name)
-        if value is not None:
-            meta[name] = value.isoformat()
-    for name in ("version", "source", "uri", "authority", "tenant"):
-        value = getattr(record, name)
-        if value is not None:
-            meta[name] = value
-    if record.supersedes:
-        meta["supersedes"] = list(record.supersedes)
-    meta.update(governance_metadata(record))
-    meta.update(record.scope)
-    return meta
+    """Chroma metadata for a record: car-rag's flat layout with native lists, so the
+    collection alone can rebuild the record and answer Stage-2 lookups (the integrations do)."""
+    return _CHROMA_LAYOUT.metadata(record)
+
+
+_CHROMA_LAYOUT = RecordLayout(json_lists=False)
 
 
 def _reserved_by(key: str) -> str | None:
     """Whose metadata key a scope key would take: car-rag's own, or one Chroma refuses
     ("chroma:document", keys starting with "#" or "$"), which would fail the whole batch."""
-    if key in RESERVED_METADATA:
+    if key in RESERVED_METADATA or key.startswith(CAR_PREFIX):
         return "car-rag"
     if key == "chroma:document" or key.startswith(("#", "$")):
         return "Chroma"

@@ -22,10 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from car_rag import Policy, Record, RetrievalResult, RetrievedRecord, builtin_policies, load_policy, render_xml
-from car_rag.channels import FusedHit
-from car_rag.channels.fusion import RRF_K
-from car_rag.graph import Edge
+from car_rag import Policy, RecordLayout, RetrievalResult, builtin_policies, load_policy, render_xml
+from car_rag.annotations import result_from_annotations
 from car_rag.prompts import evidence_messages
 from car_rag.reader_render import render_reader
 from car_rag.xml_render import SupersededMode, TokenCounter
@@ -34,31 +32,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.prompt_values import ChatPromptValue
 from langchain_core.runnables import Runnable, RunnableLambda
 
-from langchain_car.documents import document_to_record
-
 __all__ = ["answer_prompt", "documents_to_result", "evidence_formatter", "format_evidence"]
-
-
-def _record(doc: Document, position: int, policy: Policy | None, id_key: str) -> Record:
-    try:
-        return document_to_record(doc, policy, id_key=id_key)
-    except ValueError:
-        # Not car-rag metadata: still evidence, as an untyped record.
-        meta = doc.metadata or {}
-        doc_id = meta.get(id_key) or doc.id or f"doc-{position}"
-        return Record(doc_id=str(doc_id), text=doc.page_content, doc_type=str(meta.get("doc_type") or "document"))
-
-
-def _ghost(link: dict[str, Any], rank: int) -> RetrievedRecord:
-    """A record a returned document links to but that was cut by ``k``: enough of it to name it."""
-    record = Record(
-        doc_id=link["doc_id"],
-        text="",
-        doc_type=link.get("doc_type") or "record",
-        version=link.get("version"),
-        scope=link.get("scope") or {},
-    )
-    return RetrievedRecord(record=record, status=link.get("status") or "active", role="superseder", rank=rank)
 
 
 def documents_to_result(
@@ -77,55 +51,16 @@ def documents_to_result(
 def _build(
     documents: Sequence[Document], policy: Policy | None, query: str | None, id_key: str
 ) -> tuple[RetrievalResult, int]:
-    ranked: list[RetrievedRecord] = []
-    links: list[dict[str, Any]] = []
-    for doc in documents:
+    layout = RecordLayout(doc_id_key=id_key, json_lists=False)
+    items = []
+    for position, doc in enumerate(documents, 1):
         meta = doc.metadata or {}
-        record = _record(doc, len(ranked) + 1, policy, id_key)
-        if any(r.doc_id == record.doc_id for r in ranked):
-            continue
-        rank = len(ranked) + 1
-        if "car_status" not in meta:
-            ranked.append(RetrievedRecord(record=record, status="active", role="anchor", rank=rank, anchor_id=record.doc_id))
-            continue
-        s1_rank, s1_score, channel = meta.get("car_stage1_rank"), meta.get("car_stage1_score"), meta.get("car_stage1_channel")
-        stage1 = None
-        if isinstance(s1_rank, int):
-            name = channel or "stage1"
-            stage1 = FusedHit(
-                record.doc_id,
-                1.0 / (RRF_K + s1_rank),
-                s1_rank,
-                channel_scores={name: float(s1_score)} if isinstance(s1_score, (int, float)) else {},
-                channel_ranks={name: s1_rank},
-            )
-        voided_by = list(meta.get("car_voided_by") or [])
-        voids = list(meta.get("car_voids") or [])
-        links.extend(voided_by + voids)
-        ranked.append(
-            RetrievedRecord(
-                record=record,
-                status=meta["car_status"],
-                role=meta.get("car_role") or "anchor",
-                rank=rank,
-                anchor_id=meta.get("car_anchor_id"),
-                stage1=stage1,
-                superseded_by=list(meta.get("car_superseded_by") or []),
-                voided_by=[Edge(link["doc_id"], record.doc_id, link["rule"]) for link in voided_by],
-                voids=[Edge(record.doc_id, link["doc_id"], link["rule"]) for link in voids],
-                hidden_superseder=bool(meta.get("car_hidden_superseder", False)),
-            )
-        )
-    real = len(ranked)
-    shown = {r.doc_id for r in ranked}
-    for link in links:
-        if link["doc_id"] not in shown:
-            shown.add(link["doc_id"])
-            ranked.append(_ghost(link, len(ranked) + 1))
+        record = layout.evidence_record(meta, doc.page_content, policy, default_id=doc.id or f"doc-{position}")
+        items.append((record, meta))
     if query is None:
         query = next((d.metadata["car_query"] for d in documents if isinstance((d.metadata or {}).get("car_query"), str)), "")
-    anchors = [r.stage1 for r in ranked if r.stage1 is not None]
-    return RetrievalResult(query=query, ranked=ranked, anchors=anchors, scope_ids={}, timings_ms={}), real
+    result = result_from_annotations(items, query=query, policy=policy, linked=True)
+    return result, len({record.doc_id for record, _ in items})
 
 
 def _policy_for(documents: Sequence[Document]) -> Policy | None:

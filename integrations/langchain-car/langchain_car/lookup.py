@@ -11,19 +11,25 @@ it in their ``supersedes`` list, with a Chroma-style ``where`` filter. A
   stores with no filter-only get (e.g. a BM25-only setup) and for tests.
 
 The filters used are a small subset of Chroma's: ``$and``, ``$or``, equality (``$eq``),
-``$ne``, ``$in``, ``$nin`` and ``$contains`` on list metadata.
+``$ne``, ``$in``, ``$nin`` and ``$contains`` on list metadata. :class:`WhereStore` is the
+adapter car-rag's Stage 2 (:mod:`car_rag.lookup`) runs against: it writes the core's
+:class:`~car_rag.ScopeQuery` values as such filters.
 """
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from car_rag import AuthorityStore, ScopeQuery, StoredItem
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 
-__all__ = ["ChromaLookup", "DocumentListLookup", "MetadataLookup", "as_lookup", "matches_where"]
+__all__ = ["ChromaLookup", "DocumentListLookup", "MetadataLookup", "WhereStore", "as_lookup", "matches_where"]
+
+_OR_CHUNK = 64
 
 
 class MetadataLookup(ABC):
@@ -119,3 +125,54 @@ def matches_where(metadata: Mapping[str, Any], where: Mapping[str, Any]) -> bool
         elif not _compare(metadata[key], condition):
             return False
     return True
+
+
+def _all_of(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+def scope_where(query: ScopeQuery) -> dict[str, Any]:
+    """One core lookup as a Chroma-style ``where`` clause."""
+    if query.naming is not None:
+        return {"supersedes": {"$contains": query.naming}}
+    parts: list[dict[str, Any]] = [{key: value} for key, value in query.scope]
+    if query.doc_types is not None:
+        types = list(query.doc_types)
+        parts.append({"doc_type": types[0]} if len(types) == 1 else {"doc_type": {"$in": types}})
+    return _all_of(parts)
+
+
+class WhereStore(AuthorityStore):
+    """Stage 2's adapter over a :class:`MetadataLookup`: core queries become ``where``
+    filters (OR-ed, ``_OR_CHUNK`` per call, each AND-ed with ``extra``), documents become
+    stored items, each once."""
+
+    def __init__(self, lookup: MetadataLookup, extra: Mapping[str, Any] | None = None):
+        self.lookup = lookup
+        self.extra = dict(extra) if extra else None
+
+    def filters(self, queries: Sequence[ScopeQuery]) -> list[dict[str, Any]]:
+        clauses = [scope_where(q) for q in queries]
+        out = []
+        for start in range(0, len(clauses), _OR_CHUNK):
+            part = clauses[start : start + _OR_CHUNK]
+            where = part[0] if len(part) == 1 else {"$or": part}
+            out.append(_all_of([self.extra, where]) if self.extra else where)
+        return out
+
+    @staticmethod
+    def _items(batches: Iterable[list[Document]]) -> list[StoredItem]:
+        seen: set[object] = set()
+        out = []
+        for doc in (d for batch in batches for d in batch):
+            key = doc.id if doc.id is not None else id(doc)
+            if key not in seen:
+                seen.add(key)
+                out.append(StoredItem(doc.metadata or {}, doc.page_content, doc.id, source=doc))
+        return out
+
+    def fetch(self, queries: Sequence[ScopeQuery]) -> list[StoredItem]:
+        return self._items(self.lookup.get(where) for where in self.filters(queries))
+
+    async def afetch(self, queries: Sequence[ScopeQuery]) -> list[StoredItem]:
+        return self._items(await asyncio.gather(*(self.lookup.aget(where) for where in self.filters(queries))))

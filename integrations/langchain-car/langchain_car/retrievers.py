@@ -1,48 +1,40 @@
 """``CARRetriever``: controlling-authority retrieval over any LangChain retriever.
 
 Stage 1 is the retriever you already run (a vector store retriever, ``BM25Retriever``, an
-``EnsembleRetriever``, …): its documents are the anchors, in its order. Stage 2 asks the
-vector store, by metadata filter only, for every record that can void an anchor under the
-policy (same scope on each rule's ``within`` keys, or naming it in ``supersedes``), and
-again from each superseder found, up to the authority closure. Stage 3 is car-rag's own:
-the records are loaded into a per-query :class:`car_rag.AuthorityGraph` and ranked by
-:func:`car_rag.resolve_authority` (RSSG, active frontier first in
-anchor order, superseded records after as provenance). Nothing about the rules is
-re-implemented here.
+``EnsembleRetriever``, …): its documents are the anchors, in its order. Stages 2 and 3 are
+car-rag's :class:`car_rag.AuthorityClosure`: it plans the metadata lookups (same scope on
+each rule's ``within`` keys, or naming an anchor in ``supersedes``), which
+:class:`~langchain_car.lookup.WhereStore` sends to the vector store as ``where`` filters,
+up to the authority closure, and ranks the records found (active frontier first in anchor
+order, superseded records after as provenance). This module is the LangChain face only.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import math
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from car_rag import AuthorityGraph, Policy, Record, RetrievalResult, load_policy, resolve_authority
-from car_rag.channels import FusedHit
-from car_rag.channels.fusion import RRF_K
-from car_rag.graph import SupersessionCycleError
-from car_rag.policy import WILDCARD
+from car_rag import Anchor, AuthorityClosure, RecordLayout, RetrievalResult
+from car_rag.annotations import annotations_for
+from car_rag.lookup import aresolve_closure, resolve_closure
+from car_rag.policy import PolicyArg
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStoreRetriever
-from pydantic import Field, PrivateAttr, field_validator
+from pydantic import Field, PrivateAttr
 
-from langchain_car.documents import document_to_record
-from langchain_car.lookup import MetadataLookup, as_lookup
+from langchain_car.lookup import MetadataLookup, WhereStore, as_lookup
 
 __all__ = ["CARRetriever"]
 
 _SCORED_SEARCH_TYPES = ("similarity", "similarity_score_threshold")
 _METADATA_SCORE_KEYS = ("score", "relevance_score", "similarity_score")
-_OR_CHUNK = 64
 
 
 class CARRetriever(BaseRetriever):
@@ -79,7 +71,7 @@ class CARRetriever(BaseRetriever):
         description="Stage 2: where superseders are looked up by metadata filter: a langchain_chroma.Chroma, "
         "a chromadb collection, a MetadataLookup, or a list of Documents held in memory."
     )
-    policy: Policy = Field(description="car-rag policy (or built-in policy name / policy file) deciding what voids what.")
+    policy: PolicyArg = Field(description="car-rag policy (or built-in policy name / policy file) deciding what voids what.")
     k: int = Field(default=5, ge=1, description="Number of documents returned (frontier first, then superseded).")
     k1: int | None = Field(
         default=None, ge=1, description="Keep only the first k1 Stage-1 documents as anchors; None keeps them all."
@@ -98,15 +90,12 @@ class CARRetriever(BaseRetriever):
     max_rounds: int = Field(default=32, ge=1, description="Safety cap on Stage-2 lookup rounds (closure depth).")
 
     _lookup: MetadataLookup = PrivateAttr()
-
-    @field_validator("policy", mode="before")
-    @classmethod
-    def _load_policy(cls, value: Any) -> Any:
-        return load_policy(value) if isinstance(value, (str, Path)) else value
+    _store: WhereStore = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
         self._lookup = as_lookup(self.vectorstore)
+        self._store = WhereStore(self._lookup, self.lookup_filter)
 
     @property
     def lookup(self) -> MetadataLookup:
@@ -164,70 +153,45 @@ class CARRetriever(BaseRetriever):
         docs = await self.base_retriever.ainvoke(query, config={"callbacks": callbacks})
         return [(d, _metadata_score(d)) for d in docs]
 
-    def _anchors(self, stage1: list[tuple[Document, float | None]]) -> tuple[list[Record], list[FusedHit], dict[str, Document]]:
-        records: list[Record] = []
-        hits: list[FusedHit] = []
-        docs: dict[str, Document] = {}
+    def _closure(self, query: str, stage1: list[tuple[Document, float | None]]) -> AuthorityClosure:
+        """Stage 2's state for one query, its anchors admitted (the first ``k1`` documents)."""
+        layout = self._layout()
+        closure = AuthorityClosure(
+            self.policy, query, layout=layout, scope_lookup_limit=self.scope_lookup_limit, max_rounds=self.max_rounds
+        )
         channel = self._channel()
         for doc, score in stage1:
-            record = document_to_record(doc, self.policy, id_key=self.id_key)
-            if record.doc_id in docs:
+            record = layout.record(doc.metadata or {}, doc.page_content, self.policy, default_id=doc.id)
+            if record.doc_id in closure.graph:
                 continue
-            if self.k1 is not None and len(records) >= self.k1:
+            if self.k1 is not None and len(closure.anchors) >= self.k1:
                 break
-            rank = len(records) + 1
-            records.append(record)
-            docs[record.doc_id] = doc
-            hits.append(
-                FusedHit(
-                    record.doc_id,
-                    1.0 / (RRF_K + rank),
-                    rank,
-                    channel_scores={channel: score} if score is not None else {},
-                    channel_ranks={channel: rank},
-                )
-            )
-        return records, hits, docs
+            closure.add_anchor(record, Anchor(record.doc_id, len(closure.anchors) + 1, score, channel), doc)
+        return closure
 
-    # ------------------------------------------------------------------ all stages
-    def _run(self, query: str, callbacks: Any) -> tuple[_Closure, list[FusedHit]]:
-        records, hits, docs = self._anchors(self._stage1(query, callbacks))
-        closure = _Closure(self, query, records, docs)
-        for _ in range(self.max_rounds):
-            filters = closure.next_filters()
-            if not filters:
-                break
-            closure.feed([d for where in filters for d in self._lookup.get(where)])
-        else:
-            closure.warn_unfinished()
-        return closure, hits
+    def _layout(self) -> RecordLayout:
+        return RecordLayout(doc_id_key=self.id_key, json_lists=False)
 
-    async def _arun(self, query: str, callbacks: Any) -> tuple[_Closure, list[FusedHit]]:
-        records, hits, docs = self._anchors(await self._astage1(query, callbacks))
-        closure = _Closure(self, query, records, docs)
-        for _ in range(self.max_rounds):
-            filters = closure.next_filters()
-            if not filters:
-                break
-            found = await asyncio.gather(*(self._lookup.aget(where) for where in filters))
-            closure.feed([d for batch in found for d in batch])
-        else:
-            closure.warn_unfinished()
-        return closure, hits
+    def _documents(self, result: RetrievalResult, closure: AuthorityClosure, k: int) -> list[Document]:
+        out = []
+        for item in result.top(k):
+            metadata = {**(closure.sources[item.doc_id].metadata or {}), **annotations_for(item, result)}
+            out.append(Document(id=item.doc_id, page_content=item.record.text, metadata=metadata))
+        return out
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self._k(k)
-        closure, hits = self._run(query, run_manager.get_child())
-        return closure.documents(query, hits, k)
+        closure = self._closure(query, self._stage1(query, run_manager.get_child()))
+        return self._documents(resolve_closure(closure, self._store), closure, k)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self._k(k)
-        closure, hits = await self._arun(query, run_manager.get_child())
-        return closure.documents(query, hits, k)
+        closure = self._closure(query, await self._astage1(query, run_manager.get_child()))
+        return self._documents(await aresolve_closure(closure, self._store), closure, k)
 
     def _k(self, k: int | None) -> int:
         if k is None:
@@ -240,8 +204,7 @@ class CARRetriever(BaseRetriever):
         """The whole car-rag :class:`~car_rag.RetrievalResult` for ``query`` (every record of
         the closure, not capped at ``k``; no callbacks), for diagnostics and evaluation.
         ``invoke`` returns its first ``k`` records as documents."""
-        closure, hits = self._run(query, None)
-        return closure.result(query, hits)
+        return resolve_closure(self._closure(query, self._stage1(query, None)), self._store)
 
     def evidence_formatter(self, **options: Any) -> Runnable[list[Document], str]:
         """A runnable turning this retriever's documents into XML evidence, with its policy
@@ -257,177 +220,3 @@ def _metadata_score(doc: Document) -> float | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
     return None
-
-
-class _Closure:
-    """Stage 2 for one query, without I/O: says which filters to look up next, takes the
-    documents found, and stops at the authority closure of the anchors (and of the records
-    in the scope of ids the query names). Shared by the sync and async paths."""
-
-    def __init__(self, owner: CARRetriever, query: str, anchors: list[Record], docs: dict[str, Document]):
-        self.owner = owner
-        self.policy = owner.policy
-        self.graph = AuthorityGraph(self.policy)
-        self.docs: dict[str, Document] = {}
-        self.roots: list[str] = []
-        self.expanded: set[str] = set()
-        self.asked: set[str] = set()
-        self.rounds = 0
-        for record in anchors:
-            if self._add(record, docs[record.doc_id]):
-                self.roots.append(record.doc_id)
-        self.scope_ids = self.policy.scope_ids_in(query)
-        self._scope_pending = bool(self.scope_ids) and owner.scope_lookup_limit > 0
-
-    def _add(self, record: Record, doc: Document) -> bool:
-        if record.doc_id in self.graph:
-            return True
-        try:
-            self.graph.add(record)
-        except SupersessionCycleError as exc:
-            warnings.warn(f"car-rag: skipping {record.doc_id!r}: {exc}", stacklevel=4)
-            return False
-        self.docs[record.doc_id] = doc
-        return True
-
-    # ------------------------------------------------------------------ filters
-    def _voider_clauses(self, record: Record) -> list[dict[str, Any]]:
-        """Filters matching every record that could void ``record``: per rule, same values on
-        its ``within`` keys and a trigger type; and any record naming it in ``supersedes``."""
-        triggers: dict[tuple[str, ...], set[str]] = {}
-        for rule in self.policy.rules:
-            if rule.target not in (WILDCARD, record.doc_type):
-                continue
-            if any(record.scope.get(key) is None for key in rule.within):
-                continue  # the rule needs both records to carry every within key
-            triggers.setdefault(tuple(rule.within), set()).add(rule.trigger)
-        clauses: list[dict[str, Any]] = [{"supersedes": {"$contains": record.doc_id}}]
-        for within, types in triggers.items():
-            parts: list[dict[str, Any]] = [{key: record.scope[key]} for key in within]
-            if WILDCARD not in types:
-                parts.append({"doc_type": sorted(types)[0]} if len(types) == 1 else {"doc_type": {"$in": sorted(types)}})
-            clauses.append(_all_of(parts) if parts else {"doc_type": {"$ne": ""}})
-        return clauses
-
-    def _filters(self, clauses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # A clause already asked in an earlier round (records of one scope share them) is not asked again.
-        fresh = {repr(c): c for c in clauses if repr(c) not in self.asked}
-        self.asked.update(fresh)
-        unique = list(fresh.values())
-        out = []
-        for start in range(0, len(unique), _OR_CHUNK):
-            part = unique[start : start + _OR_CHUNK]
-            where = part[0] if len(part) == 1 else {"$or": part}
-            if self.owner.lookup_filter:
-                where = _all_of([self.owner.lookup_filter, where])
-            out.append(where)
-        return out
-
-    def next_filters(self) -> list[dict[str, Any]]:
-        """Filters for the next lookup round; empty when the closure is complete."""
-        clauses: list[dict[str, Any]] = []
-        if self._scope_pending:
-            clauses.extend(_all_of([{k: v} for k, v in scope.items()]) for scope in self._scope_lookups())
-        pending = [d for d in self.graph.closure(self.roots) if d not in self.expanded and d in self.graph]
-        for doc_id in sorted(pending):
-            self.expanded.add(doc_id)
-            clauses.extend(self._voider_clauses(self.graph.records[doc_id]))
-        filters = self._filters(clauses)
-        self.rounds += bool(filters)
-        return filters
-
-    def feed(self, found: list[Document]) -> None:
-        """Add the documents one lookup round returned."""
-        for doc in found:
-            try:
-                record = document_to_record(doc, self.policy, id_key=self.owner.id_key)
-            except ValueError as exc:
-                warnings.warn(f"car-rag: Stage-2 lookup returned an unusable document: {exc}", stacklevel=3)
-                continue
-            self._add(record, doc)
-        if self._scope_pending:
-            # The records the core retriever admits for the scope ids named in the query.
-            self._scope_pending = False
-            for scope in self._scope_lookups():
-                for record in self.graph.lookup(scope)[-self.owner.scope_lookup_limit :]:
-                    if record.doc_id not in self.roots:
-                        self.roots.append(record.doc_id)
-
-    def _scope_lookups(self) -> list[dict[str, str]]:
-        """The entity-index lookups ``car_rag.resolve_authority`` makes for the
-        scope ids named in the query: keys named together narrow one lookup."""
-        keys = list(self.scope_ids)
-        if not keys:
-            return []
-        return [dict(zip(keys, values)) for values in itertools.product(*(self.scope_ids[k] for k in keys))]
-
-    def warn_unfinished(self) -> None:
-        if self.next_filters():
-            warnings.warn(
-                f"car-rag: Stage 2 stopped after max_rounds={self.owner.max_rounds} lookup rounds "
-                "before reaching the authority closure",
-                stacklevel=3,
-            )
-
-    # ------------------------------------------------------------------ Stage 3
-    def result(self, query: str, hits: list[FusedHit]) -> RetrievalResult:
-        anchors = [h for h in hits if h.doc_id in self.graph]
-        return resolve_authority(self.graph, self.policy, query, anchors, scope_lookup_limit=self.owner.scope_lookup_limit)
-
-    def documents(self, query: str, hits: list[FusedHit], k: int) -> list[Document]:
-        result = self.result(query, hits)
-        channel = self.owner._channel()
-        out = []
-        for item in result.top(k):
-            source = self.docs[item.doc_id]
-            hit = item.stage1
-            metadata = dict(source.metadata or {})
-            metadata.update(
-                {
-                    "car_status": item.status,
-                    "car_rank": item.rank,
-                    "car_role": item.role,
-                    "car_anchor_id": item.anchor_id,
-                    "car_superseded_by": list(item.superseded_by),
-                    "car_rule": _status_rule(item, result),
-                    "car_voided_by": [_link(result, e.superseder, e.rule) for e in item.voided_by],
-                    "car_voids": [_link(result, e.target, e.rule) for e in item.voids],
-                    "car_hidden_superseder": item.hidden_superseder,
-                    "car_stage1_rank": hit.rank if hit else None,
-                    "car_stage1_score": next(iter(hit.channel_scores.values()), None) if hit else None,
-                    "car_stage1_channel": channel if hit else None,
-                    "car_policy": self.policy.name,
-                    "car_query": query,
-                }
-            )
-            out.append(Document(id=item.doc_id, page_content=item.record.text, metadata=metadata))
-        return out
-
-
-def _all_of(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    return parts[0] if len(parts) == 1 else {"$and": parts}
-
-
-def _status_rule(item: Any, result: RetrievalResult) -> str | None:
-    """The rule of the edge that made ``item`` superseded: a controlling (active) voider's first."""
-    if item.status != "superseded":
-        return None
-    for edge in item.voided_by:
-        other = result.get(edge.superseder)
-        if other is not None and other.status == "active":
-            return edge.rule
-    return item.voided_by[0].rule if item.voided_by else None
-
-
-def _link(result: RetrievalResult, doc_id: str, rule: str) -> dict[str, Any]:
-    """One supersession edge as metadata: the record at the other end, enough to cite it."""
-    other = result.get(doc_id)
-    return {
-        "doc_id": doc_id,
-        "rule": rule,
-        "doc_type": other.record.doc_type if other else None,
-        "version": other.record.version if other else None,
-        "scope": dict(other.record.scope) if other else {},
-        "status": other.status if other else None,
-    }
-

@@ -9,7 +9,7 @@ from car_rag import Record
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index.retrievers.car import MetadataLayout, node_to_record, record_to_node, records_to_nodes
-from llama_index.retrievers.car.lookup import ScopeQuery, minimal_queries
+from car_rag.lookup import ScopeQuery, minimal_queries
 
 
 def test_round_trip_every_field(policy):

@@ -10,7 +10,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import QueryBundle
 
 from llama_index.postprocessor.car import ActiveStatusFilter, SupersessionExpander
-from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CAR_SUPERSEDES, CARRetriever
+from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDS, CARRetriever
 
 from test_li_retriever import TAR_Q, YAML_Q, by_id, ids
 
@@ -56,7 +56,7 @@ def test_filter_drops_superseded_and_keeps_provenance(index, policy):
     kept = ActiveStatusFilter().postprocess_nodes(resolved, query_str=TAR_Q)  # car_status present: no policy needed
     assert all(n.node.metadata[CAR_STATUS] == "active" for n in kept)
     assert "adv-tarnish-disclosure" not in ids(kept)
-    voided = {e["doc_id"] for e in by_id(kept)["adv-tarnish-1.4.5-release"][CAR_SUPERSEDES]}
+    voided = {e["doc_id"] for e in by_id(kept)["adv-tarnish-1.4.5-release"][CAR_VOIDS]}
     assert {"adv-tarnish-disclosure", "adv-tarnish-1.4.2-release"} <= voided
 
 

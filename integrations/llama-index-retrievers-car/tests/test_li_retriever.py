@@ -19,8 +19,8 @@ from llama_index.retrievers.car import (
     CAR_STAGE1_SCORE,
     CAR_STATUS,
     CAR_SUPERSEDED_BY,
-    CAR_SUPERSEDES,
     CAR_VOIDED_BY,
+    CAR_VOIDS,
     CARRetriever,
     NodeAuthorityLookup,
 )
@@ -60,12 +60,12 @@ def test_retriever_puts_the_fix_first_and_marks_the_disclosure(index, policy):
     fix, disclosure = meta["adv-yamlette-2.0.1-release"], meta["adv-yamlette-disclosure"]
     assert fix[CAR_STATUS] == "active" and fix[CAR_ROLE] == "superseder"
     assert fix[CAR_ANCHOR_ID] == "adv-yamlette-disclosure"
-    assert fix[CAR_SUPERSEDES] == [{"doc_id": "adv-yamlette-disclosure", "rule": "patch_fixes_disclosure"}]
+    assert [(e["doc_id"], e["rule"]) for e in fix[CAR_VOIDS]] == [("adv-yamlette-disclosure", "patch_fixes_disclosure")]
     assert fix[CAR_STAGE1_SCORE] is None and fix[CAR_STAGE1_RANK] is None
     assert disclosure[CAR_STATUS] == "superseded"
     assert disclosure[CAR_SUPERSEDED_BY] == ["adv-yamlette-2.0.1-release"]
     assert disclosure[CAR_RULE] == "patch_fixes_disclosure"
-    assert disclosure[CAR_VOIDED_BY] == [{"doc_id": "adv-yamlette-2.0.1-release", "rule": "patch_fixes_disclosure"}]
+    assert [(e["doc_id"], e["rule"]) for e in disclosure[CAR_VOIDED_BY]] == [("adv-yamlette-2.0.1-release", "patch_fixes_disclosure")]
     assert disclosure[CAR_STAGE1_RANK] == 1 and isinstance(disclosure[CAR_STAGE1_SCORE], float)
     # superseded records come after every active one, nothing is dropped
     statuses = [n.node.metadata[CAR_STATUS] for n in nodes]
@@ -232,3 +232,17 @@ def test_chunks_of_one_record_stay_together(policy, records):
     assert [n.node.node_id for n in resolved] == ["adv-yamlette-2.0.1-release", "chunk-a", "chunk-b"]
     assert resolved[2].node.metadata[CAR_STATUS] == "superseded"
     assert resolved[2].node.metadata[CAR_STAGE1_RANK] == 2
+
+
+def test_explicit_edge_from_another_scope_is_found(policy, records):
+    # The core plans a lookup for records naming the anchor in `supersedes`, wherever their scope.
+    from car_rag import Record
+    from llama_index.retrievers.car import records_to_nodes
+
+    bulletin = Record(doc_id="vendor-bulletin", text="Vendor bulletin 12.", doc_type="vendor_bulletin",
+                      scope={"package": "elsewhere"}, published_at="2030-01-01", supersedes=["adv-yamlette-disclosure"])
+    pool = records_to_nodes([*records, bulletin])
+    stage1 = [NodeWithScore(node=n, score=1.0) for n in pool if n.node_id == "adv-yamlette-disclosure"]
+    meta = by_id(CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes)
+    assert "vendor-bulletin" in meta["adv-yamlette-disclosure"][CAR_SUPERSEDED_BY]
+    assert meta["vendor-bulletin"][CAR_ROLE] == "superseder"

@@ -8,6 +8,7 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index.postprocessor.car.base import CARPostprocessorBase
+from llama_index.retrievers.car.layout import node_doc_id
 from llama_index.retrievers.car.resolver import CAR_HIDDEN_SUPERSEDER, CAR_STATUS, Resolution
 
 __all__ = ["ActiveStatusFilter"]
@@ -24,7 +25,7 @@ class ActiveStatusFilter(CARPostprocessorBase):
     is needed.
 
     ``mode="drop"`` removes superseded nodes; the provenance stays on the nodes that void
-    them (``car_supersedes`` names each dropped record and the rule). ``mode="mark"``
+    them (``car_voids`` names each dropped record and the rule). ``mode="mark"``
     keeps every node in car-rag's order: active ones first, superseded ones after them,
     marked in metadata, except a node voided only by records the caller may not read
     (``car_hidden_superseder``), which keeps its place as nothing shown stands in for it.
@@ -42,14 +43,14 @@ class ActiveStatusFilter(CARPostprocessorBase):
 
     def _needs_resolution(self, nodes: list[NodeWithScore]) -> bool:
         return any(
-            CAR_STATUS not in n.node.metadata and self.layout.doc_type(n.node) is not None for n in nodes
+            CAR_STATUS not in n.node.metadata and self.layout.doc_type(n.node.metadata) is not None for n in nodes
         )
 
     def _apply(self, nodes: list[NodeWithScore], resolution: Resolution | None) -> list[NodeWithScore]:
         if resolution is not None:
-            incoming = {self.layout.doc_id(n.node) for n in nodes}
+            incoming = {node_doc_id(n.node, self.layout) for n in nodes}
             # The resolution brings in superseders from the store; a filter only filters.
-            nodes = [n for n in resolution.nodes if self.layout.doc_id(n.node) in incoming]
+            nodes = [n for n in resolution.nodes if node_doc_id(n.node, self.layout) in incoming]
         if self.mode == "drop":
             return [n for n in nodes if n.node.metadata.get(CAR_STATUS) != "superseded"]
         displaced = [_displaced(n) for n in nodes]

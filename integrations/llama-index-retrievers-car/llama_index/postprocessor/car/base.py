@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from car_rag import CallerContext, Policy, load_policy
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
+from car_rag import CallerContext
+from car_rag.policy import PolicyArg
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -20,7 +20,7 @@ __all__ = ["CARPostprocessorBase"]
 class CARPostprocessorBase(BaseNodePostprocessor):
     """Fields and resolution shared by :class:`SupersessionExpander` and :class:`ActiveStatusFilter`."""
 
-    policy: Policy | None = Field(
+    policy: PolicyArg | None = Field(
         default=None, description="car-rag policy (or the name or path of one) whose rules decide supersession."
     )
     store: Any = Field(
@@ -41,11 +41,6 @@ class CARPostprocessorBase(BaseNodePostprocessor):
         default=20, ge=1, description="Most records one scope id named in the query (e.g. a CVE id) may pull in."
     )
     _lookup: AuthorityLookup | None = PrivateAttr(default=None)
-
-    @field_validator("policy", mode="before")
-    @classmethod
-    def _load_policy(cls, value: Any) -> Any:
-        return load_policy(value) if isinstance(value, (str, Path)) else value
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)

@@ -28,7 +28,7 @@ class CARRetriever(BaseRetriever):
     order, and superseded ones after them (except one voided only by records ``caller`` may
     not read: nothing shown takes its place, so it keeps its own); nothing is dropped. Every
     node carries its status in metadata (``car_status``, ``car_superseded_by``, ``car_rule``,
-    ``car_voided_by``, ``car_supersedes``, ``car_role``, ``car_stage1_score``,
+    ``car_voided_by``, ``car_voids``, ``car_role``, ``car_stage1_score``,
     ``car_stage1_rank``, …).
 
     Args:
