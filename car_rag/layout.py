@@ -3,7 +3,7 @@
 Vector stores keep metadata flat, so this layout is the contract between a store the user
 runs and Stage 2: every framework adapter writes records with :meth:`RecordLayout.metadata`
 and reads what its store returns with :meth:`RecordLayout.record`. Values are str, int,
-float or bool; lists (``supersedes``, ``allowed_principals``, ``car_scope_keys``) are JSON
+float or bool; free metadata is kept as JSON (exact) and, where scalar, flat too; lists (``supersedes``, ``allowed_principals``, ``car_scope_keys``) are JSON
 strings, or native lists for stores that hold list metadata (Chroma itself, where Stage 2
 can then ask for ``supersedes`` containing an id). The reader accepts both, and metadata
 written by others as long as it carries ``doc_type`` and the policy's scope keys flat.
@@ -136,7 +136,12 @@ class RecordLayout(BaseModel):
         meta.update({k: v for k, v in governance_metadata(record).items() if not isinstance(v, list)})
         meta.update(record.scope)
         if record.metadata:
+            # Exact round trip from the JSON; scalar values also flat, so a user's store can
+            # filter on them and a framework shows them to its LLM as it does any metadata.
             meta[_METADATA_JSON] = json.dumps(record.metadata, ensure_ascii=False, sort_keys=True)
+            reserved = self._reserved() | set(record.scope)
+            meta.update({k: v for k, v in record.metadata.items()
+                         if isinstance(v, (str, int, float, bool)) and k not in reserved and not k.startswith(CAR_PREFIX)})
         meta[_LAYOUT] = LAYOUT_VERSION
         return meta
 

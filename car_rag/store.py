@@ -173,11 +173,16 @@ class CARStore:
             config = json.loads(config_file.read_text())
             if config.get("format_version") != FORMAT_VERSION:
                 raise StoreError(f"{config_file}: unsupported store format {config.get('format_version')!r}")
-            if wanted is not None and Policy.model_validate(config["policy"]) != wanted:
-                raise StoreError(
-                    f"store {path} was built with policy {config['policy']['name']!r}; "
-                    f"it cannot be reopened with a different policy ({wanted.name!r}): ingest into a new store"
-                )
+            if wanted is not None and (built := Policy.model_validate(config["policy"])) != wanted:
+                differ = _resolution_differences(built, wanted)
+                if differ:
+                    raise StoreError(
+                        f"store {path} was built with policy {built.name!r}; the policy given ({wanted.name!r}) "
+                        f"resolves differently (its {', '.join(differ)} differ): ingest into a new store"
+                    )
+                # Only the words differ (states, descriptions, verbs): they decide no edge, so
+                # this process answers in the caller's words; the stored policy is left as built.
+                config = {**config, "policy": json.loads(wanted.model_dump_json())}
             if chroma_url is not None and chroma_url != config.get("chroma_url"):
                 raise StoreError(f"store {path} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
         else:
@@ -423,3 +428,11 @@ class CARStore:
         index.build(ordered, [self.graph.records[d].text for d in ordered])
         self.lexical = index
         self.flush()
+
+
+def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:
+    """The fields of two policies that decide edges and scopes and differ (empty: only words differ)."""
+    words = {"description", "verb"}
+    rules = [r.model_dump(exclude=words) for r in built.rules], [r.model_dump(exclude=words) for r in wanted.rules]
+    fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys")
+    return [f for f in fields if getattr(built, f) != getattr(wanted, f)] + (["rules"] if rules[0] != rules[1] else [])

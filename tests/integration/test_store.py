@@ -84,13 +84,30 @@ def test_reopened_store_keeps_records_edges_and_indexes(tmp_path, demo_policy, e
 def test_reopen_with_a_different_policy_raises(tmp_path, demo_policy, legal_policy, embedder):
     path = tmp_path / "store"
     CARStore.open(path, demo_policy, embedder=embedder).close()
-    with pytest.raises(StoreError, match="different policy"):
+    with pytest.raises(StoreError, match=r"resolves differently \(its name, scope_keys, .*rules differ\)"):
         CARStore.open(path, legal_policy, embedder=embedder)
-    with pytest.raises(StoreError, match="different policy"):
+    with pytest.raises(StoreError, match="resolves differently"):
         CARStore.open(path, "security-advisory", embedder=embedder)
+    same_edges_other_rules = demo_policy.model_copy(update={"rules": demo_policy.rules[:-1]})
+    with pytest.raises(StoreError, match=r"\(its rules differ\)"):
+        CARStore.open(path, same_edges_other_rules, embedder=embedder)
     # The refused open left the configuration alone.
     config = json.loads((path / "car-store.json").read_text())
     assert config["policy"]["name"] == "demo"
+
+
+def test_reopen_with_other_words_for_the_same_policy_answers_in_them(tmp_path, demo_policy, embedder):
+    """States, descriptions and verbs decide no edge: a store opens under a policy whose words
+    changed (a vocabulary fix) and uses them, and leaves the stored policy as built."""
+    path = tmp_path / "store"
+    CARStore.open(path, demo_policy, embedder=embedder).close()
+    reworded = demo_policy.model_copy(update={"description": "reworded", "states": {}})
+    store = CARStore.open(path, reworded, embedder=embedder)
+    try:
+        assert store.policy.description == "reworded" and store.policy.states == {}
+    finally:
+        store.close()
+    assert json.loads((path / "car-store.json").read_text())["policy"]["description"] == demo_policy.description
 
 
 def test_opening_a_missing_store_without_policy_raises(tmp_path, embedder):
