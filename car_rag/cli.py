@@ -96,11 +96,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
             if args.format == "json":
                 print(json.dumps(result.to_dict(args.k), indent=2, ensure_ascii=False))
             elif args.format == "evidence":
-                from car_rag.reader_render import render_reader
+                from car_rag.evidence import render_reader
 
                 print(render_reader(result, policy=store.policy, k=args.k))
             elif args.format == "xml":
-                from car_rag.xml_render import render_xml
+                from car_rag.evidence import render_xml
 
                 print(render_xml(result, policy=store.policy, k=args.k))
             else:

@@ -207,8 +207,8 @@ def _clip(text: str, max_chars: int | None) -> str:
 def _plain_context(records: Sequence[Any], max_chars: int | None, budget: float | None, *, dated: bool = False) -> str:
     """Numbered plain-text documents; with ``budget``, whole documents are kept in order
     while they fit (as :func:`render_reader` does), and the first is cut if it alone does not."""
-    from car_rag.xml_render import approx_tokens
-    from car_rag.xml_tree import iso_date
+    from car_rag.evidence.audit_xml import approx_tokens
+    from car_rag.evidence.xml_tree import iso_date
 
     def doc(i: int, rec: Any, text: str) -> str:
         when = f", {iso_date(rec.effective_at or rec.published_at) or 'date unknown'}" if dated else ""
@@ -267,7 +267,7 @@ def build_jobs(
 
     Every condition gets the same text policy: each record's text whole (or cut to
     ``max_doc_chars``), and the context fitted to ``evidence_budget`` tokens
-    (:func:`~car_rag.xml_render.approx_tokens`) by leaving out whole records, least useful
+    (:func:`~car_rag.evidence.audit_xml.approx_tokens`) by leaving out whole records, least useful
     first. ``kind`` ("security", "legal", "compliance") picks the question asked of the
     reader; by default it follows the built-in suite's name (needed for a user corpus).
     ``query_ids`` keeps those queries only (a held-out sample), ``limit`` the first N.
@@ -276,9 +276,9 @@ def build_jobs(
     from car_rag.eval.runner import open_suite_store
     from car_rag.prompts import answer_messages, reader_messages
     from car_rag.queries import load_queries
-    from car_rag.reader_render import render_reader
+    from car_rag.evidence.reader import render_reader
     from car_rag.retriever import ControllingAuthorityRetriever
-    from car_rag.xml_render import approx_tokens, render_xml
+    from car_rag.evidence.audit_xml import approx_tokens, render_xml
 
     if xml_form not in ("compact", "full"):
         raise ValueError(f"xml_form must be 'compact' or 'full', got {xml_form!r}")
