@@ -19,48 +19,17 @@ from car_rag.evidence.audit_xml import render_xml
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.digest import DigestLine, authority_digest
 from car_rag.evidence.packets import (
-    HIDDEN_SUPERSEDER_TEXT,
-    AuthorityLink,
-    CitationCoordinates,
-    ConflictIndicators,
-    EpistemicMetadata,
-    EvidencePacket,
-    FreshnessStatus,
-    Governance,
-    PacketContent,
-    Provenance,
-    RetrievalRationale,
-    SupersededMode,
-    build_packets,
-    hidden_only,
-    matching_spans,
-    record_label,
-    scope_groups,
+    HIDDEN_SUPERSEDER_TEXT, AuthorityLink, CitationCoordinates, ConflictIndicators, EpistemicMetadata, EvidencePacket,
+    FreshnessStatus, Governance, PacketContent, Provenance, RetrievalRationale, SupersededMode,
+    build_packets, hidden_only, matching_spans, record_label, scope_groups,
 )
 from car_rag.evidence.reader import render_reader
 
 __all__ = [
-    "HIDDEN_SUPERSEDER_TEXT",
-    "AuthorityLink",
-    "CitationCoordinates",
-    "ConflictIndicators",
-    "DigestLine",
-    "EpistemicMetadata",
-    "EvidencePacket",
-    "FreshnessStatus",
-    "Governance",
-    "PacketContent",
-    "Provenance",
-    "RetrievalRationale",
-    "SupersededMode",
-    "TokenCounter",
-    "approx_tokens",
-    "authority_digest",
-    "build_packets",
-    "hidden_only",
-    "matching_spans",
-    "record_label",
-    "render_reader",
-    "render_xml",
-    "scope_groups",
+    # packets
+    "HIDDEN_SUPERSEDER_TEXT", "AuthorityLink", "CitationCoordinates", "ConflictIndicators", "EpistemicMetadata",
+    "EvidencePacket", "FreshnessStatus", "Governance", "PacketContent", "Provenance", "RetrievalRationale",
+    "SupersededMode", "build_packets", "hidden_only", "matching_spans", "record_label", "scope_groups",
+    # digest, the two renderings, the budget
+    "DigestLine", "authority_digest", "render_reader", "render_xml", "TokenCounter", "approx_tokens",
 ]

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from car_rag.eval.answers import Classification, GoldAnswer, classify, labels_for, load_gold, suite_kind
+from car_rag.eval.answers import Classification, GoldAnswer, classify, labels_for, suite_kind
 from car_rag.eval.stats import Rate
 from car_rag.extras import require
+from car_rag_evals.gold import load_gold
 
 __all__ = [
     "CONDITIONS",
@@ -207,7 +208,7 @@ def _clip(text: str, max_chars: int | None) -> str:
 def _plain_context(records: Sequence[Any], max_chars: int | None, budget: float | None, *, dated: bool = False) -> str:
     """Numbered plain-text documents; with ``budget``, whole documents are kept in order
     while they fit (as :func:`render_reader` does), and the first is cut if it alone does not."""
-    from car_rag.evidence.audit_xml import approx_tokens
+    from car_rag.evidence import approx_tokens
     from car_rag.evidence.xml_tree import iso_date
 
     def doc(i: int, rec: Any, text: str) -> str:
@@ -267,18 +268,17 @@ def build_jobs(
 
     Every condition gets the same text policy: each record's text whole (or cut to
     ``max_doc_chars``), and the context fitted to ``evidence_budget`` tokens
-    (:func:`~car_rag.evidence.audit_xml.approx_tokens`) by leaving out whole records, least useful
+    (:func:`~car_rag.evidence.budget.approx_tokens`) by leaving out whole records, least useful
     first. ``kind`` ("security", "legal", "compliance") picks the question asked of the
     reader; by default it follows the built-in suite's name (needed for a user corpus).
     ``query_ids`` keeps those queries only (a held-out sample), ``limit`` the first N.
     ``car-reader-repair`` needs no job of its own: :func:`repair_jobs` makes it from the
     ``car-reader`` answers."""
-    from car_rag.eval.runner import open_suite_store
+    from car_rag_evals.suites import open_suite_store
     from car_rag.prompts import answer_messages, reader_messages
     from car_rag.queries import load_queries
-    from car_rag.evidence.reader import render_reader
+    from car_rag.evidence import approx_tokens, render_reader, render_xml
     from car_rag.retriever import ControllingAuthorityRetriever
-    from car_rag.evidence.audit_xml import approx_tokens, render_xml
 
     if xml_form not in ("compact", "full"):
         raise ValueError(f"xml_form must be 'compact' or 'full', got {xml_form!r}")
@@ -673,7 +673,7 @@ def run_eval_llm(
     **options: Any,
 ) -> list[Path]:
     """The ``eval-llm`` command: classify given answers, or produce them first."""
-    from car_rag.eval.suites import load_suite
+    from car_rag_evals.suites import load_suite
 
     suite = load_suite(suite_name, corpora_dir)
     gold = load_gold(suite)
