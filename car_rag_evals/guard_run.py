@@ -23,7 +23,7 @@ from typing import Any
 
 from car_rag.eval.stats import Rate
 from car_rag_evals.gold import load_gold
-from car_rag_evals.llm import read_answers
+from car_rag_evals.llm.report import read_answers
 from car_rag_evals.suites import custom_suite, load_suite, open_suite_store
 
 __all__ = ["run_guard", "summarise_guard"]
