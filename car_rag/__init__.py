@@ -3,7 +3,7 @@
 from car_rag.dict_store import DictStore
 from car_rag.eligibility import CallerContext
 from car_rag.embedding import DEFAULT_MODEL, Embedder
-from car_rag.evidence import EvidencePacket, build_packets
+from car_rag.evidence import EvidencePacket, build_packets, render_xml
 from car_rag.layout import LAYOUT_VERSION, LayoutError, RecordLayout
 from car_rag.lookup import AuthorityClosure, AuthorityStore, ScopeQuery, StoredItem
 from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
@@ -12,7 +12,6 @@ from car_rag.records import LoadReport, Record, RecordError, load_records, parse
 from car_rag.resolution import Anchor, RetrievalResult, RetrievedRecord, resolve_authority
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore, IngestReport, StoreError
-from car_rag.xml_render import render_xml
 
 __version__ = "0.1.0"
 

@@ -1,17 +1,21 @@
-"""The ``car-rag`` command line: ingest, query, demo, policies."""
+"""The ``car-rag`` command line: ingest, query, demo, policies; bench, eval-llm and guard run
+the evaluation harness (``car_rag_evals``), loaded only when one of them runs."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TextIO
 
 from car_rag.channels.lexical import BACKENDS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
+from car_rag.extras import MissingExtraError
 
 __all__ = ["main"]
 
@@ -96,11 +100,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
             if args.format == "json":
                 print(json.dumps(result.to_dict(args.k), indent=2, ensure_ascii=False))
             elif args.format == "evidence":
-                from car_rag.reader_render import render_reader
+                from car_rag.evidence import render_reader
 
                 print(render_reader(result, policy=store.policy, k=args.k))
             elif args.format == "xml":
-                from car_rag.xml_render import render_xml
+                from car_rag.evidence import render_xml
 
                 print(render_xml(result, policy=store.policy, k=args.k))
             else:
@@ -134,27 +138,40 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _harness(module: str, extra: str) -> ModuleType:
+    """A module of the evaluation harness, or an error naming what installs it."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "car_rag_evals":
+            raise
+        raise MissingExtraError(
+            f"this command runs the evaluation harness (the car_rag_evals package), which is not installed: "
+            f"pip install 'car-rag[{extra}]'"
+        ) from exc
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from car_rag.eval.runner import DEFAULT_SYSTEMS, run_suite, write_results
-    from car_rag.eval.suites import custom_suite, load_suite
+    bench = _harness("car_rag_evals.bench", "bench")
+    suites = _harness("car_rag_evals.suites", "bench")
 
     if args.suite:
-        suite = load_suite(args.suite, args.corpora)
+        suite = suites.load_suite(args.suite, args.corpora)
     elif args.corpus and args.queries and args.policy:
-        suite = custom_suite(args.corpus, args.queries, args.policy)
+        suite = suites.custom_suite(args.corpus, args.queries, args.policy)
     else:
         raise SystemExit("car-rag bench: give --suite NAME, or --corpus, --queries and --policy")
-    systems = tuple(args.systems.split(",")) if args.systems else DEFAULT_SYSTEMS
-    results = run_suite(suite, k=args.k, systems=systems, stores_dir=args.stores, depth=args.depth)
+    systems = tuple(args.systems.split(",")) if args.systems else bench.DEFAULT_SYSTEMS
+    results = bench.run_suite(suite, k=args.k, systems=systems, stores_dir=args.stores, depth=args.depth)
     command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
-    for path in write_results(results, args.out, command):
+    for path in bench.write_results(results, args.out, command):
         print(f"wrote {path}")
     print((args.out / f"{suite.name}.md").read_text())
     return 0
 
 
 def _cmd_eval_llm(args: argparse.Namespace) -> int:
-    from car_rag.eval.llm import run_eval_llm
+    llm = _harness("car_rag_evals.llm", "llm")
 
     if (args.answers is None) == (args.base_url is None):
         raise SystemExit("car-rag eval-llm: give --answers FILE.jsonl, or --base-url URL and --model NAME")
@@ -170,9 +187,10 @@ def _cmd_eval_llm(args: argparse.Namespace) -> int:
         "timeout": args.timeout, "max_retries": args.retries, "cache": args.cache, "evidence_budget": args.evidence_budget,
         "max_doc_chars": args.max_doc_chars, "max_tokens": args.max_tokens, "xml_form": args.xml_form,
     }
-    paths = run_eval_llm(
+    conditions = tuple(args.conditions.split(",")) if args.conditions else llm.DEFAULT_CONDITIONS
+    paths = llm.run_eval_llm(
         args.suite, args.out, answers=args.answers, base_url=args.base_url, model=args.model,
-        conditions=tuple(args.conditions.split(",")), corpora_dir=args.corpora, command=command, **options,
+        conditions=conditions, corpora_dir=args.corpora, command=command, **options,
     )
     for path in paths:
         print(f"wrote {path}")
@@ -181,7 +199,7 @@ def _cmd_eval_llm(args: argparse.Namespace) -> int:
 
 
 def _cmd_guard(args: argparse.Namespace) -> int:
-    from car_rag.eval.guard_run import run_guard
+    run_guard = _harness("car_rag_evals.guard_run", "bench").run_guard
 
     if (args.suite is None) == (args.corpus is None):
         raise SystemExit("car-rag guard: give --suite NAME, or --corpus, --queries and --policy")
@@ -246,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     bench = sub.add_parser("bench", help="benchmark retrieval systems side by side on a suite")
-    bench.add_argument("--suite", help="built-in suite (see car_rag.eval.SUITES)")
+    bench.add_argument("--suite", help="built-in suite (see car_rag_evals.suites.SUITES)")
     bench.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
     bench.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
     bench.add_argument("--policy", help="its policy (name or file)")
@@ -258,15 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, default=Path("evals/results"))
     bench.set_defaults(func=_cmd_bench)
 
-    from car_rag.eval import llm
-
     evalllm = sub.add_parser("eval-llm", help="classify reader answers per retrieval condition (given, or from a chat server)")
-    evalllm.add_argument("--suite", required=True, help="built-in suite (see car_rag.eval.SUITES)")
+    evalllm.add_argument("--suite", required=True, help="built-in suite (see car_rag_evals.suites.SUITES)")
     evalllm.add_argument("--answers", type=Path, help="JSONL of query_id, condition, answer[, controlling_in_context]: classify only")
     evalllm.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (key: $OPENAI_API_KEY or 'sk-local')")
     evalllm.add_argument("--model", help="model name on that server")
-    evalllm.add_argument("--conditions", default=",".join(llm.DEFAULT_CONDITIONS),
-                         help=f"comma-separated, of {', '.join(llm.CONDITIONS)} (default: %(default)s)")
+    evalllm.add_argument("--conditions", help="comma-separated, of car_rag_evals.llm.CONDITIONS (default: its DEFAULT_CONDITIONS)")
     evalllm.add_argument("--k", type=_count, default=5, help="records in each context")
     evalllm.add_argument("--limit", type=_count, help="first N queries only")
     evalllm.add_argument("--query-ids", type=Path, help="answer only these queries: a file with one query id per line ('#' comments)")
@@ -286,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     guard = sub.add_parser("guard", help="check answers for consistency with the authority car-rag retrieves for their queries")
     guard.add_argument("--answers", type=Path, required=True, help="JSONL of query_id, condition, answer")
-    guard.add_argument("--suite", help="built-in suite (see car_rag.eval.SUITES)")
+    guard.add_argument("--suite", help="built-in suite (see car_rag_evals.suites.SUITES)")
     guard.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
     guard.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
     guard.add_argument("--policy", help="its policy (name or file)")
@@ -306,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (OSError, ValueError, RuntimeError) as exc:  # OSError: unreadable files as well as missing ones
+    except (OSError, ValueError, RuntimeError, MissingExtraError) as exc:  # OSError: unreadable files as well as missing ones
         print(f"car-rag {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from car_rag.claims import ClaimReader
-from car_rag.digest import authority_digest, record_phrase
+from car_rag.evidence.digest import authority_digest, record_phrase
 from car_rag.evidence import EvidencePacket, build_packets, scope_groups
 from car_rag.versions import extract_versions, normalise_version
 

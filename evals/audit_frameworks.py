@@ -28,14 +28,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from car_rag import ControllingAuthorityRetriever  # noqa: E402
 from car_rag.eval.audit import audit_retriever  # noqa: E402
-from car_rag.eval.framework_systems import (  # noqa: E402
+from car_rag.queries import load_queries  # noqa: E402
+from car_rag_evals.framework_systems import (  # noqa: E402
     FRAMEWORK_LABELS,
     langchain_ensemble_retriever,
     llamaindex_fusion_retriever,
 )
-from car_rag.eval.runner import open_suite_store  # noqa: E402
-from car_rag.eval.suites import load_suite  # noqa: E402
-from car_rag.queries import load_queries  # noqa: E402
+from car_rag_evals.suites import load_suite, open_suite_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CAR_LABEL = "car-rag ControllingAuthorityRetriever (hybrid anchors, k1=10)"

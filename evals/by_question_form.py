@@ -18,9 +18,9 @@ import collections
 from pathlib import Path
 
 from car_rag.eval.answers import LABELS, suite_kind
-from car_rag.eval.llm import QUESTION_SUFFIX, read_answers
-from car_rag.eval.suites import load_suite
 from car_rag.queries import load_queries
+from car_rag_evals.llm import QUESTION_SUFFIX, read_answers
+from car_rag_evals.suites import load_suite
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,7 @@
 Hand labels: evals/labels/ghsa_llm_answers_dev.labels.jsonl (one annotator, read every
 answer; notes say why). Answers: ../shared/data/car-benchmarks/ghsa_llm_answers_dev.jsonl
 (118 GPT-4o-mini answers, 59 GHSA advisories x dense / two_stage top-5). Gold: the GHSA
-release tag (car_rag.eval.answers.load_gold). Exit status 1 below the 95% bar. The
+release tag (car_rag_evals.gold.load_gold). Exit status 1 below the 95% bar. The
 offline reader's answers have their own hand-labelled samples
 (evals/labels/qwen_ghsa_{tuning,heldout,heldout2,heldout3}.labels.jsonl; the tuning sample led to
 rule fixes, the held-out ones were labelled after them).
@@ -21,9 +21,10 @@ import json
 import sys
 from pathlib import Path
 
-from car_rag.eval.answers import Classification, classify, labels_for, load_gold, suite_kind
+from car_rag.eval.answers import Classification, classify, labels_for, suite_kind
 from car_rag.eval.stats import Rate
-from car_rag.eval.suites import default_corpora_dir
+from car_rag_evals.gold import load_gold
+from car_rag_evals.suites import default_corpora_dir
 
 HERE = Path(__file__).resolve().parent
 

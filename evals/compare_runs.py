@@ -7,7 +7,7 @@
 
 Why: `car-rag eval-llm` pairs conditions within one run; a change to the prompt or the
 reader makes a second run of the same condition, and the honest comparison is paired on
-the queries both answered (exact McNemar, `car_rag.eval.llm.paired`). `--first`/`--last`
+the queries both answered (exact McNemar, `car_rag_evals.llm.paired`). `--first`/`--last`
 restrict it to a span of the suite's query order (1-based, inclusive), e.g. the queries
 that were not looked at while the change was designed.
 """
@@ -18,9 +18,9 @@ import argparse
 from pathlib import Path
 
 from car_rag.eval.answers import LABELS
-from car_rag.eval.llm import paired, read_answers
-from car_rag.eval.suites import load_suite
 from car_rag.queries import load_queries
+from car_rag_evals.llm import paired, read_answers
+from car_rag_evals.suites import load_suite
 
 
 def _rows(path: Path, condition: str, run: str, keep: set[str]) -> list[dict]:

@@ -31,8 +31,7 @@ from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from test_xml_injection import NASTY, cases, check_reader_rendering, check_rendering  # noqa: E402  (tests/ is on sys.path)
 
 import car_rag  # noqa: E402
-from car_rag.reader_render import render_reader  # noqa: E402
-from car_rag.xml_render import render_xml  # noqa: E402
+from car_rag.evidence import render_reader, render_xml  # noqa: E402
 
 
 def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
@@ -92,7 +91,7 @@ def main() -> int:
     ok, stats, failure = run(args.examples, args.seed)
     elapsed = time.perf_counter() - started
     lines = [
-        "fuzz_xml: injection safety of car_rag.xml_render.render_xml and car_rag.reader_render.render_reader",
+        "fuzz_xml: injection safety of car_rag.evidence.audit_xml.render_xml and car_rag.evidence.reader.render_reader",
         f"car-rag {car_rag.__version__}, hypothesis {hypothesis.__version__}, Python {platform.python_version()}",
         f"seed: {args.seed if args.seed is not None else 'random'}; max_examples: {args.examples}; "
         f"{len(NASTY)} hand-written nasty fragments mixed with generated text",

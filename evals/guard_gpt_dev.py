@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from car_rag.eval.guard_run import run_guard
 from car_rag.eval.stats import Rate
-from car_rag.eval.suites import default_corpora_dir
+from car_rag_evals.guard_run import run_guard
+from car_rag_evals.suites import default_corpora_dir
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "guard-ghsa-gpt4omini"

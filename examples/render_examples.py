@@ -27,8 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from car_rag import CARStore, ControllingAuthorityRetriever, builtin_policies, load_policy  # noqa: E402
 from car_rag.eligibility import CallerContext  # noqa: E402
-from car_rag.reader_render import render_reader  # noqa: E402
-from car_rag.xml_render import render_xml  # noqa: E402
+from car_rag.evidence import render_reader, render_xml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

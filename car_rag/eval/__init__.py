@@ -1,9 +1,14 @@
-"""Evaluation: TCA and friends, the Theorem-4 audit, benchmark suites and the runner."""
+"""Evaluation you run on your own retriever: TCA and friends, the Theorem-4 audit, Wilson
+intervals, and the classifier of a reader's answers.
+
+The benchmark harness (built-in suites, ``car-rag bench``, the framework peers, the reader
+evaluation ``car-rag eval-llm``, ``car-rag guard`` over answer files, plots) is the
+``car_rag_evals`` package beside this one.
+"""
 
 from car_rag.eval.audit import ClosureViolation, RetrieverAudit, SetAudit, audit_retriever, audit_set, doc_ids_of
-from car_rag.eval.metrics import QueryScore, score_query, summarise
+from car_rag.eval.metrics import AnswerRule, QueryScore, score_query, summarise
 from car_rag.eval.stats import Rate, wilson
-from car_rag.eval.suites import SUITES, AnswerRule, Suite, custom_suite, load_suite
 
 __all__ = [
     "AnswerRule",
@@ -11,14 +16,10 @@ __all__ = [
     "QueryScore",
     "Rate",
     "RetrieverAudit",
-    "SUITES",
     "SetAudit",
-    "Suite",
     "audit_retriever",
     "audit_set",
-    "custom_suite",
     "doc_ids_of",
-    "load_suite",
     "score_query",
     "summarise",
     "wilson",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from car_rag.graph import AuthorityGraph
@@ -25,9 +25,24 @@ from car_rag.policy import Policy
 from car_rag.queries import Query
 from car_rag.records import Record
 from car_rag.eval.stats import Rate
-from car_rag.eval.suites import AnswerRule
 
-__all__ = ["QueryScore", "score_query", "summarise"]
+__all__ = ["AnswerRule", "QueryScore", "score_query", "summarise"]
+
+
+@dataclass(frozen=True)
+class AnswerRule:
+    """Derives a benchmark's deterministic answer from the active records a reader sees.
+
+    ``priority`` lists (doc types, answer) pairs: the first pair any active record's type
+    matches gives the answer; ``fallback`` when none does (never a gold label).
+    """
+
+    priority: tuple[tuple[frozenset[str], str], ...]
+    fallback: str = "requires_review"
+
+    def answer(self, active: Iterable[Record]) -> str:
+        types = {r.doc_type for r in active}
+        return next((answer for wanted, answer in self.priority if types & wanted), self.fallback)
 
 
 @dataclass

@@ -167,7 +167,7 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
     memory = {}
     if frameworks:
         from car_rag.eval.audit import doc_ids_of
-        from car_rag.eval.framework_systems import langchain_ensemble_retriever, llamaindex_fusion_retriever
+        from car_rag_evals.framework_systems import langchain_ensemble_retriever, llamaindex_fusion_retriever
 
         for name, make, call in (
             ("LlamaIndex QueryFusionRetriever", llamaindex_fusion_retriever, "retrieve"),

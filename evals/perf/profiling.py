@@ -59,7 +59,7 @@ def main() -> None:
     for q in queries[:5]:
         retriever.retrieve(q)
     report = [_profile("car-rag whole retriever", retriever.retrieve, queries)]
-    from car_rag.eval.framework_systems import llamaindex_fusion_retriever
+    from car_rag_evals.framework_systems import llamaindex_fusion_retriever
 
     fusion = llamaindex_fusion_retriever(store, DEPTH)
     for q in queries[:5]:

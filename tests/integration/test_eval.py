@@ -10,8 +10,8 @@ import pytest
 
 from car_rag import AuthorityGraph, load_policy
 from car_rag.eval import audit_retriever, audit_set, doc_ids_of, score_query, summarise, wilson
-from car_rag.eval.runner import run_suite, write_results
-from car_rag.eval.suites import CVE_ANSWER, FINSUPERQA_ANSWER, custom_suite, load_suite
+from car_rag_evals.bench import run_suite, write_results
+from car_rag_evals.suites import CVE_ANSWER, FINSUPERQA_ANSWER, custom_suite, load_suite
 from car_rag.queries import Query
 from car_rag.records import Record
 
@@ -35,7 +35,7 @@ def _fin(doc_id, doc_type, day, employee="EMP1-A", ticker="XYZ"):
 
 @pytest.fixture(scope="module")
 def fin():
-    policy = load_policy(str(resources.files("car_rag.eval") / "policies" / "finsuperqa.toml"))
+    policy = load_policy(str(resources.files("car_rag_evals") / "policies" / "finsuperqa.toml"))
     records = {r.doc_id: r for r in [
         _fin("pc", "pre_clearance_approved", 1), _fin("ba", "blackout_announced", 3), _fin("ee", "emergency_exception", 5),
         _fin("pc-late", "pre_clearance_approved", 4), _fin("other", "policy_acknowledged", 2, ticker="ABC"),

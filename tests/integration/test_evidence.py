@@ -11,9 +11,9 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Policy, RetrievalResult
 from car_rag.eligibility import CallerContext
-from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT, EvidencePacket, build_packets, matching_spans
+from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT, EvidencePacket, approx_tokens, build_packets, matching_spans, render_xml
+from car_rag.evidence.audit_xml import parse_scope
 from car_rag.prompts import answer_messages, available_prompts, fill_prompt, load_prompt, system_prompt
-from car_rag.xml_render import approx_tokens, parse_scope, render_xml
 
 LODASH = {"package": "lodash", "cve_id": "CVE-2019-10744"}
 ZIP = {"package": "zipcraft", "cve_id": "CVE-2099-10005"}

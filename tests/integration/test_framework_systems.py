@@ -12,9 +12,9 @@ pytest.importorskip("langchain_community.retrievers")
 pytest.importorskip("langchain_chroma")
 
 from car_rag.eval.audit import audit_retriever  # noqa: E402
-from car_rag.eval.framework_systems import FRAMEWORK_SYSTEMS, available  # noqa: E402
-from car_rag.eval.runner import DEFAULT_SYSTEMS  # noqa: E402
-from car_rag.eval.systems import SYSTEMS, build_system  # noqa: E402
+from car_rag_evals.bench import DEFAULT_SYSTEMS  # noqa: E402
+from car_rag_evals.framework_systems import available  # noqa: E402
+from car_rag_evals.systems import FRAMEWORK_SYSTEMS, SYSTEMS, build_system  # noqa: E402
 
 FRAMEWORKS = ("llamaindex-fusion", "langchain-ensemble")
 

@@ -18,7 +18,7 @@ import importlib.util
 import pytest
 
 from car_rag.eval.answers import GoldAnswer, classify, extract_versions, normalise_version
-from car_rag.eval.llm import AnswerCache, ChatClient, Job, answer_jobs, cache_key
+from car_rag_evals.llm import AnswerCache, ChatClient, Job, answer_jobs, cache_key
 
 # Only the tests that talk to a server need the openai client; the classifier tests do not.
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="the openai client is not installed")
@@ -278,8 +278,8 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
     real store, sent through the real openai client to a loopback server, then classified."""
     from pathlib import Path
 
-    from car_rag.eval.llm import build_jobs
-    from car_rag.eval.suites import custom_suite
+    from car_rag_evals.llm import build_jobs
+    from car_rag_evals.suites import custom_suite
 
     demo = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
     security = [line for line in (demo / "queries.jsonl").read_text().splitlines() if '"sec-' in line]
@@ -312,7 +312,7 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
 
 
 def test_paired_confident_wrong_counts_and_exact_mcnemar():
-    from car_rag.eval.llm import paired
+    from car_rag_evals.llm import paired
     from car_rag.eval.stats import mcnemar_exact
 
     rows = []
@@ -332,7 +332,7 @@ def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tm
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "evals"))
     import compare_runs
 
-    from car_rag.eval.suites import load_suite
+    from car_rag_evals.suites import load_suite
     from car_rag.queries import load_queries
 
     ids = [q.query_id for q in load_queries(load_suite("ghsa-freeform").queries)][:6]
@@ -353,7 +353,7 @@ def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tm
 
 
 def _demo_security_suite(tmp_path):
-    from car_rag.eval.suites import custom_suite
+    from car_rag_evals.suites import custom_suite
 
     demo = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
     security = [line for line in (demo / "queries.jsonl").read_text().splitlines() if '"sec-' in line]
@@ -366,7 +366,7 @@ def _demo_security_suite(tmp_path):
 def test_reader_conditions_and_repair_only_for_flagged_answers(tmp_path):
     """car-reader, fresh-plain and car-reader-repair on the demo corpus through a loopback
     server: the guard flags the reader's stale answers, and only those are asked again."""
-    from car_rag.eval.llm import build_jobs, guard_rows, repair_rows
+    from car_rag_evals.llm import build_jobs, guard_rows, repair_rows
 
     suite, n = _demo_security_suite(tmp_path)
     conditions = ("fresh-plain", "car-reader", "car-reader-repair")

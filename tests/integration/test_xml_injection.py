@@ -41,15 +41,10 @@ from car_rag.evidence import (
     RetrievalRationale,
     hidden_only,
 )
-from car_rag.reader_render import reader_order, render_reader
-from car_rag.xml_render import (
-    approx_tokens,
-    compact_relation_text,
-    format_scope,
-    parse_scope,
-    render_xml,
-    sanitize_xml_text,
-)
+from car_rag.evidence import approx_tokens, render_reader, render_xml
+from car_rag.evidence.audit_xml import compact_relation_text, format_scope, parse_scope
+from car_rag.evidence.reader import reader_order
+from car_rag.evidence.xml_tree import sanitize_xml_text
 
 S = sanitize_xml_text
 

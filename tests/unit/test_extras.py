@@ -14,7 +14,7 @@ HEAVY = ("torch", "chromadb", "sentence_transformers", "transformers", "matplotl
 
 def test_import_car_rag_loads_no_heavy_dependency() -> None:
     code = (
-        "import sys, car_rag, car_rag.guard, car_rag.reader_render, car_rag.xml_render, car_rag.claims; "
+        "import sys, car_rag, car_rag.guard, car_rag.evidence.reader, car_rag.evidence.audit_xml, car_rag.claims; "
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -34,3 +34,30 @@ def test_store_without_chroma_says_which_extra(monkeypatch, tmp_path) -> None:
     monkeypatch.setitem(sys.modules, "chromadb", None)
     with pytest.raises((StoreError, MissingExtraError), match=r"car-rag\[store\]"):
         CARStore.open(tmp_path / "s", "security-advisory")
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["bench", "--suite", "ghsa-freeform"], "bench"),
+        (["eval-llm", "--suite", "ghsa-freeform", "--answers", "a.jsonl"], "llm"),
+        (["guard", "--suite", "ghsa-freeform", "--answers", "a.jsonl"], "bench"),
+    ],
+)
+def test_harness_commands_without_the_harness_say_what_to_install(monkeypatch, capsys, tmp_path, argv, extra) -> None:
+    from car_rag.cli import main
+
+    for name in ["car_rag_evals", *(m for m in sys.modules if m.split(".")[0] == "car_rag_evals")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    # an empty corpora folder and tmp outputs: were the harness loaded after all, nothing would run
+    assert main([*argv, "--corpora", str(tmp_path), "--stores", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert f"pip install 'car-rag[{extra}]'" in capsys.readouterr().err
+
+
+def test_the_library_loads_no_harness() -> None:
+    code = (
+        "import sys, car_rag, car_rag.eval, car_rag.cli; car_rag.cli.build_parser(); "
+        "print(','.join(m for m in sys.modules if m.split('.')[0] == 'car_rag_evals'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""

@@ -8,13 +8,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from authority_fixtures import SCENARIOS, authority_result
 
-from car_rag.digest import authority_digest
 from car_rag.eligibility import CallerContext
-from car_rag.evidence import build_packets
+from car_rag.evidence import approx_tokens, authority_digest, build_packets, render_reader
 from car_rag.policy import builtin_policies, load_policy
 from car_rag.prompts import reader_messages
-from car_rag.reader_render import render_reader
-from car_rag.xml_render import approx_tokens
 
 
 def test_every_builtin_policy_has_a_scenario() -> None:
@@ -170,7 +167,7 @@ def test_a_result_carries_its_policy() -> None:
     assert result.policy == kw["policy"]
     assert render_reader(result, k=5) == render_reader(result, k=5, **kw)
     from car_rag.guard import check_answer
-    from car_rag.xml_render import render_xml
+    from car_rag.evidence import render_xml
 
     assert render_xml(result) == render_xml(result, **kw)
     assert check_answer("No, it is not patched.", result).flagged

@@ -10,7 +10,7 @@
 
 The documents are turned back into the car-rag :class:`~car_rag.RetrievalResult` their
 ``car_*`` metadata describe, and rendered by the core: the reader-first form by default
-(:func:`car_rag.reader_render.render_reader`: an authority digest in the policy's words,
+(:func:`car_rag.evidence.reader.render_reader`: an authority digest in the policy's words,
 then packets marked current or replaced), or the audit XML (:func:`car_rag.render_xml`,
 ``form="audit"``); the same escaping, token budget and wording as the core, nothing
 re-implemented. Documents that did not come from :class:`~langchain_car.CARRetriever`
@@ -24,9 +24,8 @@ from typing import Any, Literal
 
 from car_rag import Policy, RecordLayout, RetrievalResult, builtin_policies, load_policy, render_xml
 from car_rag.annotations import result_from_annotations
+from car_rag.evidence import SupersededMode, TokenCounter, render_reader
 from car_rag.prompts import evidence_messages
-from car_rag.reader_render import render_reader
-from car_rag.xml_render import SupersededMode, TokenCounter
 from langchain_core.documents import Document
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.prompt_values import ChatPromptValue
@@ -91,7 +90,7 @@ def evidence_formatter(
 ) -> Runnable[list[Document], str]:
     """A runnable rendering a list of documents as car-rag ``<evidence>``.
 
-    ``form="reader"`` (default) is what a model should read (:func:`car_rag.reader_render.render_reader`);
+    ``form="reader"`` (default) is what a model should read (:func:`car_rag.evidence.reader.render_reader`);
     ``form="audit"`` is :func:`car_rag.render_xml`'s full XML with retrieval rationale, for
     debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
     supplies the state words, verbs and rule descriptions (default: the built-in policy named

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, render_xml
-from car_rag.reader_render import render_reader
+from car_rag.evidence import render_reader
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
 from langchain_community.retrievers import BM25Retriever
 

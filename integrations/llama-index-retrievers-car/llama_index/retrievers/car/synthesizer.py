@@ -1,7 +1,7 @@
 """Response synthesis from car-rag's evidence instead of raw node text.
 
 The nodes a query engine hands to its synthesizer become one ``<evidence>`` document, by
-default the reader-first form (:func:`car_rag.reader_render.render_reader`: an authority
+default the reader-first form (:func:`car_rag.evidence.reader.render_reader`: an authority
 digest in the policy's words, then packets marked current or replaced, whole texts within
 a token budget), or the audit XML (:func:`car_rag.render_xml`, ``form="audit"``); both
 injection-safe. The LLM gets car-rag's answer prompt for that form: a system message that
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from car_rag import Policy, load_policy, render_xml
+from car_rag.evidence import render_reader
 from car_rag.prompts import READER_USER, USER_PROMPT, load_prompt, reader_system_prompt, system_prompt
-from car_rag.reader_render import render_reader
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.prompt_helper import PromptHelper
@@ -64,7 +64,7 @@ def render_evidence(
     **render_kwargs: Any,
 ) -> str:
     """The ``<evidence>`` for nodes: the reader-first form (default; see
-    :func:`car_rag.reader_render.render_reader` for ``k``, ``superseded``, ``token_budget``,
+    :func:`car_rag.evidence.reader.render_reader` for ``k``, ``superseded``, ``token_budget``,
     ``query_id``, ``indent``) or ``form="audit"`` (:func:`car_rag.render_xml`, which also
     takes ``rationale`` and ``compact``).
 

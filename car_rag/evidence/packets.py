@@ -10,7 +10,7 @@ where it fits; car-rag adds the supersession links that schema has no room for.
 
 Packets are built from a :class:`~car_rag.retriever.RetrievalResult` with
 :func:`build_packets`. They can also be constructed directly (tests, adapters), and every
-string in them is treated as untrusted when rendered: see :mod:`car_rag.xml_render`.
+string in them is treated as untrusted when rendered: see :mod:`car_rag.evidence.xml_tree`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ __all__ = [
     "PacketContent",
     "Provenance",
     "RetrievalRationale",
+    "SupersededMode",
     "build_packets",
     "hidden_only",
     "matching_spans",
@@ -49,6 +50,9 @@ __all__ = [
 ]
 
 FreshnessStatus = Literal["active", "superseded", "archived"]
+
+SupersededMode = Literal["include", "omit"]
+"""What a rendering does with superseded packets: show them as marked provenance, or leave them out."""
 
 HIDDEN_SUPERSEDER_TEXT = "superseded by a record you are not permitted to read"
 """What a packet says when the record that voids it is one the caller may not read."""

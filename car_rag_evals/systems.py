@@ -11,12 +11,15 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from car_rag.channels import LexicalIndex, make_lexical_index, reciprocal_rank_fusion
+from car_rag.eval.audit import doc_ids_of
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore
+from car_rag_evals.framework_systems import FRAMEWORK_LABELS, langchain_ensemble_retriever, llamaindex_fusion_retriever
 
-__all__ = ["SystemOutput", "System", "SYSTEMS", "build_system", "rank_bm25_index"]
+__all__ = ["FRAMEWORK_SYSTEMS", "SystemOutput", "System", "SYSTEMS", "build_system", "rank_bm25_index"]
 
 
 @dataclass
@@ -87,6 +90,17 @@ class _CAR(System):
         return result.doc_ids(), [h.doc_id for h in result.anchors]
 
 
+class _Framework(System):
+    """A framework's retriever (LlamaIndex, LangChain): whatever it returns, as doc ids."""
+
+    def __init__(self, name: str, retrieve: Callable[[str], Any], depth: int):
+        super().__init__(name, FRAMEWORK_LABELS[name])
+        self.retrieve, self.depth = retrieve, depth
+
+    def _rank(self, query: str) -> tuple[list[str], None]:
+        return doc_ids_of(self.retrieve(query))[: self.depth], None
+
+
 def rank_bm25_index(store: CARStore) -> LexicalIndex:
     """A rank-bm25 index over the store's records, in ingest order (the paper's BM25)."""
     index = make_lexical_index("rank-bm25")
@@ -120,7 +134,16 @@ SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
 ``car-timestamp``, the paper's anchor-only baseline (a later record in the same scope voids
 an earlier one, whatever its type)."""
 
-from car_rag.eval.framework_systems import FRAMEWORK_SYSTEMS  # noqa: E402  (LlamaIndex/LangChain, imported when built)
+FRAMEWORK_SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
+    "llamaindex-fusion": lambda store, depth: _Framework(
+        "llamaindex-fusion", llamaindex_fusion_retriever(store, depth).retrieve, depth
+    ),
+    "langchain-ensemble": lambda store, depth: _Framework(
+        "langchain-ensemble", langchain_ensemble_retriever(store, depth).invoke, depth
+    ),
+}
+"""The LlamaIndex and LangChain hybrids; each imports its framework only when built."""
+
 SYSTEMS.update(FRAMEWORK_SYSTEMS)
 
 

@@ -7,31 +7,16 @@ user corpus in the same format is a suite too (:func:`custom_suite`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from car_rag.eval.metrics import AnswerRule
 from car_rag.policy import Policy, load_policy
-from car_rag.records import Record
+from car_rag.store import CARStore
 
-__all__ = ["AnswerRule", "Suite", "SUITES", "load_suite", "custom_suite", "default_corpora_dir"]
-
-
-@dataclass(frozen=True)
-class AnswerRule:
-    """Derives a benchmark's deterministic answer from the active records a reader sees.
-
-    ``priority`` lists (doc types, answer) pairs: the first pair any active record's type
-    matches gives the answer; ``fallback`` when none does (never a gold label).
-    """
-
-    priority: tuple[tuple[frozenset[str], str], ...]
-    fallback: str = "requires_review"
-
-    def answer(self, active: Iterable[Record]) -> str:
-        types = {r.doc_type for r in active}
-        return next((answer for wanted, answer in self.priority if types & wanted), self.fallback)
+__all__ = ["Suite", "SUITES", "load_suite", "custom_suite", "default_corpora_dir", "open_suite_store"]
 
 
 def _rule(*pairs: tuple[Sequence[str], str], fallback: str = "requires_review") -> AnswerRule:
@@ -69,7 +54,7 @@ class Suite:
 
 def _policy_path(ref: str) -> str:
     if ref.startswith("eval:"):
-        return str(resources.files("car_rag.eval") / "policies" / f"{ref[5:]}.toml")
+        return str(resources.files("car_rag_evals") / "policies" / f"{ref[5:]}.toml")
     return ref
 
 
@@ -122,7 +107,7 @@ SUITES = tuple(_SPEC)
 
 def default_corpora_dir() -> Path:
     """``../shared/data/car-benchmarks/corpora`` beside the checkout this package runs from."""
-    return Path(__file__).resolve().parents[3] / "shared" / "data" / "car-benchmarks" / "corpora"
+    return Path(__file__).resolve().parents[2] / "shared" / "data" / "car-benchmarks" / "corpora"
 
 
 def load_suite(name: str, corpora_dir: str | Path | None = None) -> Suite:
@@ -141,3 +126,13 @@ def custom_suite(corpus: str | Path, queries: str | Path, policy: str, name: str
     """A user corpus and query set in the neutral format; scored by gold inclusion (no answer rule)."""
     corpus, queries = Path(corpus), Path(queries)
     return Suite(name or corpus.stem.split(".")[0], corpus, queries, policy, description=f"user corpus {corpus.name}")
+
+
+def open_suite_store(suite: Suite, stores_dir: Path, progress: bool = True) -> CARStore:
+    """The suite's store, built on first use (keyed by corpus and policy)."""
+    policy = suite.policy
+    store = CARStore.open(stores_dir / f"{suite.corpus.name.split('.')[0]}--{policy.name}", policy)
+    report = store.ingest(suite.corpus, progress=progress)
+    if report.errors:
+        raise ValueError(f"{suite.corpus}: {len(report.errors)} records rejected, first: {report.errors[0]}")
+    return store

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from car_rag.eval.stats import Rate
+from car_rag_evals.gold import load_gold
+from car_rag_evals.llm.report import read_answers
+from car_rag_evals.suites import custom_suite, load_suite, open_suite_store
 
 __all__ = ["run_guard", "summarise_guard"]
 
@@ -81,10 +84,7 @@ def run_guard(
     """The ``guard`` command (see the module docstring)."""
     from tqdm.auto import tqdm
 
-    from car_rag.eval.answers import classify, load_gold
-    from car_rag.eval.llm import read_answers
-    from car_rag.eval.runner import open_suite_store
-    from car_rag.eval.suites import custom_suite, load_suite
+    from car_rag.eval.answers import classify
     from car_rag.guard import check_answer
     from car_rag.queries import load_queries
     from car_rag.retriever import ControllingAuthorityRetriever

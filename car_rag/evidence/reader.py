@@ -7,16 +7,16 @@
       <not-shown reason="length budget">EP-5</not-shown>
     </evidence>
 
-It opens with the authority digest (:mod:`car_rag.digest`), then each packet with what a
+It opens with the authority digest (:mod:`car_rag.evidence.digest`), then each packet with what a
 reader uses: its id, ``current`` or ``replaced`` (by which packet), type, subject, version
 and date as attributes (so a version never has to be read off an id), and the whole text.
 Packets follow their subject: each current packet, then the records it replaced. A
 ``token_budget`` keeps whole packets in that order while they fit and drops the ones that
 do not, rather than cutting every text; only the first packet, when it alone exceeds the
 budget, is cut, and says so.
-Channel scores, ranks and match lists are for audits: :func:`car_rag.xml_render.render_xml`.
+Channel scores, ranks and match lists are for audits: :func:`car_rag.evidence.audit_xml.render_xml`.
 
-Every string is escaped by :mod:`car_rag.xml_tree`: retrieved text never leaves its packet.
+Every string is escaped by :mod:`car_rag.evidence.xml_tree`: retrieved text never leaves its packet.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from car_rag.digest import authority_digest, record_phrase, subject_phrase
-from car_rag.evidence import EvidencePacket, build_packets, hidden_only
-from car_rag.xml_render import SupersededMode, TokenCounter, approx_tokens
-from car_rag.xml_tree import Element, iso_date
+from car_rag.evidence.budget import TokenCounter, approx_tokens
+from car_rag.evidence.digest import authority_digest, record_phrase, subject_phrase
+from car_rag.evidence.packets import EvidencePacket, SupersededMode, build_packets, hidden_only
+from car_rag.evidence.xml_tree import Element, iso_date
 
 if TYPE_CHECKING:
     from car_rag.policy import Policy

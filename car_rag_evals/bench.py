@@ -17,11 +17,11 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from car_rag.eval.metrics import score_query, summarise
-from car_rag.eval.suites import Suite
-from car_rag.eval.framework_systems import FRAMEWORK_SYSTEMS, available as frameworks_available
-from car_rag.eval.systems import SYSTEMS, build_system
 from car_rag.queries import load_queries
 from car_rag.store import CARStore
+from car_rag_evals.framework_systems import available as frameworks_available
+from car_rag_evals.suites import Suite, open_suite_store
+from car_rag_evals.systems import FRAMEWORK_SYSTEMS, SYSTEMS, build_system
 
 __all__ = ["run_suite", "write_results", "DEFAULT_SYSTEMS"]
 
@@ -32,16 +32,6 @@ DEFAULT_SYSTEMS = tuple(name for name in SYSTEMS if name not in FRAMEWORK_SYSTEM
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def open_suite_store(suite: Suite, stores_dir: Path, progress: bool = True) -> CARStore:
-    """The suite's store, built on first use (keyed by corpus and policy)."""
-    policy = suite.policy
-    store = CARStore.open(stores_dir / f"{suite.corpus.name.split('.')[0]}--{policy.name}", policy)
-    report = store.ingest(suite.corpus, progress=progress)
-    if report.errors:
-        raise ValueError(f"{suite.corpus}: {len(report.errors)} records rejected, first: {report.errors[0]}")
-    return store
 
 
 def scope_ambiguity(suite: Suite, queries: list, store: CARStore) -> dict[str, Any]:
@@ -167,7 +157,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
 
 def write_results(results: dict[str, Any], out_dir: Path, command: str) -> list[Path]:
     """Write the JSON, the markdown table and the plots; returns the paths written."""
-    from car_rag.eval.plots import plot_suite
+    from car_rag_evals.plots import plot_suite
 
     out_dir.mkdir(parents=True, exist_ok=True)
     name = results["suite"]

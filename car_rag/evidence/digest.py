@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from car_rag.evidence import AuthorityLink, EvidencePacket, scope_groups
+from car_rag.evidence.packets import AuthorityLink, EvidencePacket, scope_groups
 from car_rag.policy import Policy
 
 __all__ = ["DigestLine", "authority_digest", "record_phrase", "subject_phrase"]

@@ -32,12 +32,21 @@ CDATA sections are used.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from car_rag.evidence import AuthorityLink, EvidencePacket, build_packets, hidden_only, record_label, scope_groups
+from car_rag.evidence.budget import TokenCounter, approx_tokens
+from car_rag.evidence.packets import (
+    AuthorityLink,
+    EvidencePacket,
+    SupersededMode,
+    build_packets,
+    hidden_only,
+    record_label,
+    scope_groups,
+)
+from car_rag.evidence.xml_tree import Element, iso_date, short_number
 from car_rag.policy import EXPLICIT_RULE
-from car_rag.xml_tree import Element, iso_date, sanitize_xml_text, short_number
 
 if TYPE_CHECKING:
     from car_rag.policy import Policy
@@ -45,25 +54,7 @@ if TYPE_CHECKING:
 
 _SCOPE_SPECIAL = re.compile(r"([\\;=])")
 
-__all__ = [
-    "SupersededMode",
-    "TokenCounter",
-    "approx_tokens",
-    "compact_relation_text",
-    "format_scope",
-    "parse_scope",
-    "render_xml",
-    "sanitize_xml_text",
-]
-
-TokenCounter = Callable[[str], float]
-SupersededMode = Literal["include", "omit"]
-
-def approx_tokens(text: str) -> float:
-    """Rough token count: the larger of words × 1.3 and characters / 4. Words alone undercount
-    code, URLs and markup badly: on the GHSA corpus a record's Qwen2.5 token count is a
-    median 1.46× (up to 8.7×) its words × 1.3, and 0.96× (at most 2.1×) this estimate."""
-    return max(len(text.split()) * 1.3, len(text) / 4)
+__all__ = ["compact_relation_text", "format_scope", "parse_scope", "render_xml"]
 
 
 def format_scope(scope: dict[str, str]) -> str:

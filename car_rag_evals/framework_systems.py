@@ -1,4 +1,4 @@
-"""What users actually run: the LlamaIndex and LangChain hybrid retrievers, as bench systems.
+"""What users actually run: the LlamaIndex and LangChain hybrid retrievers, for the bench.
 
 Both read the same store as every other system: the same corpus, and the MiniLM vectors
 already in the store's Chroma collection (documents are never re-embedded; only the query
@@ -13,23 +13,19 @@ point of comparing them.
   weights=[0.5, 0.5])`` (weighted RRF), with ``langchain_chroma.Chroma`` opened on the
   store's own Chroma client and collection.
 
-The frameworks are imported only when a system is built, so ``car_rag`` itself never
-imports them; :func:`available` says whether both can be.
+The frameworks are imported only when a retriever is built; :func:`available` says whether
+both can be. :mod:`car_rag_evals.systems` wraps them as bench systems.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from car_rag.eval.audit import doc_ids_of
-
-if TYPE_CHECKING:  # car_rag.eval.systems registers these builders: import it lazily
-    from car_rag.eval.systems import System
+if TYPE_CHECKING:
     from car_rag.store import CARStore
 
-__all__ = ["FRAMEWORK_SYSTEMS", "available", "llamaindex_fusion_retriever", "langchain_ensemble_retriever"]
+__all__ = ["FRAMEWORK_LABELS", "available", "llamaindex_fusion_retriever", "langchain_ensemble_retriever"]
 
 _LLAMAINDEX_PIP = "llama-index-core llama-index-retrievers-bm25 llama-index-vector-stores-chroma llama-index-retrievers-car"
 _LANGCHAIN_PIP = "langchain-core langchain-classic langchain-community langchain-chroma rank-bm25"
@@ -151,34 +147,7 @@ def langchain_ensemble_retriever(store: CARStore, depth: int) -> Any:
     return EnsembleRetriever(retrievers=[bm25, chroma.as_retriever(search_kwargs={"k": depth})], weights=[0.5, 0.5])
 
 
-# --- bench systems -------------------------------------------------------------------------
-
-
-def _system(name: str, retrieve: Callable[[str], Any], depth: int) -> System:
-    from car_rag.eval.systems import System
-
-    class _Framework(System):
-        def _rank(self, query: str) -> tuple[list[str], None]:
-            return doc_ids_of(retrieve(query))[:depth], None
-
-    return _Framework(name, FRAMEWORK_LABELS[name])
-
-
-def _llamaindex(store: CARStore, depth: int) -> System:
-    return _system("llamaindex-fusion", llamaindex_fusion_retriever(store, depth).retrieve, depth)
-
-
-def _langchain(store: CARStore, depth: int) -> System:
-    return _system("langchain-ensemble", langchain_ensemble_retriever(store, depth).invoke, depth)
-
-
 FRAMEWORK_LABELS = {
     "llamaindex-fusion": "LlamaIndex QueryFusionRetriever (BM25 + vector, RRF)",
     "langchain-ensemble": "LangChain EnsembleRetriever (BM25 + Chroma)",
 }
-
-FRAMEWORK_SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
-    "llamaindex-fusion": _llamaindex,
-    "langchain-ensemble": _langchain,
-}
-"""Builders; each imports its framework only when called."""

@@ -1,0 +1,16 @@
+"""The research harness of car-rag: the CAR paper's benchmark suites, the bench runner and
+the systems it compares (the LlamaIndex and LangChain hybrids among them), the reader
+evaluation, the guard over answer files, and plots.
+
+It depends on the core (``car_rag``) and on the framework integrations; nothing in
+``car_rag`` imports it except the ``car-rag bench``/``eval-llm``/``guard`` commands, which
+load it when they run.
+
+* :mod:`~car_rag_evals.suites` — the built-in suites (corpora under ``../shared`` beside the
+  checkout, or ``--corpora DIR``) and user corpora as suites;
+* :mod:`~car_rag_evals.gold` — the suites' gold answers;
+* :mod:`~car_rag_evals.systems`, :mod:`~car_rag_evals.framework_systems` — what a bench compares;
+* :mod:`~car_rag_evals.bench` — ``car-rag bench``; :mod:`~car_rag_evals.plots` — its PNGs;
+* :mod:`~car_rag_evals.llm` — ``car-rag eval-llm`` (conditions, client, cache, runner, report);
+* :mod:`~car_rag_evals.guard_run` — ``car-rag guard``.
+"""
