@@ -38,7 +38,7 @@ class Embedder:
         self.batch_size = batch_size
 
     @cached_property
-    def model(self) -> "SentenceTransformer":
+    def model(self) -> SentenceTransformer:
         SentenceTransformer = require("sentence_transformers", "store", "the embedding model").SentenceTransformer  # noqa: N806
 
         try:

@@ -80,7 +80,7 @@ class Rule(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _no_symmetric_any(self) -> "Rule":
+    def _no_symmetric_any(self) -> Rule:
         overlaps = self.trigger == self.target or WILDCARD in (self.trigger, self.target)
         if overlaps and self.order == "any":
             raise ValueError(
@@ -148,7 +148,9 @@ class State(BaseModel):
     opposite: str | None = Field(default=None, description="The state that denying this one asserts.")
     claims: tuple[str, ...] = Field(default=(), description="Regexes whose match in an answer asserts the state.")
     terms: tuple[str, ...] = Field(default=(), description="Words (regexes) whose negation in an answer denies the state.")
-    precedence: int | None = Field(default=None, description="Rank among the states an answer asserts at once (highest concludes).")
+    precedence: int | None = Field(
+        default=None, description="Rank among the states an answer asserts at once (highest concludes)."
+    )
 
     @field_validator("claims", "terms")
     @classmethod
@@ -238,7 +240,7 @@ class Policy(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _keys_known(self) -> "Policy":
+    def _keys_known(self) -> Policy:
         names = [r.name for r in self.rules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

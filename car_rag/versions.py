@@ -16,7 +16,10 @@ _VERSION_RE = re.compile(
     r"(?<![\w.\-/#])v?(\d+(?:\.\d+)+(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?)(?![\w]|\.\d)", re.IGNORECASE
 )
 _BARE_VERSION_RE = re.compile(r"\bversion\s+(v?\d+)\b(?![.\d])", re.IGNORECASE)
-_NOT_VERSION_BEFORE = re.compile(r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$", re.IGNORECASE)
+_NOT_VERSION_BEFORE = re.compile(
+    r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$",
+    re.IGNORECASE,
+)
 
 
 def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:

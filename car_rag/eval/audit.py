@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from car_rag.graph import AuthorityGraph
 from car_rag.eval.stats import Rate
+from car_rag.graph import AuthorityGraph
 
 __all__ = ["ClosureViolation", "RetrieverAudit", "SetAudit", "audit_set", "audit_retriever", "doc_ids_of"]
 

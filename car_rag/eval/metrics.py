@@ -20,11 +20,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from car_rag.eval.stats import Rate
 from car_rag.graph import AuthorityGraph
 from car_rag.policy import Policy
 from car_rag.queries import Query
 from car_rag.records import Record
-from car_rag.eval.stats import Rate
 
 __all__ = ["AnswerRule", "QueryScore", "score_query", "summarise"]
 
@@ -153,7 +153,8 @@ def _rates(scores: Sequence[QueryScore]) -> dict:
         out["answer_accuracy"] = Rate(sum(bool(s.answer_correct) for s in judged), len(judged)).to_dict()
         out["tca_answer"] = Rate(sum(bool(s.tca_answer) for s in judged), len(judged)).to_dict()
     for name in ("recall", "provenance_recall", "reciprocal_rank", "lvr", "orr", "crr", "cd"):
-        out["mrr" if name == "reciprocal_rank" else name] = round(statistics.fmean(getattr(s, name) for s in scores), 4) if n else 0.0
+        mean = round(statistics.fmean(getattr(s, name) for s in scores), 4) if n else 0.0
+        out["mrr" if name == "reciprocal_rank" else name] = mean
     ranks = [s.gold_rank for s in scores if s.gold_rank is not None]
     out["gold_rank"] = {
         "found": len(ranks),

@@ -185,7 +185,9 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         )
         for name, score in why.channel_scores.items():
             rank = why.channel_ranks.get(name)
-            r.add(Element("channel", {"name": name, "score": short_number(score), "rank": str(rank) if rank is not None else None}))
+            r.add(Element(
+                "channel", {"name": name, "score": short_number(score), "rank": str(rank) if rank is not None else None}
+            ))
         for span in packet.content.exact_matching_spans:
             r.add(Element("match", text=span))
     el.add(Element("text", text=packet.text))

@@ -16,8 +16,8 @@ string in them is treated as untrusted when rendered: see :mod:`car_rag.evidence
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
