@@ -11,11 +11,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from car_rag.channels.lexical import BACKENDS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError
+
+if TYPE_CHECKING:
+    from car_rag.eligibility import CallerContext
+    from car_rag.resolution import RetrievalResult
 
 __all__ = ["main"]
 
@@ -39,15 +43,15 @@ def _count(text: str) -> int:
     return value
 
 
-def _caller(args: argparse.Namespace):
+def _caller(args: argparse.Namespace) -> CallerContext | None:
     from car_rag.eligibility import CallerContext
 
     if args.tenant is None and not args.principal:
         return None
-    return CallerContext(args.tenant, args.principal or ())
+    return CallerContext(args.tenant, frozenset(args.principal or ()))
 
 
-def _print_table(result, k: int, out: TextIO) -> None:
+def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
     shown = result.top(k)
     ids = {r.doc_id for r in shown}
     provenance = [r for r in result.superseded if r.doc_id not in ids and set(r.superseded_by) & ids]
@@ -327,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_runtime()
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except (OSError, ValueError, RuntimeError, MissingExtraError) as exc:  # OSError: unreadable files as well as missing ones
         print(f"car-rag {args.command}: error: {exc}", file=sys.stderr)
         return 2

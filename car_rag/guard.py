@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from car_rag.claims import ClaimReader
 from car_rag.evidence import EvidencePacket, build_packets, scope_groups
@@ -113,11 +113,12 @@ def check_answer(
         return GuardReport(False, reason=f"the answer is not text ({type(answer).__name__})")
     if not text.strip():
         return GuardReport(False, reason="empty answer")
-    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
-        policy = policy or evidence.policy  # type: ignore[union-attr]
-        packets = build_packets(evidence, policy, k)  # type: ignore[arg-type]
+    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):  # a result, duck-typed
+        result = cast("RetrievalResult", evidence)
+        policy = policy or result.policy
+        packets = build_packets(result, policy, k)
     else:
-        packets = list(evidence)  # type: ignore[arg-type]
+        packets = list(evidence)
     if not packets:
         return GuardReport(False, reason="no evidence to judge against")
     if not _reads_as_english(text):

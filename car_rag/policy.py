@@ -168,7 +168,8 @@ def _vocabulary_states(name: str) -> dict[str, Any]:
     if name not in builtin_vocabularies():
         raise ValueError(f"unknown vocabulary {name!r}; packaged: {builtin_vocabularies()}")
     text = (resources.files("car_rag") / "vocabularies" / f"{name}.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text).get("states", {})
+    states: dict[str, Any] = tomllib.loads(text).get("states", {})
+    return states
 
 
 class Policy(BaseModel):

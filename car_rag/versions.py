@@ -31,7 +31,9 @@ def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
         if not m:
             return None
     raw = m.group(1).lower()
-    num = re.match(r"\d+(?:\.\d+)*", raw).group(0)
+    leading = re.match(r"\d+(?:\.\d+)*", raw)
+    assert leading is not None  # both patterns capture from a digit
+    num = leading.group(0)
     suffix = re.sub(r"^[-.]", "", raw[len(num):])
     parts = [int(p) for p in num.split(".")]
     while len(parts) > 1 and parts[-1] == 0:

@@ -27,6 +27,7 @@ ways and names no version.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -173,14 +174,14 @@ def suite_kind(suite: str) -> str:
 
 
 _VOCABULARY = {"security": "security", "legal": "legal", "compliance": "compliance"}
-_BY_KIND = {
+_BY_KIND: dict[str, Callable[[str, GoldAnswer], Classification]] = {
     "security": _classify_security,
     "legal": lambda text, gold: _classify_status("legal", text, gold),
     "compliance": lambda text, gold: _classify_status("compliance", text, gold),
 }
 
 
-def classify(answer_text: str, suite: Any, gold: GoldAnswer | dict | str) -> Classification:
+def classify(answer_text: str, suite: Any, gold: GoldAnswer | dict[str, Any] | str) -> Classification:
     """Label ``answer_text`` for ``suite`` (a name, or anything with a ``name``, such as a benchmark suite) against ``gold``."""
     if isinstance(gold, str):
         gold = GoldAnswer(gold)

@@ -92,9 +92,9 @@ class RetrieverAudit:
     sets_with_violations: int
     violations: int
     theorem4: Rate | None
-    examples: list[dict]
+    examples: list[dict[str, Any]]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "queries": self.queries,
             "sets_with_superseded": self.sets_with_superseded,

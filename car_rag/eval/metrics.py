@@ -19,6 +19,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from car_rag.eval.stats import Rate
 from car_rag.graph import AuthorityGraph
@@ -67,7 +68,7 @@ class QueryScore:
     ignored: list[str] = field(default_factory=list)
     """Top-k records superseded within the chain whose superseders are all missing."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -139,9 +140,9 @@ def score_query(
     )
 
 
-def _rates(scores: Sequence[QueryScore]) -> dict:
+def _rates(scores: Sequence[QueryScore]) -> dict[str, Any]:
     n = len(scores)
-    out: dict = {
+    out: dict[str, Any] = {
         "n": n,
         "tca": Rate(sum(s.tca for s in scores), n).to_dict(),
         "hit": Rate(sum(s.frontier_included for s in scores), n).to_dict(),
@@ -164,7 +165,7 @@ def _rates(scores: Sequence[QueryScore]) -> dict:
     return out
 
 
-def summarise(scores: Sequence[QueryScore]) -> dict:
+def summarise(scores: Sequence[QueryScore]) -> dict[str, Any]:
     """Overall rates (Wilson 95% intervals) and means, and the same per hop type."""
     by_hop: dict[str, list[QueryScore]] = defaultdict(list)
     for score in scores:
