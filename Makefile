@@ -14,7 +14,7 @@ export ANONYMIZED_TELEMETRY ?= False
 # Framework integrations: standalone packages, installed and tested beside the core.
 INTEGRATIONS := integrations/llama-index-retrievers-car integrations/langchain-car
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo lint test test-fast bench clean
 
 $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	python3 -m venv $(VENV)
@@ -32,14 +32,18 @@ demo: install
 test-fast: install  ## the unit tier: no model, no Chroma
 	$(PY) -m pytest -q tests/unit
 
-test: install
+lint: install  ## ruff on the library and the harness, mypy --strict on the library (config: pyproject.toml)
+	$(PY) -m ruff check car_rag car_rag_evals
+	$(PY) -m mypy car_rag
+
+test: install lint
 	$(PY) -m pytest -q tests/unit
 	$(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
 	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
 	$(PY) -m pytest -q integrations/langchain-car/tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
 
 SUITES := ghsa-freeform ghsa-structured finsuperqa finsuperqa-contaminated cvepatchqa cvepatchqa-freeform legalprecedentqa legalprecedentqa-freeform
 

@@ -4,9 +4,9 @@ from car_rag.dict_store import DictStore
 from car_rag.eligibility import CallerContext
 from car_rag.embedding import DEFAULT_MODEL, Embedder
 from car_rag.evidence import EvidencePacket, build_packets, render_xml
+from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import LAYOUT_VERSION, LayoutError, RecordLayout
 from car_rag.lookup import AuthorityClosure, AuthorityStore, ScopeQuery, StoredItem
-from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.policy import EXPLICIT_RULE, Policy, PolicyError, Rule, builtin_policies, load_policy
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
 from car_rag.resolution import Anchor, RetrievalResult, RetrievedRecord, resolve_authority

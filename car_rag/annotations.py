@@ -13,8 +13,20 @@ from typing import Any
 
 from car_rag.graph import Edge
 from car_rag.layout import (
-    CAR_ANCHOR_ID, CAR_HIDDEN_SUPERSEDER, CAR_POLICY, CAR_QUERY, CAR_RANK, CAR_ROLE, CAR_RULE, CAR_STAGE1_CHANNEL,
-    CAR_STAGE1_RANK, CAR_STAGE1_SCORE, CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDED_BY, CAR_VOIDS,
+    CAR_ANCHOR_ID,
+    CAR_HIDDEN_SUPERSEDER,
+    CAR_POLICY,
+    CAR_QUERY,
+    CAR_RANK,
+    CAR_ROLE,
+    CAR_RULE,
+    CAR_STAGE1_CHANNEL,
+    CAR_STAGE1_RANK,
+    CAR_STAGE1_SCORE,
+    CAR_STATUS,
+    CAR_SUPERSEDED_BY,
+    CAR_VOIDED_BY,
+    CAR_VOIDS,
 )
 from car_rag.policy import Policy
 from car_rag.records import Record

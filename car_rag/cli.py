@@ -11,11 +11,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from car_rag.channels.lexical import BACKENDS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError
+
+if TYPE_CHECKING:
+    from car_rag.eligibility import CallerContext
+    from car_rag.resolution import RetrievalResult
 
 __all__ = ["main"]
 
@@ -39,15 +43,15 @@ def _count(text: str) -> int:
     return value
 
 
-def _caller(args: argparse.Namespace):
+def _caller(args: argparse.Namespace) -> CallerContext | None:
     from car_rag.eligibility import CallerContext
 
     if args.tenant is None and not args.principal:
         return None
-    return CallerContext(args.tenant, args.principal or ())
+    return CallerContext(args.tenant, frozenset(args.principal or ()))
 
 
-def _print_table(result, k: int, out: TextIO) -> None:
+def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
     shown = result.top(k)
     ids = {r.doc_id for r in shown}
     provenance = [r for r in result.superseded if r.doc_id not in ids and set(r.superseded_by) & ids]
@@ -278,18 +282,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     evalllm = sub.add_parser("eval-llm", help="classify reader answers per retrieval condition (given, or from a chat server)")
     evalllm.add_argument("--suite", required=True, help="built-in suite (see car_rag_evals.suites.SUITES)")
-    evalllm.add_argument("--answers", type=Path, help="JSONL of query_id, condition, answer[, controlling_in_context]: classify only")
-    evalllm.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (key: $OPENAI_API_KEY or 'sk-local')")
+    evalllm.add_argument("--answers", type=Path,
+                         help="JSONL of query_id, condition, answer[, controlling_in_context]: classify only")
+    evalllm.add_argument("--base-url",
+                         help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (key: $OPENAI_API_KEY or 'sk-local')")
     evalllm.add_argument("--model", help="model name on that server")
-    evalllm.add_argument("--conditions", help="comma-separated, of car_rag_evals.llm.CONDITIONS (default: its DEFAULT_CONDITIONS)")
+    evalllm.add_argument("--conditions",
+                         help="comma-separated, of car_rag_evals.llm.CONDITIONS (default: its DEFAULT_CONDITIONS)")
     evalllm.add_argument("--k", type=_count, default=5, help="records in each context")
     evalllm.add_argument("--limit", type=_count, help="first N queries only")
-    evalllm.add_argument("--query-ids", type=Path, help="answer only these queries: a file with one query id per line ('#' comments)")
+    evalllm.add_argument("--query-ids", type=Path,
+                         help="answer only these queries: a file with one query id per line ('#' comments)")
     evalllm.add_argument("--evidence-budget", type=float, default=1500,
-                         help="each context fitted to this many tokens by leaving out whole records, least useful first (default %(default)s)")
-    evalllm.add_argument("--max-doc-chars", type=_count, help="also cut each record's text to this many characters, in every condition (default: whole)")
+                         help="each context fitted to this many tokens by leaving out whole records, "
+                              "least useful first (default %(default)s)")
+    evalllm.add_argument("--max-doc-chars", type=_count,
+                         help="also cut each record's text to this many characters, in every condition (default: whole)")
     evalllm.add_argument("--max-tokens", type=_count, default=512, help="answer length cap per model call")
-    evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact", help="XML evidence rendering (render_xml compact=)")
+    evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact",
+                         help="XML evidence rendering (render_xml compact=)")
     evalllm.add_argument("--concurrency", type=_count, default=4, help="model calls in flight")
     evalllm.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
     evalllm.add_argument("--retries", type=int, default=4, help="retries per model call")
@@ -320,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_runtime()
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except (OSError, ValueError, RuntimeError, MissingExtraError) as exc:  # OSError: unreadable files as well as missing ones
         print(f"car-rag {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -46,7 +46,7 @@ def run_demo(out: TextIO, *, k: int = 5, store_dir: Path | None = None) -> dict[
     """Print the side-by-side comparison; returns gold-in-top-k counts per system."""
     corpus, queries_file, policy = demo_files()
     temporary = store_dir is None
-    folder = Path(tempfile.mkdtemp(prefix="car-demo-")) if temporary else Path(store_dir)
+    folder = Path(tempfile.mkdtemp(prefix="car-demo-")) if store_dir is None else Path(store_dir)
     try:
         store = CARStore.open(folder, policy)
         report = store.ingest(corpus, progress=False)

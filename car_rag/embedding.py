@@ -38,24 +38,29 @@ class Embedder:
         self.batch_size = batch_size
 
     @cached_property
-    def model(self) -> "SentenceTransformer":
-        SentenceTransformer = require("sentence_transformers", "store", "the embedding model").SentenceTransformer  # noqa: N806
+    def model(self) -> SentenceTransformer:
+        model_class: type[SentenceTransformer] = require(
+            "sentence_transformers", "store", "the embedding model"
+        ).SentenceTransformer
 
         try:
-            return SentenceTransformer(self.model_name, device=self.device, local_files_only=True)
+            return model_class(self.model_name, device=self.device, local_files_only=True)
         except OSError:
             if self.model_name == DEFAULT_MODEL:
-                return SentenceTransformer(_packaged_minilm(), device=self.device)
+                return model_class(_packaged_minilm(), device=self.device)
             if os.environ.get("HF_HUB_OFFLINE"):
                 raise OSError(
                     f"embedding model {self.model_name!r} is not in the local cache and HF_HUB_OFFLINE is set"
                 ) from None
-            return SentenceTransformer(self.model_name, device=self.device)
+            return model_class(self.model_name, device=self.device)
 
     @property
     def dimension(self) -> int:
         getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-        return int(getter())
+        dimension = getter()
+        if dimension is None:  # its type allows None; int(None) was the same TypeError, without the why
+            raise TypeError(f"embedding model {self.model_name!r} reports no embedding dimension")
+        return int(dimension)
 
     def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         vectors = self.model.encode(

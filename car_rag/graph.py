@@ -235,7 +235,7 @@ class AuthorityGraph:
         keys = {k: record.scope[k] for k in self.policy.scope_keys if k in record.scope}
         return self.lookup(keys)
 
-    def rssg(self, doc_ids: Iterable[str]) -> "RSSG":
+    def rssg(self, doc_ids: Iterable[str]) -> RSSG:
         """The supersession graph restricted to one query's retrieved set."""
         return RSSG(self, set(doc_ids))
 

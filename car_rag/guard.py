@@ -23,11 +23,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from car_rag.claims import ClaimReader
-from car_rag.evidence.digest import authority_digest, record_phrase
 from car_rag.evidence import EvidencePacket, build_packets, scope_groups
+from car_rag.evidence.digest import authority_digest, record_phrase
 from car_rag.versions import extract_versions, normalise_version
 
 if TYPE_CHECKING:
@@ -113,11 +113,12 @@ def check_answer(
         return GuardReport(False, reason=f"the answer is not text ({type(answer).__name__})")
     if not text.strip():
         return GuardReport(False, reason="empty answer")
-    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
-        policy = policy or evidence.policy  # type: ignore[union-attr]
-        packets = build_packets(evidence, policy, k)  # type: ignore[arg-type]
+    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):  # a result, duck-typed
+        result = cast("RetrievalResult", evidence)
+        policy = policy or result.policy
+        packets = build_packets(result, policy, k)
     else:
-        packets = list(evidence)  # type: ignore[arg-type]
+        packets = list(evidence)
     if not packets:
         return GuardReport(False, reason="no evidence to judge against")
     if not _reads_as_english(text):
@@ -127,7 +128,9 @@ def check_answer(
     findings: list[Finding] = []
     unknown = [c for c in cited if c not in by_id]
     if unknown:
-        findings.append(Finding("unknown_citation", f"The answer cites {', '.join(unknown)}, which is not in the evidence.", tuple(unknown)))
+        findings.append(
+            Finding("unknown_citation", f"The answer cites {', '.join(unknown)}, which is not in the evidence.", tuple(unknown))
+        )
     reading = ClaimReader(policy).read(text) if policy is not None and policy.states else None
     asserted = reading.asserted() if reading else []
     if reading is not None and asserted:
@@ -136,7 +139,8 @@ def check_answer(
         if known and all(not p.is_active for p in known):
             findings.append(Finding(
                 "stale_citation",
-                f"The answer states what holds now but cites only replaced evidence ({', '.join(p.evidence_packet_id for p in known)}).",
+                "The answer states what holds now but cites only replaced evidence "
+                f"({', '.join(p.evidence_packet_id for p in known)}).",
                 tuple(p.evidence_packet_id for p in known),
             ))
     findings += _unknown_versions(text, packets)
@@ -193,7 +197,8 @@ def _unknown_versions(text: str, packets: list[EvidencePacket]) -> list[Finding]
     missing = [v for v in named if normalise_version(v) not in known]
     if not missing:
         return []
-    return [Finding("unknown_version", f"The answer names version {', '.join(missing)}, which appears nowhere in the evidence.", (), ", ".join(missing))]
+    names = ", ".join(missing)
+    return [Finding("unknown_version", f"The answer names version {names}, which appears nowhere in the evidence.", (), names)]
 
 
 def repair_messages(messages: Sequence[dict[str, str]], answer: str, report: GuardReport) -> list[dict[str, str]]:

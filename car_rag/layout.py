@@ -3,7 +3,8 @@
 Vector stores keep metadata flat, so this layout is the contract between a store the user
 runs and Stage 2: every framework adapter writes records with :meth:`RecordLayout.metadata`
 and reads what its store returns with :meth:`RecordLayout.record`. Values are str, int,
-float or bool; free metadata is kept as JSON (exact) and, where scalar, flat too; lists (``supersedes``, ``allowed_principals``, ``car_scope_keys``) are JSON
+float or bool; free metadata is kept as JSON (exact) and, where scalar, flat too; lists
+(``supersedes``, ``allowed_principals``, ``car_scope_keys``) are JSON
 strings, or native lists for stores that hold list metadata (Chroma itself, where Stage 2
 can then ask for ``supersedes`` containing an id). The reader accepts both, and metadata
 written by others as long as it carries ``doc_type`` and the policy's scope keys flat.

@@ -80,7 +80,7 @@ class Rule(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _no_symmetric_any(self) -> "Rule":
+    def _no_symmetric_any(self) -> Rule:
         overlaps = self.trigger == self.target or WILDCARD in (self.trigger, self.target)
         if overlaps and self.order == "any":
             raise ValueError(
@@ -148,7 +148,9 @@ class State(BaseModel):
     opposite: str | None = Field(default=None, description="The state that denying this one asserts.")
     claims: tuple[str, ...] = Field(default=(), description="Regexes whose match in an answer asserts the state.")
     terms: tuple[str, ...] = Field(default=(), description="Words (regexes) whose negation in an answer denies the state.")
-    precedence: int | None = Field(default=None, description="Rank among the states an answer asserts at once (highest concludes).")
+    precedence: int | None = Field(
+        default=None, description="Rank among the states an answer asserts at once (highest concludes)."
+    )
 
     @field_validator("claims", "terms")
     @classmethod
@@ -166,7 +168,8 @@ def _vocabulary_states(name: str) -> dict[str, Any]:
     if name not in builtin_vocabularies():
         raise ValueError(f"unknown vocabulary {name!r}; packaged: {builtin_vocabularies()}")
     text = (resources.files("car_rag") / "vocabularies" / f"{name}.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text).get("states", {})
+    states: dict[str, Any] = tomllib.loads(text).get("states", {})
+    return states
 
 
 class Policy(BaseModel):
@@ -238,7 +241,7 @@ class Policy(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _keys_known(self) -> "Policy":
+    def _keys_known(self) -> Policy:
         names = [r.name for r in self.rules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

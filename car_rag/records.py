@@ -114,7 +114,9 @@ class Record(BaseModel):
             raise ValueError("doc_id must not start or end with white space")
         return value
 
-    @field_validator("doc_id", "text", "doc_type", "version", "source", "uri", "tenant", "scope", "allowed_principals", "supersedes")
+    @field_validator(
+        "doc_id", "text", "doc_type", "version", "source", "uri", "tenant", "scope", "allowed_principals", "supersedes"
+    )
     @classmethod
     def _valid_unicode(cls, value: object) -> object:
         # A lone surrogate cannot be encoded: it would break hashing, storage and rendering.

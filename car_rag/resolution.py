@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from car_rag.channels.fusion import RRF_K, FusedHit
 from car_rag.eligibility import CallerContext
@@ -81,7 +81,7 @@ class RetrievedRecord:
         records as provenance. One voided only by hidden records (``hidden_superseder``) is not."""
         return self.status == "superseded" and not self.hidden_superseder
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
             "doc_id": self.doc_id,
@@ -142,7 +142,7 @@ class RetrievalResult:
     def get(self, doc_id: str) -> RetrievedRecord | None:
         return next((r for r in self.ranked if r.doc_id == doc_id), None)
 
-    def to_dict(self, k: int | None = None) -> dict:
+    def to_dict(self, k: int | None = None) -> dict[str, Any]:
         return {
             "query": self.query,
             "scope_ids": self.scope_ids,
@@ -159,7 +159,7 @@ class _TimestampRSSG(RSSG):
     def __init__(self, records: dict[str, Record], members: set[str], scope_keys: tuple[str, ...]):
         self.members = members
         self.voided_by = {}
-        buckets: dict[tuple, list[Record]] = {}
+        buckets: dict[tuple[str | None, ...], list[Record]] = {}
         for doc_id in members:
             rec = records[doc_id]
             buckets.setdefault(tuple(rec.scope.get(k) for k in scope_keys), []).append(rec)
@@ -194,7 +194,7 @@ def resolve_authority(
     """
     started = time.perf_counter()
     hits = [a.hit() if isinstance(a, Anchor) else a for a in anchors]
-    readable = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
+    readable: Callable[[str], bool] = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
     # member -> (group, role, anchor id): group orders chains (0 = named in the query).
     members: dict[str, tuple[int, Role, str | None]] = {}
 
@@ -247,7 +247,7 @@ def resolve_authority(
             )
         )
 
-    def order(item: RetrievedRecord) -> tuple:
+    def order(item: RetrievedRecord) -> tuple[bool, int, float, int, str]:
         # Displaced records (a shown record controls them) after the rest; then by chain
         # (query-named, else anchor rank); within a chain newest first, then Stage-1 rank.
         when = item.record.sort_time

@@ -59,7 +59,7 @@ class ControllingAuthorityRetriever:
         self._mask_index: tuple[object, int] | None = None
         self._masks: dict[CallerContext, np.ndarray] = {}
         if anchors != "bm25":
-            store.embedder.model  # load now, so no query's timing includes loading the model
+            _ = store.embedder.model  # load now, so no query's timing includes loading the model
 
     # ------------------------------------------------------------------ Stage 1
     def stage1(self, query: str, caller: CallerContext | None = None) -> list[FusedHit]:

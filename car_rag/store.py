@@ -29,8 +29,8 @@ import numpy as np
 from pydantic import ValidationError
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
-from car_rag.extras import require
 from car_rag.embedding import DEFAULT_MODEL, Embedder
+from car_rag.extras import require
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import CAR_PREFIX, LAYOUT_KEYS, RecordLayout
 from car_rag.locking import ReadWriteLock
@@ -159,7 +159,7 @@ class CARStore:
         embedder: Embedder | None = None,
         bm25_backend: str = "bm25-incremental",
         hnsw: dict[str, Any] | None = None,
-    ) -> "CARStore":
+    ) -> CARStore:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
 
         ``chroma_url`` (``http://host:port``) keeps the vectors in a Chroma server instead of
@@ -267,7 +267,7 @@ class CARStore:
                 self.flush()
             self._db.close()
 
-    def __enter__(self) -> "CARStore":
+    def __enter__(self) -> CARStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -365,17 +365,22 @@ class CARStore:
         tick = time.perf_counter()
         given = given or {}
         todo = [r for r in records if r.doc_id not in given]
-        encoded = iter(self.embedder.encode([r.text for r in todo], show_progress=progress and len(todo) > 64)) if todo else iter(())
+        encoded = (
+            iter(self.embedder.encode([r.text for r in todo], show_progress=progress and len(todo) > 64)) if todo else iter(())
+        )
         rows = [np.asarray(given[r.doc_id], dtype=np.float32) if r.doc_id in given else next(encoded) for r in records]
         vectors = np.vstack(rows).astype(np.float32, copy=False)
         if given and vectors.shape[1] != self.embedder.dimension:
             raise StoreError(
-                f"embeddings have {vectors.shape[1]} dimensions; {self.embedder.model_name} vectors have {self.embedder.dimension}"
+                f"embeddings have {vectors.shape[1]} dimensions; "
+                f"{self.embedder.model_name} vectors have {self.embedder.dimension}"
             )
         report.timings_s["embed"] = time.perf_counter() - tick
         return vectors
 
-    def _write(self, records: Sequence[Record], vectors: np.ndarray, replaces: bool, progress: bool, report: IngestReport) -> None:
+    def _write(
+        self, records: Sequence[Record], vectors: np.ndarray, replaces: bool, progress: bool, report: IngestReport
+    ) -> None:
         timings = report.timings_s
         tick = time.perf_counter()
         texts = [r.text for r in records]
@@ -400,7 +405,9 @@ class CARStore:
                 part = ids[chunk : chunk + 500]
                 marks = ",".join("?" * len(part))
                 self._db.execute(f"DELETE FROM edges WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
-            edges = {(e.superseder, e.target): e.rule for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)}
+            edges = {
+                (e.superseder, e.target): e.rule for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)
+            }
             self._db.executemany("INSERT INTO edges VALUES (?, ?, ?)", [(s, t, r) for (s, t), r in edges.items()])
         timings["records"] = time.perf_counter() - tick
         tick = time.perf_counter()

@@ -16,7 +16,10 @@ _VERSION_RE = re.compile(
     r"(?<![\w.\-/#])v?(\d+(?:\.\d+)+(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?)(?![\w]|\.\d)", re.IGNORECASE
 )
 _BARE_VERSION_RE = re.compile(r"\bversion\s+(v?\d+)\b(?![.\d])", re.IGNORECASE)
-_NOT_VERSION_BEFORE = re.compile(r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$", re.IGNORECASE)
+_NOT_VERSION_BEFORE = re.compile(
+    r"(?:\b(?:cvss|score|cwe|rfc|python|node(?:\.js)?|php|java|jdk|go|section|table|figure)|§)\s*v?(?:3\.\d\s*)?[:=]?\s*$",
+    re.IGNORECASE,
+)
 
 
 def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
@@ -28,7 +31,9 @@ def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
         if not m:
             return None
     raw = m.group(1).lower()
-    num = re.match(r"\d+(?:\.\d+)*", raw).group(0)
+    leading = re.match(r"\d+(?:\.\d+)*", raw)
+    assert leading is not None  # both patterns capture from a digit
+    num = leading.group(0)
     suffix = re.sub(r"^[-.]", "", raw[len(num):])
     parts = [int(p) for p in num.split(".")]
     while len(parts) > 1 and parts[-1] == 0:

@@ -97,7 +97,9 @@ def llamaindex_fusion_retriever(store: CARStore, depth: int) -> Any:
         raise ImportError(f"the llamaindex-fusion system needs LlamaIndex: pip install {_LLAMAINDEX_PIP}") from exc
 
     embed_model = _llamaindex_embedding(store)
-    index = VectorStoreIndex.from_vector_store(ChromaVectorStore(chroma_collection=store.dense.collection), embed_model=embed_model)
+    index = VectorStoreIndex.from_vector_store(
+        ChromaVectorStore(chroma_collection=store.dense.collection), embed_model=embed_model
+    )
     vector = VectorIndexRetriever(index=index, similarity_top_k=depth)
     nodes = [TextNode(text=r.text, id_=r.doc_id, metadata={"doc_id": r.doc_id}) for r in _ordered_records(store)]
     bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=depth)
@@ -143,7 +145,9 @@ def langchain_ensemble_retriever(store: CARStore, depth: int) -> Any:
 
     documents = [Document(page_content=r.text, metadata={"doc_id": r.doc_id}, id=r.doc_id) for r in _ordered_records(store)]
     bm25 = BM25Retriever.from_documents(documents, k=depth)
-    chroma = Chroma(client=store._client, collection_name=store.config["collection"], embedding_function=_langchain_embeddings(store))
+    chroma = Chroma(
+        client=store._client, collection_name=store.config["collection"], embedding_function=_langchain_embeddings(store)
+    )
     return EnsembleRetriever(retrievers=[bm25, chroma.as_retriever(search_kwargs={"k": depth})], weights=[0.5, 0.5])
 
 

@@ -56,11 +56,15 @@ def _markdown(summary: dict[str, Any], command: str) -> str:
              "| condition | answers | judged | flagged | findings |", "|---|---|---|---|---|"]
     for cond, e in summary["conditions"].items():
         rate = e["flagged"]
-        flagged = "–" if rate is None else f"{rate['successes']} ({rate['value']:.1%}, 95% CI {rate['ci95'][0]:.1%}–{rate['ci95'][1]:.1%})"
+        flagged = (
+            "–" if rate is None
+            else f"{rate['successes']} ({rate['value']:.1%}, 95% CI {rate['ci95'][0]:.1%}–{rate['ci95'][1]:.1%})"
+        )
         findings = ", ".join(f"{k} {v}" for k, v in e["findings"].items()) or "–"
         lines.append(f"| {cond} | {e['answers']} | {e['judged']} | {flagged} | {findings} |")
     if any("by_label" in e for e in summary["conditions"].values()):
-        lines += ["", "Flagged answers by the answer classifier's label:", "", "| condition | label | answers | flagged |", "|---|---|---|---|"]
+        lines += ["", "Flagged answers by the answer classifier's label:", "",
+                  "| condition | label | answers | flagged |", "|---|---|---|---|"]
         for cond, e in summary["conditions"].items():
             for lab, c in e.get("by_label", {}).items():
                 lines.append(f"| {cond} | {lab} | {c['answers']} | {c['flagged']} |")
@@ -104,7 +108,8 @@ def run_guard(
     store = open_suite_store(suite, stores_dir, progress)
     retriever = ControllingAuthorityRetriever(store)
     results = {}
-    for qid in tqdm(list(dict.fromkeys(r["query_id"] for r in rows)), desc="retrieve", unit="query", disable=None if progress else True):
+    qids = list(dict.fromkeys(r["query_id"] for r in rows))
+    for qid in tqdm(qids, desc="retrieve", unit="query", disable=None if progress else True):
         results[qid] = retriever.retrieve(texts[qid])
     out_rows = []
     for r in rows:

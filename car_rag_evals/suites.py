@@ -30,8 +30,16 @@ FINSUPERQA_ANSWER = _rule(
     (["pre_clearance_approved"], "active"),
     (["blackout_lifted"], "non_compliant"),
 )
-CVE_ANSWER = _rule((["patch_released", "patch_release"], "patched"), (["cve_disclosed", "vulnerability_disclosure"], "vulnerable"), fallback="no_active_record")
-LEGAL_ANSWER = _rule((["ruling_overruled", "overruling"], "overruled"), (["ruling_issued", "ruling"], "good_law"), fallback="no_active_record")
+CVE_ANSWER = _rule(
+    (["patch_released", "patch_release"], "patched"),
+    (["cve_disclosed", "vulnerability_disclosure"], "vulnerable"),
+    fallback="no_active_record",
+)
+LEGAL_ANSWER = _rule(
+    (["ruling_overruled", "overruling"], "overruled"),
+    (["ruling_issued", "ruling"], "good_law"),
+    fallback="no_active_record",
+)
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,9 @@ def load_suite(name: str, corpora_dir: str | Path | None = None) -> Suite:
         raise ValueError(f"unknown suite {name!r}; choose one of {list(SUITES)} or give --corpus/--queries/--policy")
     folder = Path(corpora_dir) if corpora_dir else default_corpora_dir()
     corpus, queries, policy, answer, description, reference = _SPEC[name]
-    suite = Suite(name, folder / f"{corpus}.corpus.jsonl", folder / f"{queries}.queries.jsonl", policy, answer, description, reference)
+    suite = Suite(
+        name, folder / f"{corpus}.corpus.jsonl", folder / f"{queries}.queries.jsonl", policy, answer, description, reference
+    )
     for path in (suite.corpus, suite.queries):
         if not path.is_file():
             raise FileNotFoundError(f"suite {name!r}: {path} not found (pass --corpora DIR)")

@@ -112,7 +112,8 @@ def rank_bm25_index(store: CARStore) -> LexicalIndex:
 def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules", lexical: Callable | None = None):
     def build(store: CARStore, depth: int) -> System:
         retriever = ControllingAuthorityRetriever(
-            store, anchors=anchors, k1=k1, depth=max(depth, k1), resolution=resolution, lexical=lexical(store) if lexical else None
+            store, anchors=anchors, k1=k1, depth=max(depth, k1), resolution=resolution,
+            lexical=lexical(store) if lexical else None,
         )
         return _CAR(name, label, retriever)
 
@@ -124,7 +125,9 @@ SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
     "bm25-rank": lambda store, depth: _Lexical("bm25-rank", "BM25 (rank-bm25)", rank_bm25_index(store), depth),
     "dense": lambda store, depth: _Dense("dense", "Dense MiniLM", store, depth),
     "hybrid": lambda store, depth: _Hybrid("hybrid", "Hybrid RRF (BM25 + MiniLM)", store, depth),
-    "car-bm25-rank": _car("car-bm25-rank", "car-rag, rank-bm25 anchors, k1=5 (paper's Two-Stage)", "bm25", 5, lexical=rank_bm25_index),
+    "car-bm25-rank": _car(
+        "car-bm25-rank", "car-rag, rank-bm25 anchors, k1=5 (paper's Two-Stage)", "bm25", 5, lexical=rank_bm25_index
+    ),
     "car-bm25": _car("car-bm25", "car-rag, BM25 anchors, k1=5", "bm25", 5),
     "car-dense": _car("car-dense", "car-rag, dense anchors, k1=10", "dense", 10),
     "car-hybrid": _car("car-hybrid", "car-rag, hybrid anchors, k1=10", "hybrid", 10),

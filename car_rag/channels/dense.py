@@ -127,7 +127,8 @@ class DenseChannel:
 
         ``stored`` names the ids that may already be in the collection (None: any may be);
         only their stored metadata is read back to clear keys the new version lacks."""
-        with tqdm(total=len(doc_ids), desc="chroma upsert", unit="rec", disable=not progress or len(doc_ids) <= batch_size) as bar:
+        quiet = not progress or len(doc_ids) <= batch_size
+        with tqdm(total=len(doc_ids), desc="chroma upsert", unit="rec", disable=quiet) as bar:
             for start in range(0, len(doc_ids), batch_size):
                 stop = start + batch_size
                 ids = list(doc_ids[start:stop])

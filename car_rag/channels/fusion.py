@@ -34,6 +34,6 @@ def reciprocal_rank_fusion(runs: Mapping[str, Sequence[ChannelHit]], k: int | No
             entry.channel_scores[channel] = hit.score
             entry.channel_ranks[channel] = hit.rank
     ranked = sorted(fused.values(), key=lambda h: -h.score)
-    for rank, hit in enumerate(ranked, 1):
-        hit.rank = rank
+    for rank, fused_hit in enumerate(ranked, 1):
+        fused_hit.rank = rank
     return ranked[:k] if k is not None else ranked

@@ -100,7 +100,8 @@ class IncrementalBM25Index(LexicalIndex):
 
     # ------------------------------------------------------------------ reading
     def _postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
-        docs = tf = np.zeros(0)
+        docs: np.ndarray = np.zeros(0)
+        tf: np.ndarray = docs
         if term < len(self._ptr) - 1:
             start, stop = self._ptr[term], self._ptr[term + 1]
             docs, tf = self._docs[start:stop], self._tf[start:stop]

@@ -27,6 +27,7 @@ ways and names no version.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -97,7 +98,9 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
             return Classification("confident_wrong", f"asserts patched ({_quote(poss[0])}), gold vulnerable")
         if poss and negs:
             return Classification("uncertain", f"contradictory: {_quote(poss[0])} vs {_quote(negs[0])}")
-        return Classification("uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed")
+        return Classification(
+            "uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed"
+        )
     if poss and negs:
         # The reader acts on the direct answer: "No, it is not patched. ... fixed in 2.3.0" is a "no".
         if reading.lead == "vulnerable":
@@ -107,7 +110,9 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
     if negs and not poss:
         return Classification("confident_wrong", f"asserts not patched ({_quote(negs[0])})")
     if not poss:
-        return Classification("uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed")
+        return Classification(
+            "uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed"
+        )
     claim = _quote(poss[0]) + (f"; also {_quote(negs[0])}" if negs else "")
     if gold.fixed_version is None:
         return Classification("correct", f"asserts patched ({claim}); no gold version to check")
@@ -116,7 +121,9 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
         return Classification("patched_no_version", f"asserts patched ({claim}); names no version")
     if any(normalise_version(v) == want for v in versions):
         return Classification("correct", f"asserts patched ({claim}); names {gold.fixed_version}")
-    return Classification("patched_wrong_version", f"asserts patched ({claim}); names {', '.join(versions)}, fix is {gold.fixed_version}")
+    return Classification(
+        "patched_wrong_version", f"asserts patched ({claim}); names {', '.join(versions)}, fix is {gold.fixed_version}"
+    )
 
 
 def _classify_status(kind: str, text: str, gold: GoldAnswer) -> Classification:
@@ -167,14 +174,14 @@ def suite_kind(suite: str) -> str:
 
 
 _VOCABULARY = {"security": "security", "legal": "legal", "compliance": "compliance"}
-_BY_KIND = {
+_BY_KIND: dict[str, Callable[[str, GoldAnswer], Classification]] = {
     "security": _classify_security,
     "legal": lambda text, gold: _classify_status("legal", text, gold),
     "compliance": lambda text, gold: _classify_status("compliance", text, gold),
 }
 
 
-def classify(answer_text: str, suite: Any, gold: GoldAnswer | dict | str) -> Classification:
+def classify(answer_text: str, suite: Any, gold: GoldAnswer | dict[str, Any] | str) -> Classification:
     """Label ``answer_text`` for ``suite`` (a name, or anything with a ``name``, such as a benchmark suite) against ``gold``."""
     if isinstance(gold, str):
         gold = GoldAnswer(gold)

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from car_rag.graph import AuthorityGraph
 from car_rag.eval.stats import Rate
+from car_rag.graph import AuthorityGraph
 
 __all__ = ["ClosureViolation", "RetrieverAudit", "SetAudit", "audit_set", "audit_retriever", "doc_ids_of"]
 
@@ -92,9 +92,9 @@ class RetrieverAudit:
     sets_with_violations: int
     violations: int
     theorem4: Rate | None
-    examples: list[dict]
+    examples: list[dict[str, Any]]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "queries": self.queries,
             "sets_with_superseded": self.sets_with_superseded,

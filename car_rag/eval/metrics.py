@@ -19,12 +19,13 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from car_rag.eval.stats import Rate
 from car_rag.graph import AuthorityGraph
 from car_rag.policy import Policy
 from car_rag.queries import Query
 from car_rag.records import Record
-from car_rag.eval.stats import Rate
 
 __all__ = ["AnswerRule", "QueryScore", "score_query", "summarise"]
 
@@ -67,7 +68,7 @@ class QueryScore:
     ignored: list[str] = field(default_factory=list)
     """Top-k records superseded within the chain whose superseders are all missing."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -139,9 +140,9 @@ def score_query(
     )
 
 
-def _rates(scores: Sequence[QueryScore]) -> dict:
+def _rates(scores: Sequence[QueryScore]) -> dict[str, Any]:
     n = len(scores)
-    out: dict = {
+    out: dict[str, Any] = {
         "n": n,
         "tca": Rate(sum(s.tca for s in scores), n).to_dict(),
         "hit": Rate(sum(s.frontier_included for s in scores), n).to_dict(),
@@ -153,7 +154,8 @@ def _rates(scores: Sequence[QueryScore]) -> dict:
         out["answer_accuracy"] = Rate(sum(bool(s.answer_correct) for s in judged), len(judged)).to_dict()
         out["tca_answer"] = Rate(sum(bool(s.tca_answer) for s in judged), len(judged)).to_dict()
     for name in ("recall", "provenance_recall", "reciprocal_rank", "lvr", "orr", "crr", "cd"):
-        out["mrr" if name == "reciprocal_rank" else name] = round(statistics.fmean(getattr(s, name) for s in scores), 4) if n else 0.0
+        mean = round(statistics.fmean(getattr(s, name) for s in scores), 4) if n else 0.0
+        out["mrr" if name == "reciprocal_rank" else name] = mean
     ranks = [s.gold_rank for s in scores if s.gold_rank is not None]
     out["gold_rank"] = {
         "found": len(ranks),
@@ -163,7 +165,7 @@ def _rates(scores: Sequence[QueryScore]) -> dict:
     return out
 
 
-def summarise(scores: Sequence[QueryScore]) -> dict:
+def summarise(scores: Sequence[QueryScore]) -> dict[str, Any]:
     """Overall rates (Wilson 95% intervals) and means, and the same per hop type."""
     by_hop: dict[str, list[QueryScore]] = defaultdict(list)
     for score in scores:

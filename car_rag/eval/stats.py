@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Rate", "mcnemar_exact", "wilson"]
 
@@ -34,7 +35,7 @@ class Rate:
     def interval(self) -> tuple[float, float]:
         return wilson(self.successes, self.n)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         lo, hi = self.interval
         return {"value": round(self.value, 4), "successes": self.successes, "n": self.n, "ci95": [round(lo, 4), round(hi, 4)]}
 
@@ -49,5 +50,5 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     n = only_a + only_b
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
+    tail: float = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
     return min(1.0, 2 * tail)

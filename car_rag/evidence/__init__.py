@@ -19,9 +19,23 @@ from car_rag.evidence.audit_xml import render_xml
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.digest import DigestLine, authority_digest
 from car_rag.evidence.packets import (
-    HIDDEN_SUPERSEDER_TEXT, AuthorityLink, CitationCoordinates, ConflictIndicators, EpistemicMetadata, EvidencePacket,
-    FreshnessStatus, Governance, PacketContent, Provenance, RetrievalRationale, SupersededMode,
-    build_packets, hidden_only, matching_spans, record_label, scope_groups,
+    HIDDEN_SUPERSEDER_TEXT,
+    AuthorityLink,
+    CitationCoordinates,
+    ConflictIndicators,
+    EpistemicMetadata,
+    EvidencePacket,
+    FreshnessStatus,
+    Governance,
+    PacketContent,
+    Provenance,
+    RetrievalRationale,
+    SupersededMode,
+    build_packets,
+    hidden_only,
+    matching_spans,
+    record_label,
+    scope_groups,
 )
 from car_rag.evidence.reader import render_reader
 

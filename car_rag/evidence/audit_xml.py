@@ -32,7 +32,7 @@ CDATA sections are used.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
@@ -63,7 +63,7 @@ def format_scope(scope: dict[str, str]) -> str:
     ``\\``, ``;`` and ``=`` inside keys or values are backslash-escaped, so
     :func:`parse_scope` reads any scope back unambiguously.
     """
-    quote = lambda s: _SCOPE_SPECIAL.sub(r"\\\1", s)  # noqa: E731
+    quote: Callable[[str], str] = lambda s: _SCOPE_SPECIAL.sub(r"\\\1", s)  # noqa: E731
     return "; ".join(f"{quote(k)}={quote(v)}" for k, v in scope.items())
 
 
@@ -185,7 +185,9 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         )
         for name, score in why.channel_scores.items():
             rank = why.channel_ranks.get(name)
-            r.add(Element("channel", {"name": name, "score": short_number(score), "rank": str(rank) if rank is not None else None}))
+            r.add(Element(
+                "channel", {"name": name, "score": short_number(score), "rank": str(rank) if rank is not None else None}
+            ))
         for span in packet.content.exact_matching_spans:
             r.add(Element("match", text=span))
     el.add(Element("text", text=packet.text))

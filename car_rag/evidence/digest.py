@@ -43,7 +43,8 @@ def record_phrase(doc_type: str | None, version: str | None = None) -> str:
 
 def subject_phrase(scope: dict[str, str], policy: Policy | None = None) -> str:
     """'lodash, CVE-2019-10744': a scope's values, in the policy's key order."""
-    keys = [k for k in (policy.scope_keys if policy else ()) if k in scope] + [k for k in scope if not policy or k not in policy.scope_keys]
+    keys = [k for k in (policy.scope_keys if policy else ()) if k in scope]
+    keys += [k for k in scope if not policy or k not in policy.scope_keys]
     return ", ".join(scope[k] for k in keys)
 
 
@@ -107,8 +108,9 @@ def authority_digest(
                 where = " (not in the evidence)" if ref is None else ""
                 sentences.append(f"{lead} {verb} the {record_phrase(link.doc_type, link.version)}{where}.")
         for p in replaced:
-            controllers = [link for link in p.epistemic_metadata.superseded_by if link.controlling and refs.get(link.doc_id) not in shown]
-            if p.epistemic_metadata.conflict_indicators.hidden_superseder and not any(l.controlling for l in p.epistemic_metadata.superseded_by):
+            replacers = p.epistemic_metadata.superseded_by
+            controllers = [link for link in replacers if link.controlling and refs.get(link.doc_id) not in shown]
+            if p.epistemic_metadata.conflict_indicators.hidden_superseder and not any(link.controlling for link in replacers):
                 sentences.append(f"{subject}: the {record_phrase(p.doc_type, p.version)} has been replaced by a record "
                                  "you are not permitted to read; the evidence does not say what replaced it.")
             for link in controllers:

@@ -16,8 +16,8 @@ string in them is treated as untrusted when rendered: see :mod:`car_rag.evidence
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -353,7 +353,8 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
         reasons.append("active: no retrieved record supersedes it")
         reasons.extend(supersedes_sentence(label, link) for link in supersedes)
     hit = item.stage1
-    permission = "restricted" if record.tenant is not None or record.allowed_principals else "cleared"
+    restricted = record.tenant is not None or bool(record.allowed_principals)
+    permission: Literal["cleared", "restricted"] = "restricted" if restricted else "cleared"
     return EvidencePacket(
         evidence_packet_id=packet_id,
         corpus_object_id=record.doc_id,
@@ -414,8 +415,9 @@ def _is_active(result: RetrievalResult, doc_id: str) -> bool:
 
 def _str_meta(meta: dict[str, Any], *keys: str) -> str | None:
     for key in keys:
-        if isinstance(meta.get(key), str):
-            return meta[key]
+        value = meta.get(key)
+        if isinstance(value, str):
+            return value
     return None
 
 
@@ -445,7 +447,7 @@ def scope_groups(packets: Sequence[EvidencePacket]) -> list[list[int]]:
         return i
 
     by_id: dict[str, list[int]] = {}
-    by_scope: dict[tuple, list[int]] = {}
+    by_scope: dict[tuple[tuple[str, str], ...], list[int]] = {}
     for i, p in enumerate(packets):
         by_id.setdefault(p.doc_id, []).append(i)
         if p.scope:

@@ -17,7 +17,7 @@ budget, is cut, and says so.
 Channel scores, ranks and match lists are for audits: :func:`car_rag.evidence.audit_xml.render_xml`.
 
 Every string is escaped by :mod:`car_rag.evidence.xml_tree`: retrieved text never leaves its packet.
-"""
+"""  # noqa: E501 (the example's packet lines are shown whole)
 
 from __future__ import annotations
 

@@ -91,7 +91,10 @@ def _clipped_packets(result: Any, policy: Any, k: int, max_chars: int | None) ->
 
 
 def _plain_messages(context: str, question: str, system: str = PLAIN_SYSTEM) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": f"Documents:\n\n{context}\n\nQuestion: {question}"}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"Documents:\n\n{context}\n\nQuestion: {question}"},
+    ]
 
 
 def build_jobs(

@@ -142,7 +142,8 @@ def _cell(rate: dict) -> str:
 
 def _paired_table(pairs: list[dict[str, Any]], what: str) -> list[str]:
     lines = ["", f"{what}, condition against condition on the same queries (exact McNemar test):", "",
-             f"| A | B | queries | {what.lower()} under A | under B | B / A | A only | B only | p |", "|---|---|---|---|---|---|---|---|---|"]
+             f"| A | B | queries | {what.lower()} under A | under B | B / A | A only | B only | p |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for p in pairs:
         ratio = "–" if p["ratio_b_to_a"] is None else f"{p['ratio_b_to_a']:.2f}"
         lines.append(f"| {p['a']} | {p['b']} | {p['n']} | {p['a_count']} | {p['b_count']} | {ratio} | {p['only_a']} | "
@@ -167,14 +168,16 @@ def markdown(rep: dict[str, Any], command: str) -> str:
     if any("context_tokens" in e or "guard" in e for e in rep["conditions"].values()):
         lines += ["", "Context size (median tokens: evidence by `approx_tokens`, whole prompt as the server counted it) and the "
                   "authority guard's verdict on each answer, judged against car-rag's result for the query:", "",
-                  "| condition | evidence tokens | prompt tokens | guard flagged | not judged | findings | flagged answers by label |",
+                  "| condition | evidence tokens | prompt tokens | guard flagged | not judged | findings "
+                  "| flagged answers by label |",
                   "|---|---|---|---|---|---|---|"]
         for cond, e in rep["conditions"].items():
             g = e.get("guard") or {}
             flagged = _cell(g["flagged"]) if g.get("flagged") else "–"
             findings = ", ".join(f"{k} {v}" for k, v in g.get("findings", {}).items()) or "–"
             by_label = ", ".join(f"{k} {v}" for k, v in g.get("flagged_by_label", {}).items()) or "–"
-            lines.append(f"| {cond} | {e.get('context_tokens', {}).get('median', '–')} | {e.get('prompt_tokens', {}).get('median', '–')} | "
+            lines.append(f"| {cond} | {e.get('context_tokens', {}).get('median', '–')} | "
+                         f"{e.get('prompt_tokens', {}).get('median', '–')} | "
                          f"{flagged} | {g.get('not_judged', '–')} | {findings} | {by_label} |")
     if rep.get("paired"):
         lines += _paired_table(rep["paired"], "Confident-wrong answers")
@@ -182,8 +185,8 @@ def markdown(rep: dict[str, Any], command: str) -> str:
         lines += _paired_table(rep["paired_correct"], "Correct answers")
     if rep.get("repair"):
         rp = rep["repair"]
-        lines += ["", f"Repair (car-reader-repair): {rp['repaired']} of {rp['answers']} car-reader answers flagged by the guard and "
-                  f"answered again; correct answers the repair turned into something else: {rp['correct_broken']}.", ""]
+        lines += ["", f"Repair (car-reader-repair): {rp['repaired']} of {rp['answers']} car-reader answers flagged by the guard "
+                  f"and answered again; correct answers the repair turned into something else: {rp['correct_broken']}.", ""]
         if rp["transitions"]:
             lines += ["| before -> after | answers |", "|---|---|"]
             lines += [f"| {t} | {n} |" for t, n in sorted(rp["transitions"].items(), key=lambda kv: -kv[1])]
@@ -194,7 +197,8 @@ def markdown(rep: dict[str, Any], command: str) -> str:
                   "| condition | retrieval | n | " + " | ".join(labels) + " |", "|---|---|---|" + "---|" * len(labels)]
         for cond, e in rep["conditions"].items():
             for key, t in e.get("by_retrieval", {}).items():
-                lines.append(f"| {cond} | {key.replace('_', ' ')} | {t['n']} | " + " | ".join(str(t["counts"][lab]) for lab in labels) + " |")
+                counts = " | ".join(str(t["counts"][lab]) for lab in labels)
+                lines.append(f"| {cond} | {key.replace('_', ' ')} | {t['n']} | " + counts + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -210,7 +214,8 @@ def plot(rep: dict[str, Any], path: Path) -> Path:
         vals = [rep["conditions"][c]["rates"][lab]["value"] for c in conds]
         lo = [v - rep["conditions"][c]["rates"][lab]["ci95"][0] for v, c in zip(vals, conds)]
         hi = [rep["conditions"][c]["rates"][lab]["ci95"][1] - v for v, c in zip(vals, conds)]
-        ax.bar([x + (i - (len(labels) - 1) / 2) * width for x in range(len(conds))], vals, width, yerr=[lo, hi], capsize=2, label=lab)
+        xs = [x + (i - (len(labels) - 1) / 2) * width for x in range(len(conds))]
+        ax.bar(xs, vals, width, yerr=[lo, hi], capsize=2, label=lab)
     ax.set_xticks(range(len(conds)), conds)
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of answers (Wilson 95%)")

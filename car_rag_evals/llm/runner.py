@@ -51,7 +51,9 @@ def answer_jobs(
         same[cache_key(client.model, job.messages)].append(i)
     # Calls sharing a system prompt go one after another: local servers (llama.cpp) reuse
     # the evaluated prefix of the previous prompt, and hosted APIs cache shared prefixes.
-    order = sorted((group[0] for group in same.values()), key=lambda i: jobs[i].messages[0]["content"] if jobs[i].messages else "")
+    order = sorted(
+        (group[0] for group in same.values()), key=lambda i: jobs[i].messages[0]["content"] if jobs[i].messages else ""
+    )
     answered: dict[int, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         calls = pool.map(lambda i: (i, one(jobs[i])), order)
@@ -92,7 +94,8 @@ def repair_rows(
     for i, job in fixes:
         if job.query_id in answered:
             a = answered[job.query_id]
-            out[i].update(answer=a["answer"], repaired=True, **{t: a[t] for t in ("prompt_tokens", "completion_tokens") if t in a})
+            tokens = {t: a[t] for t in ("prompt_tokens", "completion_tokens") if t in a}
+            out[i].update(answer=a["answer"], repaired=True, **tokens)
     return out
 
 
