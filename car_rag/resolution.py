@@ -22,9 +22,10 @@ from car_rag.graph import RSSG, AuthorityGraph, Edge
 from car_rag.policy import Policy
 from car_rag.records import Record
 
-__all__ = ["Anchor", "RetrievalResult", "RetrievedRecord", "Resolution", "resolve_authority"]
+__all__ = ["Anchor", "RetrievalResult", "RetrievedRecord", "ResolutionMode", "resolve_authority"]
 
-Resolution = Literal["rules", "timestamp"]
+ResolutionMode = Literal["rules", "timestamp"]
+"""How Stage 3 decides what voids what: the policy's rules, or the later timestamp (the paper's baseline)."""
 Status = Literal["active", "superseded"]
 Role = Literal["anchor", "superseder", "scope_match"]
 
@@ -177,7 +178,7 @@ def resolve_authority(
     anchors: Sequence[FusedHit | Anchor],
     caller: CallerContext | None = None,
     *,
-    resolution: Resolution = "rules",
+    resolution: ResolutionMode = "rules",
     scope_lookup_limit: int = 20,
 ) -> RetrievalResult:
     """Stage 2 + 3: authority closure and active frontier for given Stage-1 anchors.
@@ -268,7 +269,7 @@ def resolve_authority(
     return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy)
 
 
-def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: Resolution) -> set[str]:
+def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: ResolutionMode) -> set[str]:
     if resolution == "rules":
         return graph.ancestors(doc_id)
     record = graph.records[doc_id]

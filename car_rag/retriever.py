@@ -13,10 +13,10 @@ import numpy as np
 
 from car_rag.channels import ChannelHit, FusedHit, LexicalIndex, reciprocal_rank_fusion
 from car_rag.eligibility import CallerContext
-from car_rag.resolution import Resolution, RetrievalResult, RetrievedRecord, resolve_authority
+from car_rag.resolution import ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
 from car_rag.store import CARStore
 
-__all__ = ["ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "AnchorMode", "Resolution"]
+__all__ = ["ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "AnchorMode", "ResolutionMode"]
 
 AnchorMode = Literal["bm25", "dense", "hybrid"]
 
@@ -39,7 +39,7 @@ class ControllingAuthorityRetriever:
         anchors: AnchorMode = "hybrid",
         k1: int = 10,
         depth: int = 50,
-        resolution: Resolution = "rules",
+        resolution: ResolutionMode = "rules",
         scope_lookup_limit: int = 20,
         lexical: LexicalIndex | None = None,
     ):
