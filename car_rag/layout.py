@@ -26,8 +26,22 @@ from car_rag.policy import Policy
 from car_rag.records import Record
 
 __all__ = [
+    "CAR_ANCHOR_ID",
     "CAR_ANNOTATION_KEYS",
+    "CAR_HIDDEN_SUPERSEDER",
+    "CAR_POLICY",
     "CAR_PREFIX",
+    "CAR_QUERY",
+    "CAR_RANK",
+    "CAR_ROLE",
+    "CAR_RULE",
+    "CAR_STAGE1_CHANNEL",
+    "CAR_STAGE1_RANK",
+    "CAR_STAGE1_SCORE",
+    "CAR_STATUS",
+    "CAR_SUPERSEDED_BY",
+    "CAR_VOIDED_BY",
+    "CAR_VOIDS",
     "LAYOUT_KEYS",
     "LAYOUT_VERSION",
     "LayoutError",

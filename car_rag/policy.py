@@ -33,7 +33,10 @@ else:  # Python 3.10, which both frameworks support: the same parser, as a backp
 
 from car_rag.records import Record
 
-__all__ = ["Rule", "State", "Policy", "PolicyError", "load_policy", "builtin_policies", "builtin_vocabularies", "EXPLICIT_RULE"]
+__all__ = [
+    "Rule", "State", "Policy", "PolicyArg", "PolicyError",
+    "load_policy", "builtin_policies", "builtin_vocabularies", "EXPLICIT_RULE",
+]
 
 EXPLICIT_RULE = "explicit"
 """Name reported for an edge that comes from a record's own ``supersedes`` list."""

@@ -26,6 +26,8 @@ from functools import cache
 from importlib import resources
 
 __all__ = [
+    "READER_SYSTEM",
+    "READER_USER",
     "SYSTEM_PROMPT",
     "USER_PROMPT",
     "answer_messages",
