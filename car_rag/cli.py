@@ -1,27 +1,77 @@
 """The ``car-rag`` command line: ingest, query, demo, policies; bench, eval-llm and guard run
-the evaluation harness (``car_rag_evals``), loaded only when one of them runs."""
+the evaluation harness (``car_rag_evals``), loaded only when one of them runs.
+
+Exit status: 0 done; 1 a runtime error (a missing file or store, a bad policy, a missing
+extra) or an ingest that rejected records; 2 a usage error (bad or conflicting options).
+``-v``/``-vv`` show what the library logs (INFO/DEBUG) on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import logging
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, TextIO
 
+from car_rag import __version__
 from car_rag.channels.lexical import BACKENDS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError
+from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext
-    from car_rag.resolution import RetrievalResult
+    from car_rag.resolution import RetrievalResult, RetrievedRecord
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
+
+DESCRIPTION = """\
+car-rag: Controlling Authority Retrieval. Retrieves the records a question is about, then
+the records that supersede them under a policy's rules, and ranks the active (controlling)
+ones first with the superseded ones kept as marked provenance.
+
+store commands:   ingest, query, policies, demo
+harness commands: bench, eval-llm, guard (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
+
+EPILOG = """\
+examples:
+  car-rag ingest corpus.jsonl --store ./store --policy security-advisory
+  car-rag query --store ./store "Is lodash still vulnerable to CVE-2019-10744?"
+  car-rag query --store ./store --queries questions.jsonl --out answers.jsonl
+  car-rag -v query --store ./store "..." --format evidence
+
+exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage error.
+'car-rag COMMAND --help' describes each command."""
+
+
+class UsageError(Exception):
+    """Options that cannot go together (or a missing one): reported with the usage line, exit 2."""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Epilogs keep their line breaks; every option with a default says it (unless its help does)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            "%(default)" not in text
+            and action.option_strings
+            and action.default not in (None, False, argparse.SUPPRESS)
+            and not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._CountAction))
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _examples(*lines: str) -> str:
+    return "example" + ("s" if len(lines) > 1 else "") + ":\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def _quiet_runtime() -> None:
@@ -85,6 +135,23 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def _record_json(rec: RetrievedRecord, with_text: bool) -> dict[str, object]:
+    data = rec.to_dict()
+    if with_text:
+        data["text"] = rec.record.text
+    return data
+
+
+def result_json(result: RetrievalResult, k: int, *, with_text: bool = False, query_id: str | None = None) -> dict[str, object]:
+    """The one JSON shape of ``car-rag query`` (``--format json``; one such object per line with
+    ``--queries``, led by its ``query_id``): :meth:`RetrievalResult.to_dict` with each record's
+    text when ``with_text``."""
+    data: dict[str, object] = {} if query_id is None else {"query_id": query_id}
+    data.update(result.to_dict(k))
+    data["records"] = [_record_json(rec, with_text) for rec in result.top(k)]
+    return data
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
@@ -93,21 +160,31 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
 
     if (args.text is None) == (args.queries is None):
-        raise SystemExit("car-rag query: give either a query text or --queries FILE.jsonl")
+        raise UsageError("give either a query text or --queries FILE.jsonl")
+    if args.queries is None and args.out is not None:
+        raise UsageError("--out goes with --queries (one query prints to stdout)")
+    batch = args.queries is not None
+    fmt = args.format or ("json" if batch else "table")
+    if batch and fmt != "json":
+        raise UsageError(f"--queries writes JSON lines (--format json); --format {fmt} renders one query text")
+    if args.with_text and fmt != "json":
+        raise UsageError("--with-text adds record texts to JSON output (--format json or --queries)")
+    if not (args.store / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     caller = _caller(args)
     with CARStore.open(args.store) as store:
         retriever = ControllingAuthorityRetriever(
             store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution
         )
-        if args.text is not None:
+        if not batch:
             result = retriever.retrieve(args.text, caller=caller)
-            if args.format == "json":
-                print(json.dumps(result.to_dict(args.k), indent=2, ensure_ascii=False))
-            elif args.format == "evidence":
+            if fmt == "json":
+                print(json.dumps(result_json(result, args.k, with_text=args.with_text), indent=2, ensure_ascii=False))
+            elif fmt == "evidence":
                 from car_rag.evidence import render_reader
 
                 print(render_reader(result, policy=store.policy, k=args.k))
-            elif args.format == "xml":
+            elif fmt == "xml":
                 from car_rag.evidence import render_xml
 
                 print(render_xml(result, policy=store.policy, k=args.k))
@@ -119,15 +196,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         try:
             for query in tqdm(queries, desc="queries", unit="q", disable=args.out is None):
                 result = retriever.retrieve(query.query, caller=caller)
-                line = {
-                    "query_id": query.query_id,
-                    "doc_ids": result.doc_ids(args.k),
-                    "records": [
-                        {"doc_id": r.doc_id, "status": r.status, "superseded_by": r.superseded_by}
-                        for r in result.top(args.k)
-                    ],
-                    "timings_ms": result.timings_ms,
-                }
+                line = result_json(result, args.k, with_text=args.with_text, query_id=query.query_id)
                 print(json.dumps(line, ensure_ascii=False), file=out)
         finally:
             if out is not sys.stdout:
@@ -156,15 +225,15 @@ def _harness(module: str, extra: str) -> ModuleType:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if not args.suite and not (args.corpus and args.queries and args.policy):
+        raise UsageError("give --suite NAME, or --corpus, --queries and --policy")
     bench = _harness("car_rag_evals.bench", "bench")
     suites = _harness("car_rag_evals.suites", "bench")
 
     if args.suite:
         suite = suites.load_suite(args.suite, args.corpora)
-    elif args.corpus and args.queries and args.policy:
-        suite = suites.custom_suite(args.corpus, args.queries, args.policy)
     else:
-        raise SystemExit("car-rag bench: give --suite NAME, or --corpus, --queries and --policy")
+        suite = suites.custom_suite(args.corpus, args.queries, args.policy)
     systems = tuple(args.systems.split(",")) if args.systems else bench.DEFAULT_SYSTEMS
     results = bench.run_suite(suite, k=args.k, systems=systems, stores_dir=args.stores, depth=args.depth)
     command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
@@ -175,12 +244,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval_llm(args: argparse.Namespace) -> int:
-    llm = _harness("car_rag_evals.llm", "llm")
-
     if (args.answers is None) == (args.base_url is None):
-        raise SystemExit("car-rag eval-llm: give --answers FILE.jsonl, or --base-url URL and --model NAME")
+        raise UsageError("give --answers FILE.jsonl, or --base-url URL and --model NAME")
     if args.base_url and not args.model:
-        raise SystemExit("car-rag eval-llm: --base-url needs --model")
+        raise UsageError("--base-url needs --model")
+    llm = _harness("car_rag_evals.llm", "llm")
     command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag eval-llm ..."
     query_ids = None
     if args.query_ids is not None:
@@ -203,12 +271,11 @@ def _cmd_eval_llm(args: argparse.Namespace) -> int:
 
 
 def _cmd_guard(args: argparse.Namespace) -> int:
-    run_guard = _harness("car_rag_evals.guard_run", "bench").run_guard
-
     if (args.suite is None) == (args.corpus is None):
-        raise SystemExit("car-rag guard: give --suite NAME, or --corpus, --queries and --policy")
+        raise UsageError("give --suite NAME, or --corpus, --queries and --policy")
     if args.corpus is not None and not (args.queries and args.policy):
-        raise SystemExit("car-rag guard: --corpus needs --queries and --policy")
+        raise UsageError("--corpus needs --queries and --policy")
+    run_guard = _harness("car_rag_evals.guard_run", "bench").run_guard
     command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag guard ..."
     paths = run_guard(
         args.answers, args.out, suite_name=args.suite, corpus=args.corpus, queries=args.queries, policy=args.policy,
@@ -234,53 +301,89 @@ def _cmd_policies(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="car-rag", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    """The ``car-rag`` argument parser (every subcommand carries its own parser as ``args.parser``)."""
+    verbosity = argparse.ArgumentParser(add_help=False)
+    verbosity.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                           help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)")
+    parser = argparse.ArgumentParser(prog="car-rag", description=DESCRIPTION, epilog=EPILOG, formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    ingest = sub.add_parser("ingest", help="add or replace records in a store (idempotent by doc_id)")
+    def command(name: str, summary: str, examples: tuple[str, ...], description: str | None = None) -> argparse.ArgumentParser:
+        text = textwrap.fill(description or summary[:1].upper() + summary[1:] + ".", width=88)
+        made = sub.add_parser(name, help=summary, description=text, epilog=_examples(*examples),
+                              formatter_class=_Formatter, parents=[verbosity])
+        made.set_defaults(parser=made)
+        return made
+
+    ingest = command(
+        "ingest", "add or replace records in a store (idempotent by doc_id)",
+        ("car-rag ingest corpus.jsonl --store ./store --policy security-advisory",
+         "car-rag ingest more.jsonl --store ./store          # the store remembers its policy"),
+        "Add or replace records in a store (idempotent by doc_id). Rejected records are named on stderr "
+        "with file:line and the rest are stored; the exit status is then 1.",
+    )
     ingest.add_argument("corpus", type=Path, help="JSONL corpus in the neutral record format")
     ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
     ingest.add_argument("--policy", help="built-in policy name or .toml/.json file (needed to create a store)")
-    ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000")
-    ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS))
+    ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded)")
+    ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS),
+                        help="lexical index of a new store")
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.set_defaults(func=_cmd_ingest)
 
-    query = sub.add_parser("query", help="retrieve the controlling records for a query or a query file")
-    query.add_argument("text", nargs="?", help="the question")
-    query.add_argument("--store", type=Path, required=True)
+    query = command(
+        "query", "retrieve the controlling records for a query or a query file",
+        ('car-rag query --store ./store "Is lodash still vulnerable to CVE-2019-10744?" --k 5',
+         'car-rag query --store ./store "..." --format json --with-text',
+         "car-rag query --store ./store --queries questions.jsonl --out answers.jsonl"),
+        "Retrieve the controlling records for one question (printed as a table, JSON, or evidence for an "
+        "LLM) or for a JSONL query file (one JSON line per query, the same shape as --format json).",
+    )
+    query.add_argument("text", nargs="?", help="the question (or give --queries)")
+    query.add_argument("--store", type=Path, required=True, help="store directory, made by car-rag ingest")
     query.add_argument("--queries", type=Path, help="JSONL query set (query_id, query); one JSON line out per query")
     query.add_argument("--out", type=Path, help="with --queries: write here instead of stdout")
-    query.add_argument("--k", type=_count, default=5, help="records to return (default 5)")
-    query.add_argument("--k1", type=_count, default=10, help="Stage-1 anchors (default 10)")
+    query.add_argument("--k", type=_count, default=5, help="records to return")
+    query.add_argument("--k1", type=_count, default=10, help="Stage-1 anchors")
     query.add_argument("--depth", type=_count, default=50, help="per-channel Stage-1 depth before fusion")
-    query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"])
-    query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"])
-    query.add_argument("--format", default="table", choices=["table", "json", "evidence", "xml"],
-                       help="evidence: the reader-first evidence an LLM reads; xml: the audit XML (default: %(default)s)")
+    query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"], help="Stage-1 channels")
+    query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"],
+                       help="rules: the policy's rules; timestamp: the paper's later-in-scope baseline")
+    query.add_argument("--format", choices=["table", "json", "evidence", "xml"],
+                       help="json: records with status and edges; evidence: the reader-first evidence an LLM reads; "
+                            "xml: the audit XML (default: table for a query text, json lines with --queries)")
+    query.add_argument("--with-text", action="store_true", help="JSON output carries each record's text")
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
     query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
     query.set_defaults(func=_cmd_query)
 
-    demo = sub.add_parser("demo", help="dense-only vs BM25-only vs car-rag on the packaged demo corpus")
-    demo.add_argument("--k", type=_count, default=5)
+    demo = command("demo", "dense-only vs BM25-only vs car-rag on the packaged demo corpus",
+                   ("car-rag demo", "car-rag demo --k 3 --store ./demo-store"))
+    demo.add_argument("--k", type=_count, default=5, help="records shown per system")
     demo.add_argument("--store", type=Path, help="keep the demo store here (default: a temporary directory)")
     demo.set_defaults(func=_cmd_demo)
 
-    bench = sub.add_parser("bench", help="benchmark retrieval systems side by side on a suite")
+    bench = command("bench", "benchmark retrieval systems side by side on a suite",
+                    ("car-rag bench --suite ghsa-freeform --k 5 --out evals/results",
+                     "car-rag bench --corpus corpus.jsonl --queries queries.jsonl --policy security-advisory --out runs/mine"))
     bench.add_argument("--suite", help="built-in suite (see car_rag_evals.suites.SUITES)")
     bench.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
     bench.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
     bench.add_argument("--policy", help="its policy (name or file)")
-    bench.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
-    bench.add_argument("--k", type=_count, default=5)
+    bench.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
+    bench.add_argument("--k", type=_count, default=5, help="top-k scored")
     bench.add_argument("--depth", type=_count, default=100, help="ranking depth for ranks and MRR")
     bench.add_argument("--systems", help="comma-separated subset of systems (default: all)")
     bench.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
-    bench.add_argument("--out", type=Path, default=Path("evals/results"))
+    bench.add_argument("--out", type=Path, default=Path("evals/results"), help="results folder")
     bench.set_defaults(func=_cmd_bench)
 
-    evalllm = sub.add_parser("eval-llm", help="classify reader answers per retrieval condition (given, or from a chat server)")
+    evalllm = command("eval-llm", "classify reader answers per retrieval condition (given, or from a chat server)",
+                      ("car-rag eval-llm --suite ghsa-freeform --base-url http://127.0.0.1:8080/v1 --model NAME --out runs/ghsa",
+                       "car-rag eval-llm --suite ghsa-freeform --answers my_answers.jsonl --out runs/mine"))
     evalllm.add_argument("--suite", required=True, help="built-in suite (see car_rag_evals.suites.SUITES)")
     evalllm.add_argument("--answers", type=Path,
                          help="JSONL of query_id, condition, answer[, controlling_in_context]: classify only")
@@ -290,12 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--conditions",
                          help="comma-separated, of car_rag_evals.llm.CONDITIONS (default: its DEFAULT_CONDITIONS)")
     evalllm.add_argument("--k", type=_count, default=5, help="records in each context")
-    evalllm.add_argument("--limit", type=_count, help="first N queries only")
+    evalllm.add_argument("--limit", type=_count, help="first N queries only (default: all)")
     evalllm.add_argument("--query-ids", type=Path,
                          help="answer only these queries: a file with one query id per line ('#' comments)")
     evalllm.add_argument("--evidence-budget", type=float, default=1500,
-                         help="each context fitted to this many tokens by leaving out whole records, "
-                              "least useful first (default %(default)s)")
+                         help="each context fitted to this many tokens by leaving out whole records, least useful first")
     evalllm.add_argument("--max-doc-chars", type=_count,
                          help="also cut each record's text to this many characters, in every condition (default: whole)")
     evalllm.add_argument("--max-tokens", type=_count, default=512, help="answer length cap per model call")
@@ -304,38 +406,84 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--concurrency", type=_count, default=4, help="model calls in flight")
     evalllm.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
     evalllm.add_argument("--retries", type=int, default=4, help="retries per model call")
-    evalllm.add_argument("--cache", type=Path, help="answer cache JSONL (default OUT/cache.jsonl)")
-    evalllm.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
+    evalllm.add_argument("--cache", type=Path, help="answer cache JSONL (default: OUT/cache.jsonl)")
+    evalllm.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     evalllm.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
-    evalllm.add_argument("--out", type=Path, required=True)
+    evalllm.add_argument("--out", type=Path, required=True, help="run folder: report, labels, answers, cache")
     evalllm.set_defaults(func=_cmd_eval_llm)
 
-    guard = sub.add_parser("guard", help="check answers for consistency with the authority car-rag retrieves for their queries")
+    guard = command("guard", "check answers for consistency with the authority car-rag retrieves for their queries",
+                    ("car-rag guard --suite ghsa-freeform --answers answers.jsonl --out runs/guard",
+                     "car-rag guard --corpus corpus.jsonl --queries queries.jsonl --policy security-advisory "
+                     "--answers answers.jsonl --out runs/guard"))
     guard.add_argument("--answers", type=Path, required=True, help="JSONL of query_id, condition, answer")
     guard.add_argument("--suite", help="built-in suite (see car_rag_evals.suites.SUITES)")
     guard.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
     guard.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
     guard.add_argument("--policy", help="its policy (name or file)")
-    guard.add_argument("--k", type=_count, default=5, help="records the answers were given (default %(default)s)")
-    guard.add_argument("--corpora", type=Path, help="folder of the built-in suites' files")
+    guard.add_argument("--k", type=_count, default=5, help="records the answers were given")
+    guard.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     guard.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
-    guard.add_argument("--out", type=Path, required=True)
+    guard.add_argument("--out", type=Path, required=True, help="folder for guard.jsonl and the summary")
     guard.set_defaults(func=_cmd_guard)
 
-    policies = sub.add_parser("policies", help="list the built-in policies and their rules")
+    policies = command("policies", "list the built-in policies and their rules", ("car-rag policies",))
     policies.set_defaults(func=_cmd_policies)
     return parser
 
 
+_log_handler: logging.Handler | None = None
+
+
+def _configure_logging(verbose: int) -> None:
+    """What car_rag (and the harness) log goes to stderr: warnings by default, ``-v`` INFO,
+    ``-vv`` DEBUG. Other libraries' loggers are left alone; one handler per process (a new
+    ``main`` call, e.g. in tests, replaces it and writes to the current ``sys.stderr``)."""
+    global _log_handler
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("car-rag: %(levelname)s: %(name)s: %(message)s"))
+    for name in ("car_rag", "car_rag_evals"):
+        logger = logging.getLogger(name)
+        if _log_handler is not None:
+            logger.removeHandler(_log_handler)
+        logger.addHandler(handler)
+        logger.setLevel(level)
+    _log_handler = handler
+
+
+def _stdout_gone() -> None:
+    """stdout's reader went away (``car-rag policies | head -1``): stop quietly. Point stdout at
+    devnull so the interpreter's final flush raises nothing either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (stdout replaced, e.g. in tests)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``car-rag``; returns the exit status (argparse's own usage errors raise SystemExit(2))."""
     _quiet_runtime()
     args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
         return code
-    except (OSError, ValueError, RuntimeError, MissingExtraError) as exc:  # OSError: unreadable files as well as missing ones
+    except UsageError as exc:
+        args.parser.print_usage(sys.stderr)
         print(f"car-rag {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _stdout_gone()
+        return 1
+    except KeyboardInterrupt:
+        print(f"car-rag {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, RuntimeError, MissingExtraError) as exc:  # OSError: unreadable files as well as missing ones
+        print(f"car-rag {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

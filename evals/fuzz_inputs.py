@@ -24,7 +24,8 @@ against a second such store. A case passes when:
   ``doc_id`` it carries and (where the mutation targets one) the field; no error message
   over 400 characters; a line the mutation left valid is stored, one it broke is not;
 - on the CLI, the exit code is 0 when nothing was rejected, 1 when records were (each named
-  by ``file:line``) and 2 for a policy error, and stderr holds no traceback;
+  by ``file:line``) and 1 for a policy error (its one line names the command), and stderr holds
+  no traceback;
 - the pre-existing store answers its check queries identically (ranked doc ids, statuses,
   hidden superseders, for three callers) and holds its check records, edges and Chroma
   entries unchanged; it holds exactly the records accepted so far, each of which reads
@@ -918,7 +919,7 @@ class Fuzzer:
             self.stats["cli_tracebacks"] += 1
             self._violate("CLI traceback", case, done.stderr[-500:])
         if case.kind == "policy":
-            if done.returncode != 2 or not done.stderr.startswith("car-rag ingest: error: "):
+            if done.returncode != 1 or not done.stderr.startswith("car-rag ingest: error: "):
                 self._violate("CLI policy error", case, f"exit {done.returncode}: {done.stderr[:300]}")
             return
         rejected = [line for line in done.stderr.splitlines() if line.startswith("rejected: ")]

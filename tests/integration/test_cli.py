@@ -63,8 +63,52 @@ def test_query_batch_writes_one_line_per_query(cli_store, tmp_path):
     gold = {json.loads(q)["query_id"]: json.loads(q)["gold_doc_ids"] for q in (DEMO / "queries.jsonl").read_text().splitlines()}
     assert [line["query_id"] for line in lines] == list(gold)
     for line in lines:
-        assert set(gold[line["query_id"]]) & set(line["doc_ids"])
+        assert set(gold[line["query_id"]]) & {r["doc_id"] for r in line["records"]}
         assert all(r["status"] in ("active", "superseded") for r in line["records"])
+
+
+def test_single_and_batch_json_have_one_shape_and_text_on_request(cli_store, tmp_path, capsys):
+    """Batch output is JSON lines of the single-query object (plus its query_id); --with-text adds texts."""
+    question = "Is lodash still vulnerable to CVE-2099-10001?"
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query_id": "q1", "query": question}) + "\n")
+    base = ["query", "--store", str(cli_store), "--anchors", "bm25", "--k", "3"]
+    assert main([*base, question, "--format", "json"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert main([*base, "--queries", str(queries)]) == 0  # stdout, json lines by default
+    [batch] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert batch.pop("query_id") == "q1"
+    for data in (single, batch):
+        data.pop("timings_ms")
+    assert batch == single and "text" not in single["records"][0]
+    assert main([*base, question, "--format", "json", "--with-text"]) == 0
+    texted = json.loads(capsys.readouterr().out)
+    assert main([*base, "--queries", str(queries), "--format", "json", "--with-text"]) == 0
+    [texted_line] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    from car_rag import CARStore
+
+    with CARStore.open(cli_store) as store:
+        for data in (texted, texted_line):
+            assert [r["text"] for r in data["records"]] == [store.get(r["doc_id"]).text for r in data["records"]]
+            assert {k: v for k, v in data["records"][0].items() if k != "text"} == single["records"][0]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--queries", "Q", "--format", "table"], "--queries writes JSON lines"),
+        (["--queries", "Q", "--format", "evidence"], "--queries writes JSON lines"),
+        (["question", "--format", "xml", "--with-text"], "--with-text adds record texts"),
+        (["question", "--out", "o.jsonl"], "--out goes with --queries"),
+        ([], "give either a query text or --queries"),
+        (["question", "--queries", "Q"], "give either a query text or --queries"),
+    ],
+)
+def test_conflicting_query_options_are_usage_errors(cli_store, tmp_path, capsys, argv, message):
+    argv = [str(tmp_path / "q.jsonl") if a == "Q" else a for a in argv]
+    assert main(["query", "--store", str(cli_store), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: car-rag query") and f"car-rag query: error: {message}" in err
 
 
 def test_query_with_a_caller_hides_what_it_may_not_read(tmp_path, capsys):
@@ -91,11 +135,16 @@ def test_demo_and_policies(capsys):
     assert all(name in listing for name in ("security-advisory", "legal-precedent", "drug-regulation", "sec-204a1", "versioned-document"))
 
 
-def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
-    assert main(["query", "--store", str(tmp_path / "missing"), "anything"]) == 2
-    assert "no car-rag store at" in capsys.readouterr().err
-    assert main(["ingest", str(tmp_path / "nope.jsonl"), "--store", str(tmp_path / "s"), "--policy", "nope"]) == 2
+def test_runtime_errors_are_one_line_with_exit_1(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    assert main(["query", "--store", str(missing), "anything"]) == 1
+    err = capsys.readouterr().err
+    # query has no --policy: it is not told to pass one
+    assert err == f"car-rag query: error: no car-rag store at {missing}: run car-rag ingest first\n"
+    assert not missing.exists()
+    assert main(["ingest", str(tmp_path / "nope.jsonl"), "--store", str(tmp_path / "s"), "--policy", "nope"]) == 1
     assert "unknown policy 'nope'" in capsys.readouterr().err
+    assert main(["query", "--store", str(tmp_path / "s"), "--queries", str(tmp_path / "nope.jsonl")]) == 1
 
 
 @pytest.mark.parametrize(

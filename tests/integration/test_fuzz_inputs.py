@@ -91,5 +91,5 @@ def test_cli_store_path_that_is_a_file_is_an_error_not_a_traceback(tmp_path, cap
     corpus, not_a_dir = tmp_path / "c.jsonl", tmp_path / "file"
     corpus.write_text(json.dumps(GOOD) + "\n")
     not_a_dir.write_text("")
-    assert main(["ingest", str(corpus), "--store", str(not_a_dir), "--policy", "security-advisory", "--quiet"]) == 2
+    assert main(["ingest", str(corpus), "--store", str(not_a_dir), "--policy", "security-advisory", "--quiet"]) == 1
     assert capsys.readouterr().err.startswith("car-rag ingest: error: ")
