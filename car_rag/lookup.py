@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -239,10 +240,19 @@ class AuthorityClosure:
         )
 
 
+log = logging.getLogger(__name__)
+
+
+def _log_closure(closure: AuthorityClosure, store: AuthorityStore) -> None:
+    log.debug("Stage 2 over %s: %d anchors, %d lookup rounds, %d lookups, %d records in the closure",
+              type(store).__name__, len(closure.anchors), closure.rounds, closure.lookups, len(closure.graph))
+
+
 def resolve_closure(closure: AuthorityClosure, store: AuthorityStore, caller: CallerContext | None = None) -> RetrievalResult:
     """Run ``closure`` against ``store`` (sync) and resolve; anchors must be added first."""
     for queries in closure.steps():
         closure.absorb(store.fetch(queries))
+    _log_closure(closure, store)
     return closure.finish(caller)
 
 
@@ -252,4 +262,5 @@ async def aresolve_closure(
     """:func:`resolve_closure` with the store's lookups awaited (:meth:`AuthorityStore.afetch`)."""
     for queries in closure.steps():
         closure.absorb(await store.afetch(queries))
+    _log_closure(closure, store)
     return closure.finish(caller)

@@ -16,6 +16,7 @@ neutral wording.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 from functools import cached_property
@@ -37,6 +38,8 @@ __all__ = [
     "Rule", "State", "Policy", "PolicyArg", "PolicyError",
     "load_policy", "builtin_policies", "builtin_vocabularies", "EXPLICIT_RULE",
 ]
+
+log = logging.getLogger(__name__)
 
 EXPLICIT_RULE = "explicit"
 """Name reported for an edge that comes from a record's own ``supersedes`` list."""
@@ -358,12 +361,16 @@ def load_policy(name_or_path: str | Path | Policy) -> Policy:
             text = path.read_bytes().decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise PolicyError(f"{path}: cannot parse: not UTF-8: {exc.reason} at byte {exc.start}") from None
-        return _parse(text, path.suffix, str(path))
+        policy = _parse(text, path.suffix, str(path))
+        log.debug("loaded policy %r from %s: %d rules", policy.name, path, len(policy.rules))
+        return policy
     name = str(name_or_path)
     if name not in builtin_policies():
         raise PolicyError(f"unknown policy {name!r}: use a .toml/.json file or one of {builtin_policies()}")
     text = (resources.files("car_rag") / "policies" / f"{name}.toml").read_text(encoding="utf-8")
-    return _parse(text, ".toml", f"built-in policy {name!r}")
+    policy = _parse(text, ".toml", f"built-in policy {name!r}")
+    log.debug("loaded built-in policy %r: %d rules", name, len(policy.rules))
+    return policy
 
 
 PolicyArg = Annotated[Policy, BeforeValidator(lambda v: load_policy(v) if isinstance(v, (str, Path)) else v)]

@@ -6,6 +6,7 @@ fusion, inside the caller's eligibility; Stages 2 and 3 are :mod:`car_rag.resolu
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Literal
 
@@ -17,6 +18,8 @@ from car_rag.resolution import ResolutionMode, RetrievalResult, RetrievedRecord,
 from car_rag.store import CARStore
 
 __all__ = ["ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "AnchorMode", "ResolutionMode"]
+
+log = logging.getLogger(__name__)
 
 AnchorMode = Literal["bm25", "dense", "hybrid"]
 
@@ -113,4 +116,8 @@ class ControllingAuthorityRetriever:
             stage1_ms = (time.perf_counter() - started) * 1000
             result = self.resolve(query, anchors, caller)
         result.timings_ms = {"stage1": stage1_ms, **result.timings_ms, "total": (time.perf_counter() - started) * 1000}
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("query %r: %d anchors (%s), %d records, %d active; %s", query[:80], len(anchors), self.anchor_mode,
+                      len(result), sum(r.status == "active" for r in result),
+                      ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items()))
         return result

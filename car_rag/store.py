@@ -16,6 +16,7 @@ replaces the old, and a rejected one leaves everything already stored untouched.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 import uuid
@@ -38,6 +39,8 @@ from car_rag.policy import Policy, load_policy
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
 
 __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chroma_metadata"]
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "car-store.json"
 DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}
@@ -203,8 +206,11 @@ class CARStore:
             except Exception as exc:
                 raise StoreError(f"cannot create a store at {path}: {exc}") from exc
             config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False))
+            log.info("created store %s (policy %r, vectors in %s)", path, wanted.name, chroma_url or "embedded Chroma")
             return store
-        return cls(path, config, embedder=embedder)
+        store = cls(path, config, embedder=embedder)
+        log.info("opened store %s: %d records, policy %r", path, len(store), store.policy.name)
+        return store
 
     def _connect_chroma(self) -> Any:
         chromadb = require("chromadb", "store", "the store's vector index")
@@ -243,6 +249,9 @@ class CARStore:
         vectors = self.dense.collection.count()
         if vectors != len(records):
             self._orphans = set(self.dense.ids()) - set(self.graph.records)
+            if self._orphans:
+                log.warning("%s: %d vectors have no stored record (an ingest was cut off); re-ingesting them clears them",
+                            self.path, len(self._orphans))
         self._unsaved = 0
         ordered = [r.doc_id for r in records]
         self.dense.load(ordered, vectors)  # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
@@ -257,7 +266,9 @@ class CARStore:
             tail = records[indexed:]  # ingested after the index was last saved
             self.lexical.add([r.doc_id for r in tail], [r.text for r in tail])
             self._unsaved = len(tail)
+            log.debug("%s: BM25 index caught up with %d records ingested after it was saved", self.path, len(tail))
         else:
+            log.info("%s: rebuilding the BM25 index over %d records", self.path, len(records))
             self.lexical.build(ordered, [r.text for r in records])
             self.flush()
 
@@ -320,6 +331,7 @@ class CARStore:
             changed.append(record)
         report.timings_s["parse"] = time.perf_counter() - started
         if not changed:
+            self._log_ingest(label, report)
             return report
 
         vectors = self._vectors(changed, embeddings, progress, report)  # outside the lock: the slow part
@@ -347,9 +359,18 @@ class CARStore:
                     rows = [i for i, r in enumerate(changed) if r.doc_id in keep]
                     self._write(accepted, vectors[rows], bool(report.updated), progress, report)
             except BaseException:
+                log.warning("%s: ingest of %s failed; re-reading the store from disk", self.path, label)
                 self._load()  # the graph may be ahead of what was written: re-read the disk
                 raise
+        self._log_ingest(label, report)
         return report
+
+    def _log_ingest(self, label: str, report: IngestReport) -> None:
+        log.info("%s: ingested %s: %s; %d records held", self.path, label, report.summary(), len(self))
+        if report.new_edges:
+            log.debug("%s: %d new supersession edges; newly superseded: %s", self.path, len(report.new_edges),
+                      ", ".join(report.newly_superseded[:20]) + (" ..." if len(report.newly_superseded) > 20 else ""))
+        log.debug("%s: ingest timings (s): %s", self.path, ", ".join(f"{k} {v:.3f}" for k, v in report.timings_s.items()))
 
     def _fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}

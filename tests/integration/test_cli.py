@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -169,3 +170,17 @@ def test_negative_k_is_an_error_not_a_slice(cli_store):
     for call in (result.top, result.doc_ids, result.to_dict):
         with pytest.raises(ValueError, match="k must be >= 0, got -1"):
             call(-1)
+
+
+def test_verbose_logs_store_ingest_and_query(tmp_path, capsys):
+    store = tmp_path / "s"
+    assert main(["-v", "ingest", str(DEMO / "corpus.jsonl"), "--store", str(store), "--policy", "security-advisory", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"car-rag: INFO: car_rag.store: created store {store} (policy 'security-advisory'" in err
+    assert f"car-rag: INFO: car_rag.store: {store}: ingested {DEMO / 'corpus.jsonl'}: 45 added" in err
+    assert main(["query", "-vv", "--store", str(store), "lodash prototype pollution", "--anchors", "bm25"]) == 0
+    err = capsys.readouterr().err
+    assert f"car_rag.store: opened store {store}: 45 records" in err
+    assert re.search(r"car-rag: DEBUG: car_rag.retriever: query 'lodash prototype pollution': \d+ anchors \(bm25\), \d+ records", err)
+    assert main(["query", "--store", str(store), "lodash prototype pollution", "--anchors", "bm25"]) == 0
+    assert capsys.readouterr().err == ""

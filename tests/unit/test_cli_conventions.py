@@ -94,3 +94,11 @@ def test_verbose_sets_the_library_log_level(capsys, argv, level) -> None:
     assert logging.getLogger("car_rag").getEffectiveLevel() == level
     assert main(["policies", *argv]) == 0  # after the command as well
     assert logging.getLogger("car_rag").getEffectiveLevel() == level
+
+
+def test_verbose_shows_what_the_library_logs(capsys) -> None:
+    assert main(["-vv", "policies"]) == 0
+    err = capsys.readouterr().err
+    assert "car-rag: DEBUG: car_rag.policy: loaded built-in policy 'security-advisory'" in err
+    assert main(["policies"]) == 0
+    assert capsys.readouterr().err == ""  # quiet by default
