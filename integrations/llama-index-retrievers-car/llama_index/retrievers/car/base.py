@@ -78,8 +78,12 @@ class CARRetriever(BaseRetriever):
 
     @classmethod
     def from_index(cls, index: Any, policy: Policy | str | Path, *, similarity_top_k: int = 10, **kwargs: Any) -> "CARRetriever":
-        """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``."""
-        return cls(index.as_retriever(similarity_top_k=similarity_top_k), index.vector_store, policy, **kwargs)
+        """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``, or on
+        ``index.docstore`` when the vector store keeps no text (the in-memory default,
+        ``SimpleVectorStore``, and any store with ``stores_text=False``)."""
+        vector_store = index.vector_store
+        store = vector_store if getattr(vector_store, "stores_text", True) else index.docstore
+        return cls(index.as_retriever(similarity_top_k=similarity_top_k), store, policy, **kwargs)
 
     def _get_prompt_modules(self) -> dict[str, Any]:
         return {"retriever": self.retriever}

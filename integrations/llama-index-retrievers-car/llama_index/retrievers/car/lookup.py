@@ -179,6 +179,11 @@ def authority_lookup(source: Any, layout: MetadataLayout | None = None) -> Autho
     if isinstance(source, AuthorityStore):
         return source
     if isinstance(source, BasePydanticVectorStore):
+        if not source.stores_text:
+            raise TypeError(
+                f"{type(source).__name__} keeps no text or metadata of its own (stores_text=False), so it cannot "
+                "answer metadata lookups: pass the index's docstore (index.docstore), or use CARRetriever.from_index"
+            )
         return VectorStoreAuthorityLookup(source, layout)
     if isinstance(source, BaseDocumentStore):
         return NodeAuthorityLookup(source.docs.values(), layout)
