@@ -15,7 +15,7 @@ from langchain_car.documents import (
 from langchain_car.embeddings import CAREmbeddings
 from langchain_car.evidence import answer_prompt, documents_to_result, evidence_formatter, format_evidence
 from langchain_car.guard import authority_guard, check_documents
-from langchain_car.lookup import ChromaLookup, DocumentListLookup, MetadataLookup
+from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup
 from langchain_car.retrievers import CARRetriever
 
 try:
@@ -29,6 +29,7 @@ __all__ = [
     "CARRetriever",
     "ChromaLookup",
     "DocumentListLookup",
+    "InMemoryLookup",
     "MetadataLookup",
     "answer_prompt",
     "authority_guard",

@@ -15,8 +15,6 @@ import math
 import warnings
 from typing import Any
 
-import numpy as np
-
 from car_rag import Anchor, AuthorityClosure, RecordLayout, RetrievalResult
 from car_rag.annotations import annotations_for
 from car_rag.lookup import aresolve_closure, resolve_closure
@@ -25,15 +23,12 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables import Runnable
-from langchain_core.runnables.config import run_in_executor
-from langchain_core.vectorstores import VectorStoreRetriever
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 
 from langchain_car.lookup import MetadataLookup, WhereStore, as_lookup
 
 __all__ = ["CARRetriever"]
 
-_SCORED_SEARCH_TYPES = ("similarity", "similarity_score_threshold")
 _METADATA_SCORE_KEYS = ("score", "relevance_score", "similarity_score")
 
 
@@ -57,7 +52,7 @@ class CARRetriever(BaseRetriever):
             store = Chroma(collection_name="advisories", embedding_function=CAREmbeddings())
             retriever = CARRetriever(
                 base_retriever=store.as_retriever(search_kwargs={"k": 10}),
-                vectorstore=store,
+                store=store,
                 policy="security-advisory",
                 k=5,
             )
@@ -67,9 +62,9 @@ class CARRetriever(BaseRetriever):
     base_retriever: RetrieverLike = Field(
         description="Stage 1: any LangChain retriever; its documents become the anchors, in its order."
     )
-    vectorstore: Any = Field(
+    store: Any = Field(
         description="Stage 2: where superseders are looked up by metadata filter: a langchain_chroma.Chroma, "
-        "a chromadb collection, a MetadataLookup, or a list of Documents held in memory."
+        "a chromadb collection, an InMemoryVectorStore, a MetadataLookup, or a list of Documents held in memory."
     )
     policy: PolicyArg = Field(description="car-rag policy (or built-in policy name / policy file) deciding what voids what.")
     k: int = Field(default=5, ge=1, description="Number of documents returned (frontier first, then superseded).")
@@ -92,14 +87,23 @@ class CARRetriever(BaseRetriever):
     _lookup: MetadataLookup = PrivateAttr()
     _store: WhereStore = PrivateAttr()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "vectorstore" in data:
+            warnings.warn("CARRetriever(vectorstore=...) is deprecated: use store=", DeprecationWarning, stacklevel=4)
+            data = dict(data)
+            data.setdefault("store", data.pop("vectorstore"))
+        return data
+
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
-        self._lookup = as_lookup(self.vectorstore)
+        self._lookup = as_lookup(self.store)
         self._store = WhereStore(self._lookup, self.lookup_filter)
 
     @property
     def lookup(self) -> MetadataLookup:
-        """The Stage-2 metadata lookup built from ``vectorstore``."""
+        """The Stage-2 metadata lookup built from ``store``."""
         return self._lookup
 
     # ------------------------------------------------------------------ Stage 1
@@ -111,45 +115,12 @@ class CARRetriever(BaseRetriever):
             name, name.removesuffix("Retriever").lower() or name.lower()
         )
 
-    def _scored_vectorstore(self) -> bool:
-        base = self.base_retriever
-        return isinstance(base, VectorStoreRetriever) and base.search_type in _SCORED_SEARCH_TYPES
-
-    def _bm25_scores(self, query: str) -> list[tuple[Document, float | None]] | None:
-        """``BM25Retriever`` (langchain-community) with its scores: the same documents in the same
-        order as its ``get_top_n``, read from one ``get_scores`` call. None for other retrievers."""
-        base = self.base_retriever
-        vectorizer = getattr(base, "vectorizer", None)
-        if type(base).__name__ != "BM25Retriever" or not callable(getattr(vectorizer, "get_scores", None)):
-            return None
-        scores = np.asarray(vectorizer.get_scores(base.preprocess_func(query)))  # type: ignore[attr-defined]
-        top = np.argsort(scores)[::-1][: base.k]  # type: ignore[attr-defined]  # as rank_bm25's get_top_n
-        return [(base.docs[i], float(scores[i])) for i in top]  # type: ignore[attr-defined]
-
     def _stage1(self, query: str, callbacks: Any) -> list[tuple[Document, float | None]]:
-        if self._scored_vectorstore():
-            base: VectorStoreRetriever = self.base_retriever  # type: ignore[assignment]
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Relevance scores must be between")
-                pairs = base.vectorstore.similarity_search_with_relevance_scores(query, **base.search_kwargs)
-            return [(doc, float(score)) for doc, score in pairs]
-        scored = self._bm25_scores(query)
-        if scored is not None:
-            return scored
+        """The wrapped retriever, invoked as a child run; scores from its documents' metadata, if any."""
         docs = self.base_retriever.invoke(query, config={"callbacks": callbacks})
         return [(d, _metadata_score(d)) for d in docs]
 
     async def _astage1(self, query: str, callbacks: Any) -> list[tuple[Document, float | None]]:
-        if self._scored_vectorstore():
-            base: VectorStoreRetriever = self.base_retriever  # type: ignore[assignment]
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Relevance scores must be between")
-                pairs = await base.vectorstore.asimilarity_search_with_relevance_scores(query, **base.search_kwargs)
-            return [(doc, float(score)) for doc, score in pairs]
-        if type(self.base_retriever).__name__ == "BM25Retriever":
-            scored = await run_in_executor(None, self._bm25_scores, query)
-            if scored is not None:
-                return scored
         docs = await self.base_retriever.ainvoke(query, config={"callbacks": callbacks})
         return [(d, _metadata_score(d)) for d in docs]
 

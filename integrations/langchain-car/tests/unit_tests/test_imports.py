@@ -12,6 +12,7 @@ EXPECTED_ALL = [
     "CARRetriever",
     "ChromaLookup",
     "DocumentListLookup",
+    "InMemoryLookup",
     "MetadataLookup",
     "answer_prompt",
     "authority_guard",

@@ -33,7 +33,7 @@ class KeywordRetriever(BaseRetriever):
 
 def make(k: int = 5, docs: list[Document] = DOCS, **kwargs: Any) -> CARRetriever:
     return CARRetriever(
-        base_retriever=KeywordRetriever(documents=docs), vectorstore=DocumentListLookup(docs), policy=POLICY, k=k, **kwargs
+        base_retriever=KeywordRetriever(documents=docs), store=DocumentListLookup(docs), policy=POLICY, k=k, **kwargs
     )
 
 
@@ -103,7 +103,7 @@ def test_k1_keeps_the_first_stage1_documents_only() -> None:
 
 
 def test_policy_by_name() -> None:
-    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy="security-advisory")
+    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), store=DOCS, policy="security-advisory")
     assert retriever.policy == POLICY and isinstance(retriever.lookup, DocumentListLookup)
 
 
@@ -130,7 +130,7 @@ def test_unusable_stage2_documents_are_skipped_with_a_warning() -> None:
     broken = Document(id="junk", page_content="?", metadata={"package": "lodash", "cve_id": "CVE-2099-20001", "doc_type": "patch_release", "authority": 7.0})
     docs = DOCS + [broken]
     retriever = CARRetriever(
-        base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DocumentListLookup(docs), policy=POLICY
+        base_retriever=KeywordRetriever(documents=DOCS), store=DocumentListLookup(docs), policy=POLICY
     )
     with pytest.warns(UserWarning, match="unusable document"):
         out = retriever.invoke(QUERY)
@@ -175,3 +175,46 @@ def test_no_warnings_on_a_clean_run() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make().invoke(QUERY)
+
+
+class ScoringRetriever(KeywordRetriever):
+    """Stage 1 that reports its scores in document metadata, as many LangChain retrievers do."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        docs = super()._get_relevant_documents(query, run_manager=run_manager)
+        return [Document(id=d.id, page_content=d.page_content, metadata={**d.metadata, "score": 1.0 / i}) for i, d in enumerate(docs, 1)]
+
+
+def test_stage1_scores_come_from_document_metadata_else_rank_only() -> None:
+    scored = CARRetriever(base_retriever=ScoringRetriever(documents=DOCS), store=DOCS, policy=POLICY).invoke(QUERY)
+    assert next(d for d in scored if d.id == ANCHOR).metadata["car_stage1_score"] == 1.0
+    plain = make().invoke(QUERY)
+    anchor = next(d for d in plain if d.id == ANCHOR).metadata
+    assert anchor["car_stage1_rank"] == 1 and anchor["car_stage1_score"] is None
+
+
+class _Runs(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.runs: dict[Any, tuple[str, Any]] = {}
+
+    def on_retriever_start(self, serialized: Any, query: str, *, run_id: Any, parent_run_id: Any = None, **kwargs: Any) -> None:
+        self.runs[run_id] = (kwargs.get("name") or "", parent_run_id)
+
+
+def test_the_wrapped_retriever_is_a_child_run_of_the_car_run() -> None:
+    handler = _Runs()
+    make().invoke(QUERY, config={"callbacks": [handler]})
+    by_name = {name: (run_id, parent) for run_id, (name, parent) in handler.runs.items()}
+    assert by_name["KeywordRetriever"][1] == by_name["CARRetriever"][0]
+
+
+@pytest.mark.parametrize("store", [object(), {"a": 1}, "docs"])
+def test_a_store_that_cannot_filter_by_metadata_is_named(store: Any) -> None:
+    with pytest.raises(TypeError, match=rf"{type(store).__name__} cannot be filtered by metadata.*get\(where="):
+        CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), store=store, policy=POLICY)
+
+
+def test_vectorstore_is_a_deprecated_alias_of_store() -> None:
+    with pytest.warns(DeprecationWarning, match="use store="):
+        retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy=POLICY)
+    assert retriever.invoke(QUERY)[0].id == SUPERSEDER
