@@ -13,7 +13,14 @@ from langchain_car.documents import (
     records_to_documents,
 )
 from langchain_car.embeddings import CAREmbeddings
-from langchain_car.evidence import answer_prompt, documents_to_result, evidence_formatter, format_evidence
+from langchain_car.evidence import (
+    CARAnswerPrompt,
+    answer_prompt,
+    answer_prompt_template,
+    documents_to_result,
+    evidence_formatter,
+    format_evidence,
+)
 from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup
 from langchain_car.retrievers import CARRetriever
@@ -25,6 +32,7 @@ except metadata.PackageNotFoundError:  # pragma: no cover - running from a sourc
 del metadata
 
 __all__ = [
+    "CARAnswerPrompt",
     "CAREmbeddings",
     "CARRetriever",
     "ChromaLookup",
@@ -32,6 +40,7 @@ __all__ = [
     "InMemoryLookup",
     "MetadataLookup",
     "answer_prompt",
+    "answer_prompt_template",
     "authority_guard",
     "check_documents",
     "document_metadata",

@@ -8,6 +8,7 @@ import sys
 from langchain_car import __all__
 
 EXPECTED_ALL = [
+    "CARAnswerPrompt",
     "CAREmbeddings",
     "CARRetriever",
     "ChromaLookup",
@@ -15,6 +16,7 @@ EXPECTED_ALL = [
     "InMemoryLookup",
     "MetadataLookup",
     "answer_prompt",
+    "answer_prompt_template",
     "authority_guard",
     "check_documents",
     "document_metadata",

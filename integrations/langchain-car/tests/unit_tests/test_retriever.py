@@ -6,7 +6,7 @@ import warnings
 from typing import Any
 
 import pytest
-from car_rag import Record, load_policy
+from car_rag import CallerContext, Record, load_policy
 from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -120,10 +120,49 @@ def test_lookup_filter_is_anded_into_stage2() -> None:
     assert SUPERSEDER not in [d.id for d in docs]  # the release note's source does not pass the filter
 
 
-def test_stage1_document_without_car_metadata_is_an_error() -> None:
-    plain = [Document(id="x", page_content="prototype pollution lodash merge", metadata={})]
-    with pytest.raises(ValueError, match="no 'doc_type'"):
-        make(docs=plain).invoke(QUERY)
+def test_stage1_document_without_car_metadata_is_passed_through_unresolved() -> None:
+    plain = Document(id="x", page_content="prototype pollution lodash merge", metadata={"source": "wiki"})
+    docs = make(k=10, docs=[plain, *DOCS]).invoke(QUERY)
+    by_id = {d.id: d.metadata for d in docs}
+    assert by_id["x"]["car_status"] == "unresolved" and by_id["x"]["source"] == "wiki"
+    stage1 = [d.id for d in KeywordRetriever(documents=[plain, *DOCS]).invoke(QUERY)]
+    assert by_id["x"]["car_stage1_rank"] == stage1.index("x") + 1 and by_id["x"]["car_superseded_by"] == []
+    assert by_id[ANCHOR]["car_status"] == "superseded" and docs[0].id == SUPERSEDER
+    # It keeps its Stage-1 place among the records nothing displaced: after the fix, before the stale one.
+    assert [d.id for d in docs].index("x") < [d.id for d in docs].index(ANCHOR)
+
+
+def test_stage1_document_with_bad_car_metadata_is_passed_through_with_a_warning() -> None:
+    bad = Document(id="y", page_content="prototype pollution lodash merge", metadata={"doc_type": "note", "authority": 7.0})
+    with pytest.warns(UserWarning, match="authority"):
+        docs = make(k=10, docs=[bad, *DOCS]).invoke(QUERY)
+    assert {d.id: d.metadata for d in docs}["y"]["car_status"] == "unresolved"
+
+
+def test_caller_gate() -> None:
+    disclosure = Record(doc_id="d", text="timing side channel token recovery vaultkit", doc_type="vulnerability_disclosure",
+                        scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-01-01")
+    fix = Record(doc_id="f", text="release 3.1.0 constant time compare", doc_type="patch_release", version="3.1.0",
+                 scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-02-01",
+                 tenant="acme", allowed_principals=["security-team"])
+    docs = [record_to_document(disclosure), record_to_document(fix)]
+    stage1 = KeywordRetriever(documents=docs[:1])
+    query = "vaultkit timing side channel token recovery"
+    outsider = CARRetriever(base_retriever=stage1, store=docs, policy=POLICY, caller=CallerContext("other-co", {"dev"}))
+    out = outsider.invoke(query)
+    assert [d.id for d in out] == ["d"]
+    assert out[0].metadata["car_hidden_superseder"] is True and out[0].metadata["car_superseded_by"] == []
+    insider = CARRetriever(base_retriever=stage1, store=docs, policy=POLICY, caller=CallerContext("acme", {"security-team"}))
+    assert [d.id for d in insider.invoke(query)] == ["f", "d"]
+
+
+def test_doc_id_key_and_its_deprecated_alias() -> None:
+    docs = [Document(id=None, page_content=d.page_content, metadata={**d.metadata, "rid": d.id}) for d in DOCS]
+    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=docs), store=docs, policy=POLICY, doc_id_key="rid")
+    assert retriever.invoke(QUERY)[0].id == SUPERSEDER
+    with pytest.warns(DeprecationWarning, match="use doc_id_key="):
+        old = CARRetriever(base_retriever=KeywordRetriever(documents=docs), store=docs, policy=POLICY, id_key="rid")
+    assert old.doc_id_key == "rid"
 
 
 def test_unusable_stage2_documents_are_skipped_with_a_warning() -> None:
@@ -182,7 +221,10 @@ class ScoringRetriever(KeywordRetriever):
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         docs = super()._get_relevant_documents(query, run_manager=run_manager)
-        return [Document(id=d.id, page_content=d.page_content, metadata={**d.metadata, "score": 1.0 / i}) for i, d in enumerate(docs, 1)]
+        return [
+            Document(id=d.id, page_content=d.page_content, metadata={**d.metadata, "score": 1.0 / i})
+            for i, d in enumerate(docs, 1)
+        ]
 
 
 def test_stage1_scores_come_from_document_metadata_else_rank_only() -> None:
