@@ -128,16 +128,19 @@ class CARAnswerPrompt(ChatPromptTemplate):
     """car-rag's packaged answer prompt (:mod:`car_rag.prompts`) as a LangChain
     ``ChatPromptTemplate`` over ``{context}`` (the evidence) and ``{question}``.
 
-    Its templates are the reader-first prompt; formatting asks the core
-    (:func:`car_rag.prompts.evidence_messages`) for the messages of the evidence at hand, so
-    the prompt matches the evidence's form (reader-first or audit XML) and the hidden-record
-    rules are sent only when a packet was replaced by a record the caller may not read."""
+    Its templates are the reader-first prompt. While they are the packaged ones, formatting
+    asks the core (:func:`car_rag.prompts.evidence_messages`) for the messages of the evidence
+    at hand, so the prompt matches the evidence's form (reader-first or audit XML) and the
+    hidden-record rules are sent only when a packet was replaced by a record the caller may
+    not read. Edited templates are formatted as written."""
 
     def format_messages(self, **kwargs: Any) -> list[BaseMessage]:
         values = self._merge_partial_and_user_variables(**kwargs)
         evidence, question = values.get("context"), values.get("question")
         if not isinstance(evidence, str) or not isinstance(question, str):
             raise TypeError("answer_prompt takes {'context': <evidence str>, 'question': <str>}")
+        if [getattr(getattr(m, "prompt", None), "template", None) for m in self.messages] != _packaged_templates():
+            return super().format_messages(**kwargs)
         system, user = evidence_messages(question, evidence)
         return [SystemMessage(content=system["content"]), HumanMessage(content=user["content"])]
 
@@ -145,10 +148,14 @@ class CARAnswerPrompt(ChatPromptTemplate):
         return self.format_messages(**kwargs)
 
 
+def _packaged_templates() -> list[str]:
+    return [reader_system_prompt(""), load_prompt("reader_user").strip().replace("{evidence}", "{context}")]
+
+
 def answer_prompt_template() -> CARAnswerPrompt:
     """A fresh :class:`CARAnswerPrompt` (``answer_prompt`` is one)."""
-    user = load_prompt("reader_user").strip().replace("{evidence}", "{context}")
-    return CARAnswerPrompt.from_messages([("system", reader_system_prompt("")), ("human", user)])
+    system, user = _packaged_templates()
+    return CARAnswerPrompt.from_messages([("system", system), ("human", user)])
 
 
 answer_prompt: ChatPromptTemplate = answer_prompt_template()

@@ -14,7 +14,7 @@ from langchain_core.prompt_values import ChatPromptValue
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 
-from langchain_car import answer_prompt, documents_to_result, evidence_formatter, format_evidence
+from langchain_car import answer_prompt, answer_prompt_template, documents_to_result, evidence_formatter, format_evidence
 from tests.corpus import ANCHOR, QUERY, SUPERSEDER
 from tests.fake_chat_model import FakeEvidenceChatModel
 from tests.unit_tests.test_retriever import make
@@ -120,6 +120,9 @@ def test_answer_prompt_is_a_chat_prompt_template_and_sends_the_hidden_rule_only_
     system, user = answer_prompt.format_messages(context=hidden, question="Q?")
     assert "replaced-by=\"hidden\"" in system.content and hidden in user.content
     assert system.content == evidence_messages("Q?", hidden)[0]["content"]
+    edited = answer_prompt_template()
+    edited.messages[1].prompt.template = "EVIDENCE: {context} Q: {question}"
+    assert edited.format_messages(context="<evidence/>", question="Q?")[1].content == "EVIDENCE: <evidence/> Q: Q?"
 
 
 def test_lcel_chain_with_a_fake_chat_model() -> None:

@@ -6,7 +6,7 @@
 The node postprocessors live in :mod:`llama_index.postprocessor.car` (same distribution).
 """
 
-from llama_index.retrievers.car.base import CARRetriever
+from llama_index.retrievers.car.base import DEFAULT_K, CARRetriever
 from llama_index.retrievers.car.embedding import CAREmbedding
 from llama_index.retrievers.car.guard import CAR_GUARD, check_response
 from llama_index.retrievers.car.layout import (
@@ -41,7 +41,12 @@ from llama_index.retrievers.car.resolver import (
     Resolution,
     nodes_to_result,
 )
-from llama_index.retrievers.car.synthesizer import EvidenceSynthesizer, evidence_prompt_template, render_evidence
+from llama_index.retrievers.car.synthesizer import (
+    EvidencePromptTemplate,
+    EvidenceSynthesizer,
+    evidence_prompt_template,
+    render_evidence,
+)
 
 __version__ = "0.1.0"
 
@@ -63,6 +68,8 @@ __all__ = [
     "CAR_SUPERSEDED_BY",
     "CAR_VOIDED_BY",
     "CAR_VOIDS",
+    "DEFAULT_K",
+    "EvidencePromptTemplate",
     "EvidenceSynthesizer",
     "MetadataLayout",
     "NodeAuthorityLookup",
