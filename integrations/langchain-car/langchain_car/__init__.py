@@ -23,7 +23,7 @@ from langchain_car.evidence import (
 )
 from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup
-from langchain_car.retrievers import CARRetriever
+from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
 
 try:
     __version__ = metadata.version("langchain-car")
@@ -39,6 +39,7 @@ __all__ = [
     "DocumentListLookup",
     "InMemoryLookup",
     "MetadataLookup",
+    "RESOLUTION_EVENT",
     "answer_prompt",
     "answer_prompt_template",
     "authority_guard",

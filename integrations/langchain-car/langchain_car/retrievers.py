@@ -28,7 +28,11 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from langchain_car.lookup import MetadataLookup, WhereStore, as_lookup
 
-__all__ = ["CARRetriever"]
+__all__ = ["CARRetriever", "RESOLUTION_EVENT"]
+
+RESOLUTION_EVENT = "car_resolution"
+"""Name of the custom event each query dispatches on the ``CARRetriever`` run (tracing and
+``astream_events`` show it): anchors, lookups and rounds, what is active and what superseded."""
 
 _METADATA_SCORE_KEYS = ("score", "relevance_score", "similarity_score")
 
@@ -206,14 +210,18 @@ class CARRetriever(BaseRetriever):
     ) -> list[Document]:
         k = self._k(k)
         state = self._closure(query, self._stage1(query, run_manager.get_child()))
-        return self._documents(resolve_closure(state.closure, self._store, self.caller), state, k)
+        result = resolve_closure(state.closure, self._store, self.caller)
+        run_manager.get_child().on_custom_event(RESOLUTION_EVENT, _event(result, state), run_id=run_manager.run_id)
+        return self._documents(result, state, k)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self._k(k)
         state = self._closure(query, await self._astage1(query, run_manager.get_child()))
-        return self._documents(await aresolve_closure(state.closure, self._store, self.caller), state, k)
+        result = await aresolve_closure(state.closure, self._store, self.caller)
+        await run_manager.get_child().on_custom_event(RESOLUTION_EVENT, _event(result, state), run_id=run_manager.run_id)
+        return self._documents(result, state, k)
 
     def _k(self, k: int | None) -> int:
         if k is None:
@@ -234,6 +242,21 @@ class CARRetriever(BaseRetriever):
         from langchain_car.evidence import evidence_formatter
 
         return evidence_formatter(policy=self.policy, doc_id_key=self.doc_id_key, **options)
+
+
+def _event(result: RetrievalResult, state: _Stage1) -> dict[str, Any]:
+    """What the resolution did, for tracing (the ``car_resolution`` custom event)."""
+    return {
+        "query": result.query,
+        "policy": result.policy.name if result.policy is not None else None,
+        "anchors": [h.doc_id for h in result.anchors],
+        "unresolved": [doc.id for _, doc, _, _ in state.unresolved],
+        "lookups": state.closure.lookups,
+        "rounds": state.closure.rounds,
+        "active": [r.doc_id for r in result.ranked if r.status == "active"],
+        "superseded": {r.doc_id: list(r.superseded_by) for r in result.ranked if r.status == "superseded"},
+        "hidden_superseder": [r.doc_id for r in result.ranked if r.hidden_superseder],
+    }
 
 
 def _metadata_score(doc: Document) -> float | None:

@@ -15,6 +15,7 @@ EXPECTED_ALL = [
     "DocumentListLookup",
     "InMemoryLookup",
     "MetadataLookup",
+    "RESOLUTION_EVENT",
     "answer_prompt",
     "answer_prompt_template",
     "authority_guard",

@@ -260,3 +260,30 @@ def test_vectorstore_is_a_deprecated_alias_of_store() -> None:
     with pytest.warns(DeprecationWarning, match="use store="):
         retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy=POLICY)
     assert retriever.invoke(QUERY)[0].id == SUPERSEDER
+
+
+class _Events(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+        self.car_run: Any = None
+
+    def on_retriever_start(self, serialized: Any, query: str, *, run_id: Any, **kwargs: Any) -> None:
+        if kwargs.get("name") == "CARRetriever":
+            self.car_run = run_id
+
+    def on_custom_event(self, name: str, data: Any, *, run_id: Any, **kwargs: Any) -> None:
+        self.events.append((name, data, run_id))
+
+
+def test_the_resolution_is_a_custom_event_on_the_car_run() -> None:
+    handler = _Events()
+    make().invoke(QUERY, config={"callbacks": [handler]})
+    [(name, data, run_id)] = handler.events
+    assert name == "car_resolution" and run_id == handler.car_run
+    assert data["anchors"][0] == ANCHOR and SUPERSEDER in data["active"]
+    assert data["superseded"][ANCHOR] == [SUPERSEDER] and data["lookups"] >= 1 and data["rounds"] >= 1
+
+
+async def test_the_resolution_event_in_astream_events() -> None:
+    events = [e async for e in make().astream_events(QUERY, version="v2") if e["event"] == "on_custom_event"]
+    assert [e["name"] for e in events] == ["car_resolution"] and events[0]["data"]["anchors"][0] == ANCHOR
