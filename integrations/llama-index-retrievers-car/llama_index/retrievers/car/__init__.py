@@ -38,6 +38,7 @@ from llama_index.retrievers.car.resolver import (
     CAR_VOIDED_BY,
     CAR_VOIDS,
     AuthorityResolver,
+    CARResolutionEvent,
     Resolution,
     nodes_to_result,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "AuthorityLookup",
     "AuthorityResolver",
     "CAREmbedding",
+    "CARResolutionEvent",
     "CARRetriever",
     "CAR_ANCHOR_ID",
     "CAR_GUARD",
