@@ -1,6 +1,6 @@
 """car-rag in a LangChain LCEL chain over langchain-chroma.
 
-    retriever = CARRetriever(base_retriever=chroma.as_retriever(...), vectorstore=chroma, policy=...)
+    retriever = CARRetriever(base_retriever=chroma.as_retriever(...), store=chroma, policy=...)
     chain = {"context": retriever | format_evidence, "question": RunnablePassthrough()} | answer_prompt | llm
 
 The Chroma collection holds car-rag's demo corpus (security advisories and case law),
@@ -96,7 +96,7 @@ def main() -> None:
 
     retriever = CARRetriever(
         base_retriever=chroma.as_retriever(search_kwargs={"k": 10}),  # Stage 1: what you already run
-        vectorstore=chroma,  # Stage 2: filter-only lookups on the same collection
+        store=chroma,  # Stage 2: filter-only lookups on the same collection
         policy=load_policy(DEMO / "policy.toml"),  # the demo's rules (security + case law)
         k=5,
     )

@@ -72,13 +72,15 @@ class CachedEmbedder(Embedder):
         return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, 384), dtype=np.float32)
 
 
-def _tie_only(core_anchors, lc_anchors, channel: str) -> bool:
+def _tie_only(core_anchors, lc_scores: list[float] | None, channel: str) -> bool:
     """Whether two Stage-1 lists differ only among equal scores: the same score at every rank
-    (so the documents differ only where a tie was broken differently)."""
-    if channel == "hybrid" or len(core_anchors) != len(lc_anchors):
+    (so the documents differ only where a tie was broken differently). LangChain's retrievers
+    put no score in their documents (car-rag then ranks by position only), so its anchors'
+    scores are recomputed here: exact cosine for dense, rank_bm25's for BM25."""
+    if channel == "hybrid" or lc_scores is None or len(core_anchors) != len(lc_scores):
         return False
     a = [h.channel_scores.get(channel) for h in core_anchors]
-    b = [h.channel_scores.get(channel) for h in lc_anchors]
+    b = list(lc_scores)
     return None not in a + b and all(abs(x - y) <= 1e-4 * max(1.0, abs(x)) for x, y in zip(a, b))
 
 
@@ -112,6 +114,7 @@ def main() -> None:
     if args.vectors and not args.vectors.is_file():
         np.save(args.vectors, vectors)
     matrix = vectors.astype(np.float64)
+    row = {r.doc_id: i for i, r in enumerate(records)}
 
     # core
     store = CARStore.open(Path(tempfile.mkdtemp(prefix="car-lc-parity-")), policy, embedder=embedder, bm25_backend="rank-bm25")
@@ -141,9 +144,9 @@ def main() -> None:
         retrievers=[bm25(50), chroma.as_retriever(search_kwargs={"k": 50})], weights=[0.5, 0.5], id_key="doc_id"
     )
     setups = [
-        ("bm25", 5, bm25_5, CARRetriever(base_retriever=bm25_5, vectorstore=chroma, policy=policy, k=K)),
-        ("dense", 10, dense_10, CARRetriever(base_retriever=dense_10, vectorstore=chroma, policy=policy, k=K)),
-        ("hybrid", 10, ensemble, CARRetriever(base_retriever=ensemble, vectorstore=chroma, policy=policy, k=K, k1=10)),
+        ("bm25", 5, bm25_5, CARRetriever(base_retriever=bm25_5, store=chroma, policy=policy, k=K)),
+        ("dense", 10, dense_10, CARRetriever(base_retriever=dense_10, store=chroma, policy=policy, k=K)),
+        ("hybrid", 10, ensemble, CARRetriever(base_retriever=ensemble, store=chroma, policy=policy, k=K, k1=10)),
     ]
 
     rows = []
@@ -165,16 +168,21 @@ def main() -> None:
             same_anchors += [h.doc_id for h in result.anchors] == [h.doc_id for h in lc.anchors]
             # Stage 2+3 in isolation: the core resolving LangChain's own anchors must give LangChain's ranking.
             same_given_anchors += core.resolve(q.query, lc.anchors).doc_ids(K) == lc_ids
+            lc_scores = None
             if anchors == "dense":
                 # Exact cosine top k1 (brute force): does each side's HNSW index return it?
                 sims = matrix @ embedder.encode([q.query])[0]
                 best = np.sort(sims)[::-1][:k1]
-                for side, hits_ in (("core", result.anchors), ("langchain", lc.anchors)):
-                    got = np.array([h.channel_scores["dense"] for h in hits_])
+                lc_scores = [float(sims[row[h.doc_id]]) for h in lc.anchors]
+                for side, got in (("core", np.array([h.channel_scores["dense"] for h in result.anchors])),
+                                  ("langchain", np.array(lc_scores))):
                     exact[side] += len(got) == len(best) and bool(np.allclose(got, best, atol=1e-4))
+            elif anchors == "bm25":
+                bm25_scores = bm25_5.vectorizer.get_scores(rank_bm25_tokens(q.query))  # the script may read internals
+                lc_scores = [float(bm25_scores[row[h.doc_id]]) for h in lc.anchors]
             if core_ids != lc_ids:
                 differing.append(q.query_id)
-                tie_only += _tie_only(result.anchors, lc.anchors, anchors)
+                tie_only += _tie_only(result.anchors, lc_scores, anchors)
             b_runs, w_runs = [], []
             for _ in range(args.repeats):
                 b_runs.append(timed(base.invoke, q.query)[1])

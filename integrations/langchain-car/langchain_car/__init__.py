@@ -13,10 +13,17 @@ from langchain_car.documents import (
     records_to_documents,
 )
 from langchain_car.embeddings import CAREmbeddings
-from langchain_car.evidence import answer_prompt, documents_to_result, evidence_formatter, format_evidence
+from langchain_car.evidence import (
+    CARAnswerPrompt,
+    answer_prompt,
+    answer_prompt_template,
+    documents_to_result,
+    evidence_formatter,
+    format_evidence,
+)
 from langchain_car.guard import authority_guard, check_documents
-from langchain_car.lookup import ChromaLookup, DocumentListLookup, MetadataLookup
-from langchain_car.retrievers import CARRetriever
+from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup
+from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
 
 try:
     __version__ = metadata.version("langchain-car")
@@ -25,12 +32,16 @@ except metadata.PackageNotFoundError:  # pragma: no cover - running from a sourc
 del metadata
 
 __all__ = [
+    "CARAnswerPrompt",
     "CAREmbeddings",
     "CARRetriever",
     "ChromaLookup",
     "DocumentListLookup",
+    "InMemoryLookup",
     "MetadataLookup",
+    "RESOLUTION_EVENT",
     "answer_prompt",
+    "answer_prompt_template",
     "authority_guard",
     "check_documents",
     "document_metadata",

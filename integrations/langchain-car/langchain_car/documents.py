@@ -69,13 +69,13 @@ def load_documents(path: str | Path, *, strict: bool = True) -> list[Document]:
     return [record_to_document(r) for r in report.records]
 
 
-def document_to_record(document: Document, policy: Policy | None = None, *, id_key: str = "doc_id") -> Record:
+def document_to_record(document: Document, policy: Policy | None = None, *, doc_id_key: str = "doc_id") -> Record:
     """The car-rag :class:`~car_rag.Record` a document's metadata describes.
 
-    ``doc_id`` comes from ``metadata[id_key]``, else the document's ``id``. Scope keys are
+    ``doc_id`` comes from ``metadata[doc_id_key]``, else the document's ``id``. Scope keys are
     those listed in ``car_scope_keys``, else the ``policy``'s scope keys present in the
     metadata. Raises ``ValueError`` (:class:`car_rag.LayoutError`) naming the record and
     field when the metadata cannot make a valid record.
     """
-    layout = _LAYOUT if id_key == _LAYOUT.doc_id_key else _LAYOUT.model_copy(update={"doc_id_key": id_key})
+    layout = _LAYOUT if doc_id_key == _LAYOUT.doc_id_key else _LAYOUT.model_copy(update={"doc_id_key": doc_id_key})
     return layout.record(document.metadata or {}, document.page_content, policy, default_id=document.id)

@@ -25,17 +25,20 @@ from typing import Any, Literal
 from car_rag import Policy, RecordLayout, RetrievalResult, builtin_policies, load_policy, render_xml
 from car_rag.annotations import result_from_annotations
 from car_rag.evidence import SupersededMode, TokenCounter, render_reader
-from car_rag.prompts import evidence_messages
+from car_rag.prompts import evidence_messages, load_prompt, reader_system_prompt
 from langchain_core.documents import Document
-from langchain_core.messages import HumanMessage, SystemMessage
-from langchain_core.prompt_values import ChatPromptValue
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda
 
-__all__ = ["answer_prompt", "documents_to_result", "evidence_formatter", "format_evidence"]
+__all__ = [
+    "CARAnswerPrompt", "answer_prompt", "answer_prompt_template", "documents_to_result", "evidence_formatter",
+    "format_evidence",
+]
 
 
 def documents_to_result(
-    documents: Sequence[Document], *, policy: Policy | None = None, query: str | None = None, id_key: str = "doc_id"
+    documents: Sequence[Document], *, policy: Policy | None = None, query: str | None = None, doc_id_key: str = "doc_id"
 ) -> RetrievalResult:
     """The car-rag result the documents' ``car_*`` metadata describe, in the given order.
 
@@ -44,13 +47,13 @@ def documents_to_result(
     can still name them; they are ranked after the documents (render only the first
     ``len(documents)`` records).
     """
-    return _build(documents, policy, query, id_key)[0]
+    return _build(documents, policy, query, doc_id_key)[0]
 
 
 def _build(
-    documents: Sequence[Document], policy: Policy | None, query: str | None, id_key: str
+    documents: Sequence[Document], policy: Policy | None, query: str | None, doc_id_key: str
 ) -> tuple[RetrievalResult, int]:
-    layout = RecordLayout(doc_id_key=id_key, json_lists=False)
+    layout = RecordLayout(doc_id_key=doc_id_key, json_lists=False)
     items = []
     for position, doc in enumerate(documents, 1):
         meta = doc.metadata or {}
@@ -85,7 +88,7 @@ def evidence_formatter(
     query_id: str | None = None,
     rationale: bool = True,
     indent: str | None = "  ",
-    id_key: str = "doc_id",
+    doc_id_key: str = "doc_id",
     compact: bool = False,
 ) -> Runnable[list[Document], str]:
     """A runnable rendering a list of documents as car-rag ``<evidence>``.
@@ -105,7 +108,7 @@ def evidence_formatter(
     def format_evidence(documents: list[Document]) -> str:
         docs = list(documents)
         policy_ = bound or _policy_for(docs)
-        result, shown = _build(docs, policy_, None, id_key)
+        result, shown = _build(docs, policy_, None, doc_id_key)
         # Records beyond the documents are text-less placeholders here: no provenance packets.
         common: dict[str, Any] = {"policy": policy_, "k": shown if k is None else min(k, shown), "superseded": superseded,
                                   "token_budget": token_budget, "token_counter": token_counter, "query_id": query_id,
@@ -121,18 +124,43 @@ format_evidence: Runnable[list[Document], str] = evidence_formatter()
 """Documents → reader-first ``<evidence>`` with the default options (see :func:`evidence_formatter`)."""
 
 
-def _answer_prompt(inputs: dict[str, Any]) -> ChatPromptValue:
-    evidence = inputs.get("context", inputs.get("evidence"))
-    question = inputs.get("question")
-    if not isinstance(evidence, str) or not isinstance(question, str):
-        raise TypeError("answer_prompt takes {'context': <evidence XML str>, 'question': <str>}")
-    system, user = evidence_messages(question, evidence)
-    return ChatPromptValue(messages=[SystemMessage(content=system["content"]), HumanMessage(content=user["content"])])
+class CARAnswerPrompt(ChatPromptTemplate):
+    """car-rag's packaged answer prompt (:mod:`car_rag.prompts`) as a LangChain
+    ``ChatPromptTemplate`` over ``{context}`` (the evidence) and ``{question}``.
+
+    Its templates are the reader-first prompt. While they are the packaged ones, formatting
+    asks the core (:func:`car_rag.prompts.evidence_messages`) for the messages of the evidence
+    at hand, so the prompt matches the evidence's form (reader-first or audit XML) and the
+    hidden-record rules are sent only when a packet was replaced by a record the caller may
+    not read. Edited templates are formatted as written."""
+
+    def format_messages(self, **kwargs: Any) -> list[BaseMessage]:
+        values = self._merge_partial_and_user_variables(**kwargs)
+        evidence, question = values.get("context"), values.get("question")
+        if not isinstance(evidence, str) or not isinstance(question, str):
+            raise TypeError("answer_prompt takes {'context': <evidence str>, 'question': <str>}")
+        if [getattr(getattr(m, "prompt", None), "template", None) for m in self.messages] != _packaged_templates():
+            return super().format_messages(**kwargs)
+        system, user = evidence_messages(question, evidence)
+        return [SystemMessage(content=system["content"]), HumanMessage(content=user["content"])]
+
+    async def aformat_messages(self, **kwargs: Any) -> list[BaseMessage]:
+        return self.format_messages(**kwargs)
 
 
-answer_prompt: Runnable[dict[str, Any], ChatPromptValue] = RunnableLambda(_answer_prompt, name="car_answer_prompt")
-"""car-rag's packaged answer prompt (:mod:`car_rag.prompts`) as a runnable: takes
-``{"context": evidence, "question": str}`` and gives system + user chat messages, with the
-prompt written for the evidence's form (reader-first or audit). The system prompt defines
-the evidence as data and asks for a direct answer from the current packets, with
-packet-id citations."""
+def _packaged_templates() -> list[str]:
+    return [reader_system_prompt(""), load_prompt("reader_user").strip().replace("{evidence}", "{context}")]
+
+
+def answer_prompt_template() -> CARAnswerPrompt:
+    """A fresh :class:`CARAnswerPrompt` (``answer_prompt`` is one)."""
+    system, user = _packaged_templates()
+    return CARAnswerPrompt.from_messages([("system", system), ("human", user)])
+
+
+answer_prompt: ChatPromptTemplate = answer_prompt_template()
+"""car-rag's packaged answer prompt as a ``ChatPromptTemplate`` (:class:`CARAnswerPrompt`):
+takes ``{"context": evidence, "question": str}`` and gives system + user chat messages, with
+the prompt written for the evidence's form (reader-first or audit). The system prompt defines
+the evidence as data and asks for a direct answer from the current packets, with packet-id
+citations."""

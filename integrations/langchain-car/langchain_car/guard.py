@@ -31,16 +31,16 @@ __all__ = ["authority_guard", "check_documents"]
 
 
 def check_documents(answer: Any, documents: list[Document], policy: Policy | str | None = None, *, k: int | None = None,
-                    id_key: str = "doc_id") -> GuardReport:
+                    doc_id_key: str = "doc_id") -> GuardReport:
     """The guard's verdict on ``answer`` (text or a chat message) given the ``documents`` it was generated from."""
     text = answer.content if isinstance(answer, BaseMessage) else answer
     docs = list(documents)
     policy_ = (load_policy(policy) if isinstance(policy, str) else policy) or _policy_for(docs)
-    result, shown = _build(docs, policy_, None, id_key)
+    result, shown = _build(docs, policy_, None, doc_id_key)
     return check_answer(text, result, policy_, k=shown if k is None else min(k, shown))
 
 
-def authority_guard(policy: Policy | str | None = None, *, k: int | None = None, id_key: str = "doc_id",
+def authority_guard(policy: Policy | str | None = None, *, k: int | None = None, doc_id_key: str = "doc_id",
                     answer_key: str = "answer", documents_key: str = "documents") -> Runnable[dict[str, Any], dict[str, Any]]:
     """A runnable placed after the model: takes a dict holding the answer (``answer_key``)
     and the documents it was generated from (``documents_key``), and returns the same dict
@@ -50,7 +50,7 @@ def authority_guard(policy: Policy | str | None = None, *, k: int | None = None,
     def guard(inputs: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(inputs, dict) or answer_key not in inputs or documents_key not in inputs:
             raise TypeError(f"authority_guard takes a dict with {answer_key!r} and {documents_key!r}")
-        report = check_documents(inputs[answer_key], inputs[documents_key], policy, k=k, id_key=id_key)
+        report = check_documents(inputs[answer_key], inputs[documents_key], policy, k=k, doc_id_key=doc_id_key)
         return {**inputs, "guard": report}
 
     return RunnableLambda(guard, name="car_authority_guard")

@@ -7,8 +7,12 @@ it in their ``supersedes`` list, with a Chroma-style ``where`` filter. A
 
 * :class:`ChromaLookup` wraps anything with Chroma's ``get(where=..., include=...)``:
   ``langchain_chroma.Chroma`` or a ``chromadb`` collection (embedded or server).
+* :class:`InMemoryLookup` evaluates them over langchain-core's ``InMemoryVectorStore``.
 * :class:`DocumentListLookup` evaluates the filters over documents held in memory, for
   stores with no filter-only get (e.g. a BM25-only setup) and for tests.
+
+Any other store: subclass :class:`MetadataLookup` (one method, ``get(where)``) in its filter
+language; a store that can do neither is refused with a ``TypeError`` naming its class.
 
 The filters used are a small subset of Chroma's: ``$and``, ``$or``, equality (``$eq``),
 ``$ne``, ``$in``, ``$nin`` and ``$contains`` on list metadata. :class:`WhereStore` is the
@@ -19,6 +23,7 @@ adapter car-rag's Stage 2 (:mod:`car_rag.lookup`) runs against: it writes the co
 from __future__ import annotations
 
 import asyncio
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -26,8 +31,9 @@ from typing import Any
 from car_rag import AuthorityStore, ScopeQuery, StoredItem
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import InMemoryVectorStore
 
-__all__ = ["ChromaLookup", "DocumentListLookup", "MetadataLookup", "WhereStore", "as_lookup", "matches_where"]
+__all__ = ["ChromaLookup", "DocumentListLookup", "InMemoryLookup", "MetadataLookup", "WhereStore", "as_lookup", "matches_where"]
 
 _OR_CHUNK = 64
 
@@ -49,8 +55,8 @@ class ChromaLookup(MetadataLookup):
     ``chromadb`` collection."""
 
     def __init__(self, store: Any):
-        if not callable(getattr(store, "get", None)):
-            raise TypeError(f"{type(store).__name__} has no get(where=...) method")
+        if not _filters_by_where(store):
+            raise TypeError(_cannot_filter(store))
         self.store = store
 
     def get(self, where: Mapping[str, Any]) -> list[Document]:
@@ -77,13 +83,50 @@ class DocumentListLookup(MetadataLookup):
         return f"DocumentListLookup({len(self.documents)} documents)"
 
 
+class InMemoryLookup(MetadataLookup):
+    """Evaluates ``where`` filters over langchain-core's ``InMemoryVectorStore`` (its documents
+    as they are now, read through ``get_by_ids``)."""
+
+    def __init__(self, store: InMemoryVectorStore):
+        self.store = store
+
+    def get(self, where: Mapping[str, Any]) -> list[Document]:
+        return [d for d in self.store.get_by_ids(list(self.store.store)) if matches_where(d.metadata or {}, where)]
+
+    def __repr__(self) -> str:
+        return f"InMemoryLookup({len(self.store.store)} documents)"
+
+
+def _filters_by_where(store: Any) -> bool:
+    get = getattr(store, "get", None)
+    if not callable(get):
+        return False
+    try:
+        return "where" in inspect.signature(get).parameters
+    except (TypeError, ValueError):  # a builtin without a signature (dict.get)
+        return False
+
+
+def _cannot_filter(store: Any) -> str:
+    return (
+        f"{type(store).__name__} cannot be filtered by metadata: Stage 2 needs a filter-only lookup and it has no "
+        "get(where=...) (Chroma's) and is no InMemoryVectorStore or list of Documents; pass a MetadataLookup "
+        "subclass that answers Chroma-style where filters in the store's own filter language"
+    )
+
+
 def as_lookup(store: Any) -> MetadataLookup:
-    """A :class:`MetadataLookup` for ``store``: a lookup as is, a list of documents held in
-    memory, or anything with Chroma's ``get(where=...)``."""
+    """A :class:`MetadataLookup` for ``store``: a lookup as is, an ``InMemoryVectorStore``, a
+    list of documents held in memory, or anything with Chroma's ``get(where=...)``; anything
+    else is a ``TypeError`` naming the store's class and what it lacks."""
     if isinstance(store, MetadataLookup):
         return store
+    if isinstance(store, InMemoryVectorStore):
+        return InMemoryLookup(store)
     if isinstance(store, Sequence) and not isinstance(store, (str, bytes)) and all(isinstance(d, Document) for d in store):
         return DocumentListLookup(store)
+    if not _filters_by_where(store):
+        raise TypeError(_cannot_filter(store))
     return ChromaLookup(store)
 
 

@@ -15,26 +15,35 @@ import math
 import warnings
 from typing import Any
 
-import numpy as np
-
-from car_rag import Anchor, AuthorityClosure, RecordLayout, RetrievalResult
-from car_rag.annotations import annotations_for
+from car_rag import Anchor, AuthorityClosure, CallerContext, LayoutError, RecordLayout, RetrievalResult
+from car_rag.annotations import annotations_for, unresolved_annotations
+from car_rag.layout import CAR_STAGE1_CHANNEL, CAR_STAGE1_RANK, CAR_STAGE1_SCORE
 from car_rag.lookup import aresolve_closure, resolve_closure
 from car_rag.policy import PolicyArg
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables import Runnable
-from langchain_core.runnables.config import run_in_executor
-from langchain_core.vectorstores import VectorStoreRetriever
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 
 from langchain_car.lookup import MetadataLookup, WhereStore, as_lookup
 
-__all__ = ["CARRetriever"]
+__all__ = ["CARRetriever", "RESOLUTION_EVENT"]
 
-_SCORED_SEARCH_TYPES = ("similarity", "similarity_score_threshold")
+RESOLUTION_EVENT = "car_resolution"
+"""Name of the custom event each query dispatches on the ``CARRetriever`` run (tracing and
+``astream_events`` show it): anchors, lookups and rounds, what is active and what superseded."""
+
 _METADATA_SCORE_KEYS = ("score", "relevance_score", "similarity_score")
+
+
+class _Stage1:
+    """One query's Stage 1: the closure with its anchors, and the documents passed through."""
+
+    def __init__(self, closure: AuthorityClosure):
+        self.closure = closure
+        self.positions: dict[str, int] = {}
+        self.unresolved: list[tuple[int, Document, int, float | None]] = []  # (position, doc, stage-1 rank, score)
 
 
 class CARRetriever(BaseRetriever):
@@ -57,7 +66,7 @@ class CARRetriever(BaseRetriever):
             store = Chroma(collection_name="advisories", embedding_function=CAREmbeddings())
             retriever = CARRetriever(
                 base_retriever=store.as_retriever(search_kwargs={"k": 10}),
-                vectorstore=store,
+                store=store,
                 policy="security-advisory",
                 k=5,
             )
@@ -67,9 +76,9 @@ class CARRetriever(BaseRetriever):
     base_retriever: RetrieverLike = Field(
         description="Stage 1: any LangChain retriever; its documents become the anchors, in its order."
     )
-    vectorstore: Any = Field(
+    store: Any = Field(
         description="Stage 2: where superseders are looked up by metadata filter: a langchain_chroma.Chroma, "
-        "a chromadb collection, a MetadataLookup, or a list of Documents held in memory."
+        "a chromadb collection, an InMemoryVectorStore, a MetadataLookup, or a list of Documents held in memory."
     )
     policy: PolicyArg = Field(description="car-rag policy (or built-in policy name / policy file) deciding what voids what.")
     k: int = Field(default=5, ge=1, description="Number of documents returned (frontier first, then superseded).")
@@ -79,7 +88,13 @@ class CARRetriever(BaseRetriever):
     scope_lookup_limit: int = Field(
         default=20, ge=0, description="Records one scope id named in the query (e.g. a CVE id) may pull in, newest first."
     )
-    id_key: str = Field(default="doc_id", description="Metadata key holding the record id (else Document.id).")
+    doc_id_key: str = Field(default="doc_id", description="Metadata key holding the record id (else Document.id).")
+    caller: CallerContext | None = Field(
+        default=None,
+        exclude=True,
+        description="The reader results are for: records they may not read are never returned, and a record voided "
+        "only by such a record is reported superseded with car_hidden_superseder. None: unrestricted.",
+    )
     lookup_filter: dict[str, Any] | None = Field(
         default=None,
         description="Extra Chroma-style where filter AND-ed into every Stage-2 lookup (e.g. a tenant restriction).",
@@ -92,14 +107,26 @@ class CARRetriever(BaseRetriever):
     _lookup: MetadataLookup = PrivateAttr()
     _store: WhereStore = PrivateAttr()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "vectorstore" in data:
+            warnings.warn("CARRetriever(vectorstore=...) is deprecated: use store=", DeprecationWarning, stacklevel=4)
+            data = dict(data)
+            data.setdefault("store", data.pop("vectorstore"))
+        if isinstance(data, dict) and "id_key" in data:
+            warnings.warn("CARRetriever(id_key=...) is deprecated: use doc_id_key=", DeprecationWarning, stacklevel=4)
+            data = {k: v for k, v in data.items() if k != "id_key"} | {"doc_id_key": data["id_key"]}
+        return data
+
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
-        self._lookup = as_lookup(self.vectorstore)
+        self._lookup = as_lookup(self.store)
         self._store = WhereStore(self._lookup, self.lookup_filter)
 
     @property
     def lookup(self) -> MetadataLookup:
-        """The Stage-2 metadata lookup built from ``vectorstore``."""
+        """The Stage-2 metadata lookup built from ``store``."""
         return self._lookup
 
     # ------------------------------------------------------------------ Stage 1
@@ -111,87 +138,90 @@ class CARRetriever(BaseRetriever):
             name, name.removesuffix("Retriever").lower() or name.lower()
         )
 
-    def _scored_vectorstore(self) -> bool:
-        base = self.base_retriever
-        return isinstance(base, VectorStoreRetriever) and base.search_type in _SCORED_SEARCH_TYPES
-
-    def _bm25_scores(self, query: str) -> list[tuple[Document, float | None]] | None:
-        """``BM25Retriever`` (langchain-community) with its scores: the same documents in the same
-        order as its ``get_top_n``, read from one ``get_scores`` call. None for other retrievers."""
-        base = self.base_retriever
-        vectorizer = getattr(base, "vectorizer", None)
-        if type(base).__name__ != "BM25Retriever" or not callable(getattr(vectorizer, "get_scores", None)):
-            return None
-        scores = np.asarray(vectorizer.get_scores(base.preprocess_func(query)))  # type: ignore[attr-defined]
-        top = np.argsort(scores)[::-1][: base.k]  # type: ignore[attr-defined]  # as rank_bm25's get_top_n
-        return [(base.docs[i], float(scores[i])) for i in top]  # type: ignore[attr-defined]
-
     def _stage1(self, query: str, callbacks: Any) -> list[tuple[Document, float | None]]:
-        if self._scored_vectorstore():
-            base: VectorStoreRetriever = self.base_retriever  # type: ignore[assignment]
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Relevance scores must be between")
-                pairs = base.vectorstore.similarity_search_with_relevance_scores(query, **base.search_kwargs)
-            return [(doc, float(score)) for doc, score in pairs]
-        scored = self._bm25_scores(query)
-        if scored is not None:
-            return scored
+        """The wrapped retriever, invoked as a child run; scores from its documents' metadata, if any."""
         docs = self.base_retriever.invoke(query, config={"callbacks": callbacks})
         return [(d, _metadata_score(d)) for d in docs]
 
     async def _astage1(self, query: str, callbacks: Any) -> list[tuple[Document, float | None]]:
-        if self._scored_vectorstore():
-            base: VectorStoreRetriever = self.base_retriever  # type: ignore[assignment]
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Relevance scores must be between")
-                pairs = await base.vectorstore.asimilarity_search_with_relevance_scores(query, **base.search_kwargs)
-            return [(doc, float(score)) for doc, score in pairs]
-        if type(self.base_retriever).__name__ == "BM25Retriever":
-            scored = await run_in_executor(None, self._bm25_scores, query)
-            if scored is not None:
-                return scored
         docs = await self.base_retriever.ainvoke(query, config={"callbacks": callbacks})
         return [(d, _metadata_score(d)) for d in docs]
 
-    def _closure(self, query: str, stage1: list[tuple[Document, float | None]]) -> AuthorityClosure:
-        """Stage 2's state for one query, its anchors admitted (the first ``k1`` documents)."""
+    def _closure(self, query: str, stage1: list[tuple[Document, float | None]]) -> _Stage1:
+        """Stage 2's state for one query, its anchors admitted (the first ``k1`` documents).
+
+        A Stage-1 document without a ``doc_type`` (not laid out by car-rag) is passed through
+        unresolved, as in the LlamaIndex retriever: marked ``car_status="unresolved"``, it keeps
+        its Stage-1 place among the records nothing displaced. One whose car-rag metadata does
+        not validate is passed through the same way, with a warning naming the field."""
         layout = self._layout()
         closure = AuthorityClosure(
             self.policy, query, layout=layout, scope_lookup_limit=self.scope_lookup_limit, max_rounds=self.max_rounds
         )
+        state = _Stage1(closure)
         channel = self._channel()
-        for doc, score in stage1:
-            record = layout.record(doc.metadata or {}, doc.page_content, self.policy, default_id=doc.id)
-            if record.doc_id in closure.graph:
+        for stage1_rank, (doc, score) in enumerate(stage1, 1):
+            meta = doc.metadata or {}
+            doc_id = layout.doc_id(meta, None) or doc.id or f"stage1-{stage1_rank}"
+            if doc_id in state.positions:
                 continue
-            if self.k1 is not None and len(closure.anchors) >= self.k1:
+            if self.k1 is not None and len(state.positions) >= self.k1:
                 break
-            closure.add_anchor(record, Anchor(record.doc_id, len(closure.anchors) + 1, score, channel), doc)
-        return closure
+            state.positions[doc_id] = position = len(state.positions) + 1
+            record = None
+            if layout.doc_type(meta) is not None:
+                try:
+                    record = layout.record(meta, doc.page_content, self.policy, default_id=doc.id)
+                except LayoutError as exc:
+                    warnings.warn(f"car-rag: {exc}; the document is passed through unresolved", stacklevel=2)
+            if record is None or not closure.add_anchor(record, Anchor(record.doc_id, position, score, channel), doc):
+                state.unresolved.append((position, doc, stage1_rank, score))
+        return state
 
     def _layout(self) -> RecordLayout:
-        return RecordLayout(doc_id_key=self.id_key, json_lists=False)
+        return RecordLayout(doc_id_key=self.doc_id_key, json_lists=False)
 
-    def _documents(self, result: RetrievalResult, closure: AuthorityClosure, k: int) -> list[Document]:
-        out = []
-        for item in result.top(k):
+    def _documents(self, result: RetrievalResult, state: _Stage1, k: int) -> list[Document]:
+        """The result as documents, at most ``k``: unresolved ones keep their Stage-1 place among
+        the records nothing displaced."""
+        closure, channel = state.closure, self._channel()
+        unresolved = unresolved_annotations(result.query, result.policy)
+        anchor_rank = {h.doc_id: h.rank for h in result.anchors}
+        pending = list(state.unresolved)
+        out: list[Document] = []
+
+        def passed(entry: tuple[int, Document, int, float | None]) -> Document:
+            _, doc, rank, score = entry
+            meta = {**(doc.metadata or {}), **unresolved, CAR_STAGE1_RANK: rank, CAR_STAGE1_SCORE: score,
+                    CAR_STAGE1_CHANNEL: channel}
+            return Document(id=doc.id, page_content=doc.page_content, metadata=meta)
+
+        for item in result.ranked:
+            group = item.stage1.rank if item.stage1 is not None else anchor_rank.get(item.anchor_id or "", 0)
+            while pending and (item.displaced or group > pending[0][0]):
+                out.append(passed(pending.pop(0)))
             metadata = {**(closure.sources[item.doc_id].metadata or {}), **annotations_for(item, result)}
             out.append(Document(id=item.doc_id, page_content=item.record.text, metadata=metadata))
-        return out
+        out += [passed(entry) for entry in pending]
+        return out[:k]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self._k(k)
-        closure = self._closure(query, self._stage1(query, run_manager.get_child()))
-        return self._documents(resolve_closure(closure, self._store), closure, k)
+        state = self._closure(query, self._stage1(query, run_manager.get_child()))
+        result = resolve_closure(state.closure, self._store, self.caller)
+        run_manager.get_child().on_custom_event(RESOLUTION_EVENT, _event(result, state), run_id=run_manager.run_id)
+        return self._documents(result, state, k)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self._k(k)
-        closure = self._closure(query, await self._astage1(query, run_manager.get_child()))
-        return self._documents(await aresolve_closure(closure, self._store), closure, k)
+        state = self._closure(query, await self._astage1(query, run_manager.get_child()))
+        result = await aresolve_closure(state.closure, self._store, self.caller)
+        await run_manager.get_child().on_custom_event(RESOLUTION_EVENT, _event(result, state), run_id=run_manager.run_id)
+        return self._documents(result, state, k)
 
     def _k(self, k: int | None) -> int:
         if k is None:
@@ -204,14 +234,29 @@ class CARRetriever(BaseRetriever):
         """The whole car-rag :class:`~car_rag.RetrievalResult` for ``query`` (every record of
         the closure, not capped at ``k``; no callbacks), for diagnostics and evaluation.
         ``invoke`` returns its first ``k`` records as documents."""
-        return resolve_closure(self._closure(query, self._stage1(query, None)), self._store)
+        return resolve_closure(self._closure(query, self._stage1(query, None)).closure, self._store, self.caller)
 
     def evidence_formatter(self, **options: Any) -> Runnable[list[Document], str]:
         """A runnable turning this retriever's documents into XML evidence, with its policy
         (for rule descriptions); ``options`` go to :func:`langchain_car.evidence_formatter`."""
         from langchain_car.evidence import evidence_formatter
 
-        return evidence_formatter(policy=self.policy, id_key=self.id_key, **options)
+        return evidence_formatter(policy=self.policy, doc_id_key=self.doc_id_key, **options)
+
+
+def _event(result: RetrievalResult, state: _Stage1) -> dict[str, Any]:
+    """What the resolution did, for tracing (the ``car_resolution`` custom event)."""
+    return {
+        "query": result.query,
+        "policy": result.policy.name if result.policy is not None else None,
+        "anchors": [h.doc_id for h in result.anchors],
+        "unresolved": [doc.id for _, doc, _, _ in state.unresolved],
+        "lookups": state.closure.lookups,
+        "rounds": state.closure.rounds,
+        "active": [r.doc_id for r in result.ranked if r.status == "active"],
+        "superseded": {r.doc_id: list(r.superseded_by) for r in result.ranked if r.status == "superseded"},
+        "hidden_superseder": [r.doc_id for r in result.ranked if r.hidden_superseder],
+    }
 
 
 def _metadata_score(doc: Document) -> float | None:

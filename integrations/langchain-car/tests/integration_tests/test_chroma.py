@@ -13,7 +13,8 @@ from langchain_classic.retrievers import EnsembleRetriever
 from langchain_community.retrievers import BM25Retriever
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.runnables import RunnablePassthrough
+from langchain_core.documents import Document
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
 from langchain_car import CARRetriever, answer_prompt, evidence_formatter, format_evidence
 from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, content_words
@@ -54,7 +55,7 @@ def test_the_superseder_is_out_of_reach_of_relevance_search(chroma, stage1) -> N
 
 @pytest.mark.parametrize("kind", ["dense", "bm25", "ensemble", "mmr"])
 def test_controlling_record_first_from_any_stage1(chroma, stage1, kind: str) -> None:
-    retriever = CARRetriever(base_retriever=stage1[kind], vectorstore=chroma, policy=POLICY, k=4)
+    retriever = CARRetriever(base_retriever=stage1[kind], store=chroma, policy=POLICY, k=4)
     docs = retriever.invoke(QUERY)
     assert len(docs) == 4
     assert docs[0].id == SUPERSEDER
@@ -68,21 +69,23 @@ def test_controlling_record_first_from_any_stage1(chroma, stage1, kind: str) -> 
     assert meta[ANCHOR]["car_stage1_channel"] == {"dense": "dense", "mmr": "dense"}.get(kind, kind)
 
 
-def test_stage1_scores(chroma, stage1) -> None:
-    dense = CARRetriever(base_retriever=stage1["dense"], vectorstore=chroma, policy=POLICY).invoke(QUERY)
-    anchor = next(d for d in dense if d.id == ANCHOR).metadata
-    similarity = chroma.similarity_search_with_score(QUERY, k=1)
-    assert similarity[0][0].id == ANCHOR
-    assert anchor["car_stage1_rank"] == 1
-    assert anchor["car_stage1_score"] == pytest.approx(1 - similarity[0][1], abs=1e-5)  # cosine similarity
-    bm25 = CARRetriever(base_retriever=stage1["bm25"], vectorstore=chroma, policy=POLICY).invoke(QUERY)
-    assert next(d for d in bm25 if d.id == ANCHOR).metadata["car_stage1_score"] > 0
-    ensemble = CARRetriever(base_retriever=stage1["ensemble"], vectorstore=chroma, policy=POLICY).invoke(QUERY)
-    assert next(d for d in ensemble if d.id == ANCHOR).metadata["car_stage1_score"] is None  # rank only
+def test_stage1_is_rank_only_unless_the_retriever_puts_scores_in_metadata(chroma, stage1) -> None:
+    for kind in ("dense", "bm25", "ensemble"):
+        docs = CARRetriever(base_retriever=stage1[kind], store=chroma, policy=POLICY).invoke(QUERY)
+        anchor = next(d for d in docs if d.id == ANCHOR).metadata
+        assert anchor["car_stage1_rank"] == 1 and anchor["car_stage1_score"] is None, kind
+
+    def with_relevance(query: str) -> list[Document]:  # a Stage 1 that reports its scores in metadata
+        pairs = chroma.similarity_search_with_relevance_scores(query, k=3)
+        return [Document(id=d.id, page_content=d.page_content, metadata={**d.metadata, "relevance_score": s}) for d, s in pairs]
+
+    docs = CARRetriever(base_retriever=RunnableLambda(with_relevance), store=chroma, policy=POLICY).invoke(QUERY)
+    anchor = next(d for d in docs if d.id == ANCHOR).metadata
+    assert anchor["car_stage1_score"] == pytest.approx(chroma.similarity_search_with_relevance_scores(QUERY, k=1)[0][1])
 
 
 def test_explicit_edge_through_chroma_list_metadata(chroma) -> None:
-    retriever = CARRetriever(base_retriever=chroma.as_retriever(search_kwargs={"k": 2}), vectorstore=chroma, policy=POLICY, k=10)
+    retriever = CARRetriever(base_retriever=chroma.as_retriever(search_kwargs={"k": 2}), store=chroma, policy=POLICY, k=10)
     docs = retriever.invoke(CHAIN_QUERY)
     meta = {d.id: d.metadata for d in docs}
     assert docs[0].id == "zipcraft-2.3.4-release"
@@ -92,9 +95,9 @@ def test_explicit_edge_through_chroma_list_metadata(chroma) -> None:
 
 async def test_async_matches_sync_and_runs_concurrently(chroma, stage1) -> None:
     for kind in ("dense", "bm25", "ensemble"):
-        retriever = CARRetriever(base_retriever=stage1[kind], vectorstore=chroma, policy=POLICY, k=4)
+        retriever = CARRetriever(base_retriever=stage1[kind], store=chroma, policy=POLICY, k=4)
         assert await retriever.ainvoke(QUERY) == retriever.invoke(QUERY), kind
-    retriever = CARRetriever(base_retriever=stage1["dense"], vectorstore=chroma, policy=POLICY, k=4)
+    retriever = CARRetriever(base_retriever=stage1["dense"], store=chroma, policy=POLICY, k=4)
     both = await asyncio.gather(retriever.ainvoke(QUERY), retriever.ainvoke(CHAIN_QUERY, k=2))
     assert both[0][0].id == SUPERSEDER and both[1][0].id == "zipcraft-2.3.4-release" and len(both[1]) == 2
 
@@ -116,7 +119,7 @@ def _chain(retriever: CARRetriever, llm: FakeEvidenceChatModel, formatter=format
 
 
 def test_lcel_chain_with_a_fake_chat_model(chroma, stage1) -> None:
-    retriever = CARRetriever(base_retriever=stage1["ensemble"], vectorstore=chroma, policy=POLICY, k=4)
+    retriever = CARRetriever(base_retriever=stage1["ensemble"], store=chroma, policy=POLICY, k=4)
     llm = FakeEvidenceChatModel()
     runs = _Runs()
     answer = _chain(retriever, llm).invoke(QUERY, config={"callbacks": [runs]})
@@ -129,7 +132,7 @@ def test_lcel_chain_with_a_fake_chat_model(chroma, stage1) -> None:
 
 
 async def test_lcel_chain_async_and_batch(chroma, stage1) -> None:
-    retriever = CARRetriever(base_retriever=stage1["dense"], vectorstore=chroma, policy=POLICY, k=4)
+    retriever = CARRetriever(base_retriever=stage1["dense"], store=chroma, policy=POLICY, k=4)
     chain = _chain(retriever, FakeEvidenceChatModel(), evidence_formatter(form="audit"))
     answers = await chain.abatch([QUERY, CHAIN_QUERY])
     assert answers[0].startswith(f"Active evidence: {SUPERSEDER} [EP-1]")

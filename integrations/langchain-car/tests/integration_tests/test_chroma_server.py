@@ -73,7 +73,7 @@ def test_server_store_ranks_like_the_embedded_store(server_port) -> None:
     policy = load_policy("security-advisory")
     results = []
     for store in (served, embedded):
-        retriever = CARRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), vectorstore=store, policy=policy, k=4)
+        retriever = CARRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), store=store, policy=policy, k=4)
         results.append(retriever.invoke(QUERY))
     assert [d.id for d in results[0]] == [d.id for d in results[1]]
     assert results[0][0].id == SUPERSEDER

@@ -25,7 +25,7 @@ class TestCARRetrieverStandard(RetrieversIntegrationTests):
         chroma = stores.corpus_chroma()
         return {
             "base_retriever": chroma.as_retriever(search_kwargs={"k": 4}),
-            "vectorstore": chroma,
+            "store": chroma,
             "policy": "security-advisory",
             "k": 2,
         }

@@ -7,12 +7,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from car_rag import load_policy
+from car_rag.prompts import evidence_messages
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompt_values import ChatPromptValue
+from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 
-from langchain_car import answer_prompt, documents_to_result, evidence_formatter, format_evidence
+from langchain_car import answer_prompt, answer_prompt_template, documents_to_result, evidence_formatter, format_evidence
 from tests.corpus import ANCHOR, QUERY, SUPERSEDER
 from tests.fake_chat_model import FakeEvidenceChatModel
 from tests.unit_tests.test_retriever import make
@@ -108,6 +110,19 @@ def test_answer_prompt_uses_the_packaged_messages_for_each_form() -> None:
     docs = make().invoke(QUERY)
     system, _ = answer_prompt.invoke({"context": audit.invoke(docs), "question": "Q?"}).to_messages()
     assert "<evidence-packet>" in system.content
+
+
+def test_answer_prompt_is_a_chat_prompt_template_and_sends_the_hidden_rule_only_when_needed() -> None:
+    assert isinstance(answer_prompt, ChatPromptTemplate) and set(answer_prompt.input_variables) == {"context", "question"}
+    plain, _ = answer_prompt.format_messages(context="<evidence><packet id=\"EP-1\" status=\"current\">x</packet></evidence>", question="Q?")
+    assert "replaced-by=\"hidden\"" not in plain.content
+    hidden = '<evidence><packet id="EP-1" status="replaced" replaced-by="hidden">x</packet></evidence>'
+    system, user = answer_prompt.format_messages(context=hidden, question="Q?")
+    assert "replaced-by=\"hidden\"" in system.content and hidden in user.content
+    assert system.content == evidence_messages("Q?", hidden)[0]["content"]
+    edited = answer_prompt_template()
+    edited.messages[1].prompt.template = "EVIDENCE: {context} Q: {question}"
+    assert edited.format_messages(context="<evidence/>", question="Q?")[1].content == "EVIDENCE: <evidence/> Q: Q?"
 
 
 def test_lcel_chain_with_a_fake_chat_model() -> None:

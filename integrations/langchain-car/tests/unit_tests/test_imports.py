@@ -8,12 +8,16 @@ import sys
 from langchain_car import __all__
 
 EXPECTED_ALL = [
+    "CARAnswerPrompt",
     "CAREmbeddings",
     "CARRetriever",
     "ChromaLookup",
     "DocumentListLookup",
+    "InMemoryLookup",
     "MetadataLookup",
+    "RESOLUTION_EVENT",
     "answer_prompt",
+    "answer_prompt_template",
     "authority_guard",
     "check_documents",
     "document_metadata",

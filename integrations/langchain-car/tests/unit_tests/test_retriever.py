@@ -6,7 +6,7 @@ import warnings
 from typing import Any
 
 import pytest
-from car_rag import Record, load_policy
+from car_rag import CallerContext, Record, load_policy
 from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -33,7 +33,7 @@ class KeywordRetriever(BaseRetriever):
 
 def make(k: int = 5, docs: list[Document] = DOCS, **kwargs: Any) -> CARRetriever:
     return CARRetriever(
-        base_retriever=KeywordRetriever(documents=docs), vectorstore=DocumentListLookup(docs), policy=POLICY, k=k, **kwargs
+        base_retriever=KeywordRetriever(documents=docs), store=DocumentListLookup(docs), policy=POLICY, k=k, **kwargs
     )
 
 
@@ -103,7 +103,7 @@ def test_k1_keeps_the_first_stage1_documents_only() -> None:
 
 
 def test_policy_by_name() -> None:
-    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy="security-advisory")
+    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), store=DOCS, policy="security-advisory")
     assert retriever.policy == POLICY and isinstance(retriever.lookup, DocumentListLookup)
 
 
@@ -120,17 +120,56 @@ def test_lookup_filter_is_anded_into_stage2() -> None:
     assert SUPERSEDER not in [d.id for d in docs]  # the release note's source does not pass the filter
 
 
-def test_stage1_document_without_car_metadata_is_an_error() -> None:
-    plain = [Document(id="x", page_content="prototype pollution lodash merge", metadata={})]
-    with pytest.raises(ValueError, match="no 'doc_type'"):
-        make(docs=plain).invoke(QUERY)
+def test_stage1_document_without_car_metadata_is_passed_through_unresolved() -> None:
+    plain = Document(id="x", page_content="prototype pollution lodash merge", metadata={"source": "wiki"})
+    docs = make(k=10, docs=[plain, *DOCS]).invoke(QUERY)
+    by_id = {d.id: d.metadata for d in docs}
+    assert by_id["x"]["car_status"] == "unresolved" and by_id["x"]["source"] == "wiki"
+    stage1 = [d.id for d in KeywordRetriever(documents=[plain, *DOCS]).invoke(QUERY)]
+    assert by_id["x"]["car_stage1_rank"] == stage1.index("x") + 1 and by_id["x"]["car_superseded_by"] == []
+    assert by_id[ANCHOR]["car_status"] == "superseded" and docs[0].id == SUPERSEDER
+    # It keeps its Stage-1 place among the records nothing displaced: after the fix, before the stale one.
+    assert [d.id for d in docs].index("x") < [d.id for d in docs].index(ANCHOR)
+
+
+def test_stage1_document_with_bad_car_metadata_is_passed_through_with_a_warning() -> None:
+    bad = Document(id="y", page_content="prototype pollution lodash merge", metadata={"doc_type": "note", "authority": 7.0})
+    with pytest.warns(UserWarning, match="authority"):
+        docs = make(k=10, docs=[bad, *DOCS]).invoke(QUERY)
+    assert {d.id: d.metadata for d in docs}["y"]["car_status"] == "unresolved"
+
+
+def test_caller_gate() -> None:
+    disclosure = Record(doc_id="d", text="timing side channel token recovery vaultkit", doc_type="vulnerability_disclosure",
+                        scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-01-01")
+    fix = Record(doc_id="f", text="release 3.1.0 constant time compare", doc_type="patch_release", version="3.1.0",
+                 scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-02-01",
+                 tenant="acme", allowed_principals=["security-team"])
+    docs = [record_to_document(disclosure), record_to_document(fix)]
+    stage1 = KeywordRetriever(documents=docs[:1])
+    query = "vaultkit timing side channel token recovery"
+    outsider = CARRetriever(base_retriever=stage1, store=docs, policy=POLICY, caller=CallerContext("other-co", {"dev"}))
+    out = outsider.invoke(query)
+    assert [d.id for d in out] == ["d"]
+    assert out[0].metadata["car_hidden_superseder"] is True and out[0].metadata["car_superseded_by"] == []
+    insider = CARRetriever(base_retriever=stage1, store=docs, policy=POLICY, caller=CallerContext("acme", {"security-team"}))
+    assert [d.id for d in insider.invoke(query)] == ["f", "d"]
+
+
+def test_doc_id_key_and_its_deprecated_alias() -> None:
+    docs = [Document(id=None, page_content=d.page_content, metadata={**d.metadata, "rid": d.id}) for d in DOCS]
+    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=docs), store=docs, policy=POLICY, doc_id_key="rid")
+    assert retriever.invoke(QUERY)[0].id == SUPERSEDER
+    with pytest.warns(DeprecationWarning, match="use doc_id_key="):
+        old = CARRetriever(base_retriever=KeywordRetriever(documents=docs), store=docs, policy=POLICY, id_key="rid")
+    assert old.doc_id_key == "rid"
 
 
 def test_unusable_stage2_documents_are_skipped_with_a_warning() -> None:
     broken = Document(id="junk", page_content="?", metadata={"package": "lodash", "cve_id": "CVE-2099-20001", "doc_type": "patch_release", "authority": 7.0})
     docs = DOCS + [broken]
     retriever = CARRetriever(
-        base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DocumentListLookup(docs), policy=POLICY
+        base_retriever=KeywordRetriever(documents=DOCS), store=DocumentListLookup(docs), policy=POLICY
     )
     with pytest.warns(UserWarning, match="unusable document"):
         out = retriever.invoke(QUERY)
@@ -175,3 +214,76 @@ def test_no_warnings_on_a_clean_run() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make().invoke(QUERY)
+
+
+class ScoringRetriever(KeywordRetriever):
+    """Stage 1 that reports its scores in document metadata, as many LangChain retrievers do."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        docs = super()._get_relevant_documents(query, run_manager=run_manager)
+        return [
+            Document(id=d.id, page_content=d.page_content, metadata={**d.metadata, "score": 1.0 / i})
+            for i, d in enumerate(docs, 1)
+        ]
+
+
+def test_stage1_scores_come_from_document_metadata_else_rank_only() -> None:
+    scored = CARRetriever(base_retriever=ScoringRetriever(documents=DOCS), store=DOCS, policy=POLICY).invoke(QUERY)
+    assert next(d for d in scored if d.id == ANCHOR).metadata["car_stage1_score"] == 1.0
+    plain = make().invoke(QUERY)
+    anchor = next(d for d in plain if d.id == ANCHOR).metadata
+    assert anchor["car_stage1_rank"] == 1 and anchor["car_stage1_score"] is None
+
+
+class _Runs(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.runs: dict[Any, tuple[str, Any]] = {}
+
+    def on_retriever_start(self, serialized: Any, query: str, *, run_id: Any, parent_run_id: Any = None, **kwargs: Any) -> None:
+        self.runs[run_id] = (kwargs.get("name") or "", parent_run_id)
+
+
+def test_the_wrapped_retriever_is_a_child_run_of_the_car_run() -> None:
+    handler = _Runs()
+    make().invoke(QUERY, config={"callbacks": [handler]})
+    by_name = {name: (run_id, parent) for run_id, (name, parent) in handler.runs.items()}
+    assert by_name["KeywordRetriever"][1] == by_name["CARRetriever"][0]
+
+
+@pytest.mark.parametrize("store", [object(), {"a": 1}, "docs"])
+def test_a_store_that_cannot_filter_by_metadata_is_named(store: Any) -> None:
+    with pytest.raises(TypeError, match=rf"{type(store).__name__} cannot be filtered by metadata.*get\(where="):
+        CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), store=store, policy=POLICY)
+
+
+def test_vectorstore_is_a_deprecated_alias_of_store() -> None:
+    with pytest.warns(DeprecationWarning, match="use store="):
+        retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy=POLICY)
+    assert retriever.invoke(QUERY)[0].id == SUPERSEDER
+
+
+class _Events(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+        self.car_run: Any = None
+
+    def on_retriever_start(self, serialized: Any, query: str, *, run_id: Any, **kwargs: Any) -> None:
+        if kwargs.get("name") == "CARRetriever":
+            self.car_run = run_id
+
+    def on_custom_event(self, name: str, data: Any, *, run_id: Any, **kwargs: Any) -> None:
+        self.events.append((name, data, run_id))
+
+
+def test_the_resolution_is_a_custom_event_on_the_car_run() -> None:
+    handler = _Events()
+    make().invoke(QUERY, config={"callbacks": [handler]})
+    [(name, data, run_id)] = handler.events
+    assert name == "car_resolution" and run_id == handler.car_run
+    assert data["anchors"][0] == ANCHOR and SUPERSEDER in data["active"]
+    assert data["superseded"][ANCHOR] == [SUPERSEDER] and data["lookups"] >= 1 and data["rounds"] >= 1
+
+
+async def test_the_resolution_event_in_astream_events() -> None:
+    events = [e async for e in make().astream_events(QUERY, version="v2") if e["event"] == "on_custom_event"]
+    assert [e["name"] for e in events] == ["car_resolution"] and events[0]["data"]["anchors"][0] == ANCHOR

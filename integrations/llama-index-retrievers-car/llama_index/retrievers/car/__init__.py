@@ -6,7 +6,7 @@
 The node postprocessors live in :mod:`llama_index.postprocessor.car` (same distribution).
 """
 
-from llama_index.retrievers.car.base import CARRetriever
+from llama_index.retrievers.car.base import DEFAULT_K, CARRetriever
 from llama_index.retrievers.car.embedding import CAREmbedding
 from llama_index.retrievers.car.guard import CAR_GUARD, check_response
 from llama_index.retrievers.car.layout import (
@@ -38,10 +38,16 @@ from llama_index.retrievers.car.resolver import (
     CAR_VOIDED_BY,
     CAR_VOIDS,
     AuthorityResolver,
+    CARResolutionEvent,
     Resolution,
     nodes_to_result,
 )
-from llama_index.retrievers.car.synthesizer import EvidenceSynthesizer, evidence_prompt_template, render_evidence
+from llama_index.retrievers.car.synthesizer import (
+    EvidencePromptTemplate,
+    EvidenceSynthesizer,
+    evidence_prompt_template,
+    render_evidence,
+)
 
 __version__ = "0.1.0"
 
@@ -49,6 +55,7 @@ __all__ = [
     "AuthorityLookup",
     "AuthorityResolver",
     "CAREmbedding",
+    "CARResolutionEvent",
     "CARRetriever",
     "CAR_ANCHOR_ID",
     "CAR_GUARD",
@@ -63,6 +70,8 @@ __all__ = [
     "CAR_SUPERSEDED_BY",
     "CAR_VOIDED_BY",
     "CAR_VOIDS",
+    "DEFAULT_K",
+    "EvidencePromptTemplate",
     "EvidenceSynthesizer",
     "MetadataLayout",
     "NodeAuthorityLookup",

@@ -10,11 +10,14 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
-from llama_index.retrievers.car.layout import MetadataLayout
+from llama_index.retrievers.car.layout import MetadataLayout, node_doc_id
 from llama_index.retrievers.car.lookup import AuthorityLookup, authority_lookup
 from llama_index.retrievers.car.resolver import AuthorityResolver, Resolution
 
-__all__ = ["CARRetriever"]
+__all__ = ["CARRetriever", "DEFAULT_K"]
+
+DEFAULT_K = 5
+"""Records returned by default: the core's (``car-rag query --k``), and langchain-car's."""
 
 
 class CARRetriever(BaseRetriever):
@@ -37,8 +40,12 @@ class CARRetriever(BaseRetriever):
             ``BasePydanticVectorStore`` whose ``get_nodes`` takes metadata filters), a
             docstore or list of nodes (held in memory), or an ``AuthorityLookup``.
         policy: a car-rag policy, or the name or path of one (``"security-advisory"``).
-        layout: where node metadata keeps ``doc_id``, ``doc_type`` and the rest.
+        k: the most records returned (default 5, as the core's ``car-rag query --k``): the
+            active frontier first, then superseded provenance; a record's chunks count once.
         k1: keep only the first ``k1`` Stage-1 documents as anchors (default: all).
+        doc_id_key: the metadata key holding the record id (default ``doc_id``; the
+            ``layout``'s when one is given).
+        layout: where node metadata keeps ``doc_id``, ``doc_type`` and the rest.
         caller: the reader the results are for; records they may not read are never
             returned, and a record voided only by such a record is reported superseded
             with ``car_hidden_superseder``. Filter Stage 1 for the caller yourself
@@ -52,18 +59,25 @@ class CARRetriever(BaseRetriever):
         store: Any,
         policy: Policy | str | Path,
         *,
-        layout: MetadataLayout | None = None,
+        k: int = DEFAULT_K,
         k1: int | None = None,
+        doc_id_key: str | None = None,
+        layout: MetadataLayout | None = None,
         caller: CallerContext | None = None,
         scope_lookup_limit: int = 20,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
         if k1 is not None and k1 < 1:
             raise ValueError(f"k1 must be >= 1 or None, got {k1}")
         self.retriever = retriever
         self.policy = load_policy(policy)
         self.layout = layout or MetadataLayout()
+        if doc_id_key is not None:
+            self.layout = self.layout.model_copy(update={"doc_id_key": doc_id_key})
+        self.k = k
         self.lookup: AuthorityLookup = authority_lookup(store, self.layout)
         self.k1 = k1
         self.caller = caller
@@ -78,15 +92,19 @@ class CARRetriever(BaseRetriever):
 
     @classmethod
     def from_index(cls, index: Any, policy: Policy | str | Path, *, similarity_top_k: int = 10, **kwargs: Any) -> "CARRetriever":
-        """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``."""
-        return cls(index.as_retriever(similarity_top_k=similarity_top_k), index.vector_store, policy, **kwargs)
+        """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``, or on
+        ``index.docstore`` when the vector store keeps no text (the in-memory default,
+        ``SimpleVectorStore``, and any store with ``stores_text=False``)."""
+        vector_store = index.vector_store
+        store = vector_store if getattr(vector_store, "stores_text", True) else index.docstore
+        return cls(index.as_retriever(similarity_top_k=similarity_top_k), store, policy, **kwargs)
 
     def _get_prompt_modules(self) -> dict[str, Any]:
         return {"retriever": self.retriever}
 
     # ------------------------------------------------------------------ resolution alone
     def resolve(self, query: QueryType, nodes: list[NodeWithScore]) -> Resolution:
-        """Stages 2 and 3 for Stage-1 ``nodes`` you already have (sync)."""
+        """Stages 2 and 3 for Stage-1 ``nodes`` you already have (sync); every record, not capped at ``k``."""
         bundle = QueryBundle(query) if isinstance(query, str) else query
         return self.resolver.resolve(bundle.query_str, nodes, caller=self.caller, k1=self.k1)
 
@@ -98,9 +116,21 @@ class CARRetriever(BaseRetriever):
     # ------------------------------------------------------------------ BaseRetriever
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         anchors = self.retriever.retrieve(query_bundle)
-        return self.resolver.resolve(query_bundle.query_str, anchors, caller=self.caller, k1=self.k1).nodes
+        return self._top(self.resolver.resolve(query_bundle.query_str, anchors, caller=self.caller, k1=self.k1).nodes)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         anchors = await self.retriever.aretrieve(query_bundle)
         resolution = await self.resolver.aresolve(query_bundle.query_str, anchors, caller=self.caller, k1=self.k1)
-        return resolution.nodes
+        return self._top(resolution.nodes)
+
+    def _top(self, nodes: list[NodeWithScore]) -> list[NodeWithScore]:
+        """The nodes of the first ``k`` records (a record's chunks count once)."""
+        kept: set[str] = set()
+        out = []
+        for nws in nodes:
+            doc_id = node_doc_id(nws.node, self.layout)
+            if doc_id not in kept and len(kept) >= self.k:
+                continue
+            kept.add(doc_id)
+            out.append(nws)
+        return out

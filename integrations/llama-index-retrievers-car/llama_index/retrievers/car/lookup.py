@@ -17,6 +17,7 @@ from typing import Any
 
 from car_rag import AuthorityStore, ScopeQuery, StoredItem
 from car_rag.layout import decode_list
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import (
@@ -32,6 +33,8 @@ from llama_index.retrievers.car.layout import MetadataLayout, node_doc_id
 __all__ = ["AuthorityLookup", "NodeAuthorityLookup", "ScopeQuery", "VectorStoreAuthorityLookup", "authority_lookup"]
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
+"""Each Stage-2 lookup is an instrumentation span (``VectorStoreAuthorityLookup.fetch-…``)."""
 
 AuthorityLookup = AuthorityStore
 """The adapter contract (:class:`car_rag.AuthorityStore`): the items matching any of the queries."""
@@ -110,6 +113,7 @@ class VectorStoreAuthorityLookup(AuthorityStore):
         )
         self.lists_filterable = False
 
+    @dispatcher.span
     def fetch(self, queries: Sequence[ScopeQuery]) -> list[StoredItem]:
         try:
             batches = [self.vector_store.get_nodes(node_ids=None, filters=f) for f in self._filters(queries)]
@@ -120,6 +124,7 @@ class VectorStoreAuthorityLookup(AuthorityStore):
             return self.fetch(queries)
         return self._exact(queries, batches)
 
+    @dispatcher.span
     async def afetch(self, queries: Sequence[ScopeQuery]) -> list[StoredItem]:
         filters = self._filters(queries)
         try:
@@ -166,6 +171,7 @@ class NodeAuthorityLookup(AuthorityStore):
             candidates = (i for t in query.doc_types or () for i in self._by_type.get(t, []))
         return (i for i in candidates if query.matches(self.nodes[i].metadata, self.layout))
 
+    @dispatcher.span
     def fetch(self, queries: Sequence[ScopeQuery]) -> list[StoredItem]:
         hits = sorted({i for q in queries for i in self._matching(q)})
         return [_item(self.nodes[i], self.layout) for i in hits]
@@ -179,6 +185,11 @@ def authority_lookup(source: Any, layout: MetadataLayout | None = None) -> Autho
     if isinstance(source, AuthorityStore):
         return source
     if isinstance(source, BasePydanticVectorStore):
+        if not source.stores_text:
+            raise TypeError(
+                f"{type(source).__name__} keeps no text or metadata of its own (stores_text=False), so it cannot "
+                "answer metadata lookups: pass the index's docstore (index.docstore), or use CARRetriever.from_index"
+            )
         return VectorStoreAuthorityLookup(source, layout)
     if isinstance(source, BaseDocumentStore):
         return NodeAuthorityLookup(source.docs.values(), layout)

@@ -24,18 +24,40 @@ from car_rag.layout import (
 )
 from car_rag.lookup import aresolve_closure, resolve_closure
 from car_rag.resolution import RetrievedRecord
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.schema import NodeWithScore
 
 from llama_index.retrievers.car.layout import LLAMA_INDEX_KEYS, MetadataLayout, node_doc_id, node_to_record
 from llama_index.retrievers.car.lookup import NodeAuthorityLookup
 
 __all__ = [
-    "AuthorityResolver", "CAR_ANCHOR_ID", "CAR_HIDDEN_SUPERSEDER", "CAR_KEYS", "CAR_RANK", "CAR_ROLE", "CAR_RULE",
+    "AuthorityResolver", "CARResolutionEvent", "CAR_ANCHOR_ID", "CAR_HIDDEN_SUPERSEDER", "CAR_KEYS", "CAR_RANK", "CAR_ROLE", "CAR_RULE",
     "CAR_STAGE1_RANK", "CAR_STAGE1_SCORE", "CAR_STATUS", "CAR_SUPERSEDED_BY", "CAR_VOIDED_BY", "CAR_VOIDS",
     "Resolution", "nodes_to_result",
 ]
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
+
+
+class CARResolutionEvent(BaseEvent):
+    """Instrumentation event for one resolution (inside the ``AuthorityResolver.resolve`` span):
+    the anchors, how many lookups and rounds Stage 2 took, what is active and what superseded."""
+
+    query: str
+    anchors: list[str]
+    unresolved: list[str]
+    lookups: int
+    rounds: int
+    active: list[str]
+    superseded: dict[str, list[str]]
+    hidden_superseder: list[str]
+    timings_ms: dict[str, float]
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CARResolutionEvent"
 
 CAR_KEYS = CAR_ANNOTATION_KEYS
 _SHOWN_TO_LLM = (CAR_STATUS, CAR_SUPERSEDED_BY, CAR_RULE)
@@ -166,8 +188,23 @@ class AuthorityResolver:
         timings = {"stage2_lookup": (looked_up - started) * 1000, "stage3": (done - looked_up) * 1000}
         timings["stage23"] = timings["stage2_lookup"] + timings["stage3"]
         result.timings_ms = timings
+        layout = state.resolver.layout
+        dispatcher.event(
+            CARResolutionEvent(
+                query=result.query,
+                anchors=[h.doc_id for h in result.anchors],
+                unresolved=list(dict.fromkeys(node_doc_id(nws.node, layout) for _, nws, _ in state.unmanaged)),
+                lookups=state.closure.lookups,
+                rounds=state.closure.rounds,
+                active=[r.doc_id for r in result.ranked if r.status == "active"],
+                superseded={r.doc_id: list(r.superseded_by) for r in result.ranked if r.status == "superseded"},
+                hidden_superseder=[r.doc_id for r in result.ranked if r.hidden_superseder],
+                timings_ms=timings,
+            )
+        )
         return Resolution(result, ranked, state.closure.lookups, state.closure.rounds, timings)
 
+    @dispatcher.span
     def resolve(
         self, query: str, nodes: Sequence[NodeWithScore], *, caller: CallerContext | None = None, k1: int | None = None
     ) -> Resolution:
@@ -177,6 +214,7 @@ class AuthorityResolver:
         result = resolve_closure(state.closure, self.lookup, caller)
         return self._finish(state, result, started, time.perf_counter())
 
+    @dispatcher.span
     async def aresolve(
         self, query: str, nodes: Sequence[NodeWithScore], *, caller: CallerContext | None = None, k1: int | None = None
     ) -> Resolution:

@@ -12,14 +12,15 @@ defines the evidence as data, and a user message with the evidence and the quest
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from car_rag import Policy, load_policy, render_xml
 from car_rag.evidence import render_reader
-from car_rag.prompts import READER_USER, USER_PROMPT, load_prompt, reader_system_prompt, system_prompt
+from car_rag.prompts import load_prompt, reader_system_prompt, system_prompt
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core import Settings
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.llms import LLM
@@ -32,25 +33,53 @@ from llama_index.core.types import RESPONSE_TEXT_TYPE
 from llama_index.retrievers.car.layout import MetadataLayout
 from llama_index.retrievers.car.resolver import nodes_to_result
 
-__all__ = ["EvidenceSynthesizer", "evidence_prompt_template", "render_evidence"]
+__all__ = ["EvidencePromptTemplate", "EvidenceSynthesizer", "evidence_prompt_template", "render_evidence"]
 
 
 EvidenceForm = Literal["reader", "audit"]
+_PER_MESSAGE = 4  # chat formats add a few tokens around each message
+# Evidence with a packet replaced by a hidden record: the prompt is counted with the hidden-record rules.
+_HIDDEN_PROBE = '<evidence-packet id="EP-1"><superseded-by hidden="true"/></evidence-packet><packet replaced-by="hidden">'
 
 
-def evidence_prompt_template(form: EvidenceForm = "reader") -> ChatPromptTemplate:
+
+class EvidencePromptTemplate(ChatPromptTemplate):
+    """car-rag's answer prompt for one evidence form (:mod:`car_rag.prompts`) as a LlamaIndex
+    ``ChatPromptTemplate`` over ``{context_str}`` (the evidence) and ``{query_str}``.
+
+    While its system message is the packaged one, formatting asks the core for the system
+    prompt of the evidence at hand, so the hidden-record rules are sent only when a packet
+    was replaced by a record the caller may not read (as :func:`car_rag.prompts.evidence_messages`
+    does). An edited system message is sent as written."""
+
+    form: str = "reader"
+
+    def format_messages(self, llm: Any = None, **kwargs: Any) -> list[ChatMessage]:
+        messages = super().format_messages(llm=llm, **kwargs)
+        evidence = {**self.kwargs, **kwargs}.get("context_str")
+        if messages and messages[0].role == MessageRole.SYSTEM and messages[0].content == _system(self.form, "") \
+                and isinstance(evidence, str):
+            messages[0] = ChatMessage(role=MessageRole.SYSTEM, content=_system(self.form, evidence))
+        return messages
+
+
+def _system(form: str, evidence: str) -> str:
+    return reader_system_prompt(evidence) if form == "reader" else system_prompt(evidence)
+
+
+def evidence_prompt_template(form: EvidenceForm = "reader") -> EvidencePromptTemplate:
     """car-rag's answer prompt for an evidence ``form`` as a LlamaIndex chat template over
-    ``{context_str}`` (the evidence) and ``{query_str}``. The template is built once for
-    every query, so its system message carries the hidden-record rules too."""
+    ``{context_str}`` (the evidence) and ``{query_str}`` (see :class:`EvidencePromptTemplate`)."""
     if form not in ("reader", "audit"):
         raise ValueError(f"form must be 'reader' or 'audit', got {form!r}")
-    system, template = (reader_system_prompt(), READER_USER) if form == "reader" else (system_prompt(), USER_PROMPT)
-    user = load_prompt(template).replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
-    return ChatPromptTemplate(
+    user = load_prompt("reader_user" if form == "reader" else "answer_user")
+    user = user.replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
+    return EvidencePromptTemplate(
         message_templates=[
-            ChatMessage(role=MessageRole.SYSTEM, content=system),
+            ChatMessage(role=MessageRole.SYSTEM, content=_system(form, "")),
             ChatMessage(role=MessageRole.USER, content=user.strip()),
-        ]
+        ],
+        form=form,
     )
 
 
@@ -91,7 +120,12 @@ class EvidenceSynthesizer(BaseSynthesizer):
             :func:`evidence_prompt_template` for ``form`` (car-rag's answer prompt).
         k: render only the first ``k`` records.
         superseded: ``"include"`` (marked, with a pointer to what replaced them) or ``"omit"``.
-        token_budget: leave out the least useful packets, whole, until the evidence fits.
+        token_budget: the most tokens of evidence; whole packets are left out, least useful
+            first, until it fits. Default: what the LLM's context window leaves after the
+            prompt and the answer (``context_window - num_output - prompt tokens``, from the
+            synthesizer's ``PromptHelper``, i.e. the LLM's metadata); a given budget is capped
+            at that too.
+        tokenizer: counts tokens (``len(tokenizer(text))``); default ``Settings.tokenizer``.
         compact: audit form only: the same facts in fewer tokens.
     """
 
@@ -106,6 +140,7 @@ class EvidenceSynthesizer(BaseSynthesizer):
         k: int | None = None,
         superseded: Literal["include", "omit"] = "include",
         token_budget: float | None = None,
+        tokenizer: Callable[[str], Sequence[Any]] | None = None,
         compact: bool = False,
         callback_manager: CallbackManager | None = None,
         prompt_helper: PromptHelper | None = None,
@@ -117,7 +152,9 @@ class EvidenceSynthesizer(BaseSynthesizer):
         self.policy = load_policy(policy)
         self.layout = layout or MetadataLayout()
         self._text_qa_template = text_qa_template or evidence_prompt_template(form)
-        self._render_kwargs: dict[str, Any] = {"form": form, "k": k, "superseded": superseded, "token_budget": token_budget}
+        self._token_budget = token_budget
+        self._tokenizer = tokenizer
+        self._render_kwargs: dict[str, Any] = {"form": form, "k": k, "superseded": superseded}
         if form == "audit":
             self._render_kwargs["compact"] = compact
 
@@ -128,9 +165,31 @@ class EvidenceSynthesizer(BaseSynthesizer):
         if "text_qa_template" in prompts:
             self._text_qa_template = prompts["text_qa_template"]
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text`` by the synthesizer's tokenizer (default ``Settings.tokenizer``)."""
+        return len((self._tokenizer or Settings.tokenizer)(text))
+
+    def evidence_budget(self, query: str) -> int:
+        """Tokens left for evidence: the context window less the answer (``num_output``) and the
+        prompt around the evidence (with the hidden-record rules, the longest it can be)."""
+        helper = self._prompt_helper
+        messages = self._text_qa_template.format_messages(context_str=_HIDDEN_PROBE, query_str=query)
+        prompt = sum(self.count_tokens(m.content or "") + _PER_MESSAGE for m in messages) - self.count_tokens(_HIDDEN_PROBE)
+        available = helper.context_window - helper.num_output - prompt
+        if available < 1:
+            raise ValueError(
+                f"the LLM's context window ({helper.context_window} tokens) leaves no room for evidence after the "
+                f"prompt ({prompt}) and the answer (num_output={helper.num_output})"
+            )
+        return available if self._token_budget is None else min(int(self._token_budget), available)
+
     def render(self, query: str, nodes: Sequence[NodeWithScore]) -> str:
-        """The evidence this synthesizer puts in front of the LLM for ``nodes``."""
-        return render_evidence(query, nodes, self.policy, layout=self.layout, **self._render_kwargs)
+        """The evidence this synthesizer puts in front of the LLM for ``nodes``, within
+        :meth:`evidence_budget` tokens counted by the LLM's tokenizer."""
+        return render_evidence(
+            query, nodes, self.policy, layout=self.layout, token_budget=self.evidence_budget(query),
+            token_counter=self.count_tokens, **self._render_kwargs,
+        )
 
     # The base class hands get_response only the nodes' text; pass the nodes along.
     def synthesize(
