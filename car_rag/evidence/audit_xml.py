@@ -40,9 +40,9 @@ from car_rag.evidence.packets import (
     AuthorityLink,
     EvidencePacket,
     SupersededMode,
-    build_packets,
     hidden_only,
     record_label,
+    renderable_packets,
     scope_groups,
 )
 from car_rag.evidence.xml_tree import Element, iso_date, short_number
@@ -307,20 +307,7 @@ def render_xml(
     their members' supersession elements are left out. On ghsa-freeform top-5 evidence it
     takes 55% of the full form's tokens.
     """
-    if superseded not in ("include", "omit"):
-        raise ValueError(f"superseded must be 'include' or 'omit', got {superseded!r}")
-    if k is not None and k < 0:
-        raise ValueError(f"k must be >= 0 or None, got {k}")
-    if isinstance(evidence, (str, bytes)):
-        raise TypeError("render_xml takes a RetrievalResult or EvidencePacket objects, not text")
-    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
-        policy = policy or evidence.policy  # type: ignore[union-attr]
-        packets = build_packets(evidence, policy, k, provenance=provenance)  # type: ignore[arg-type]
-    else:
-        packets = list(evidence)[:k]
-        for p in packets:
-            if not isinstance(p, EvidencePacket):
-                raise TypeError(f"expected EvidencePacket objects, got {type(p).__name__}")
+    packets, policy = renderable_packets("render_xml", evidence, policy, k, provenance=provenance, superseded=superseded)
     # A packet voided only by a record the caller may not read keeps its place: nothing
     # shown stands in for it (the result ranks it so too).
     first = [p for p in packets if p.is_active or hidden_only(p)]

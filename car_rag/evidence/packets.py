@@ -16,9 +16,9 @@ string in them is treated as untrusted when rendered: see :mod:`car_rag.evidence
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -42,6 +42,7 @@ __all__ = [
     "Provenance",
     "RetrievalRationale",
     "SupersededMode",
+    "renderable_packets",
     "build_packets",
     "hidden_only",
     "matching_spans",
@@ -486,3 +487,27 @@ def build_packets(
         ids = {item.doc_id for item in shown}
         shown += [item for item in result.ranked[k:] if item.status == "superseded" and ids & set(item.superseded_by)]
     return [_packet(item, result, policy, f"EP-{item.rank}") for item in shown]
+
+
+def renderable_packets(
+    renderer: str, evidence: RetrievalResult | Iterable[EvidencePacket], policy: Policy | None, k: int | None,
+    *, provenance: bool, superseded: str,
+) -> tuple[list[EvidencePacket], Policy | None]:
+    """What a renderer shows, and the policy whose words it uses: packets built from a result
+    (under the result's own policy unless one is given) or packets taken as given; checks
+    the arguments every renderer shares, naming ``renderer`` in the error."""
+    if superseded not in ("include", "omit"):
+        raise ValueError(f"superseded must be 'include' or 'omit', got {superseded!r}")
+    if k is not None and k < 0:
+        raise ValueError(f"k must be >= 0 or None, got {k}")
+    if isinstance(evidence, (str, bytes)):
+        raise TypeError(f"{renderer} takes a RetrievalResult or EvidencePacket objects, not text")
+    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
+        result = cast("RetrievalResult", evidence)
+        policy = policy or result.policy
+        return build_packets(result, policy, k, provenance=provenance), policy
+    packets = list(evidence)[:k]
+    for p in packets:
+        if not isinstance(p, EvidencePacket):
+            raise TypeError(f"expected EvidencePacket objects, got {type(p).__name__}")
+    return packets, policy

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.digest import authority_digest, record_phrase, subject_phrase
-from car_rag.evidence.packets import EvidencePacket, SupersededMode, build_packets, hidden_only
+from car_rag.evidence.packets import EvidencePacket, SupersededMode, hidden_only, renderable_packets
 from car_rag.evidence.xml_tree import Element, iso_date
 
 if TYPE_CHECKING:
@@ -134,22 +134,9 @@ def render_reader(
     ``<not-shown>``; when a single packet is left over budget its text is cut and the
     packet carries ``cut="N of M characters shown"``.
     """
-    if superseded not in ("include", "omit"):
-        raise ValueError(f"superseded must be 'include' or 'omit', got {superseded!r}")
-    if k is not None and k < 0:
-        raise ValueError(f"k must be >= 0 or None, got {k}")
     if token_budget is not None and token_budget <= 0:
         raise ValueError(f"token_budget must be > 0, got {token_budget}")
-    if isinstance(evidence, (str, bytes)):
-        raise TypeError("render_reader takes a RetrievalResult or EvidencePacket objects, not text")
-    if hasattr(evidence, "ranked") and hasattr(evidence, "query"):
-        policy = policy or evidence.policy  # type: ignore[union-attr]
-        packets = build_packets(evidence, policy, k, provenance=provenance)  # type: ignore[arg-type]
-    else:
-        packets = list(evidence)[:k]
-        for p in packets:
-            if not isinstance(p, EvidencePacket):
-                raise TypeError(f"expected EvidencePacket objects, got {type(p).__name__}")
+    packets, policy = renderable_packets("render_reader", evidence, policy, k, provenance=provenance, superseded=superseded)
     ordered = reader_order(packets)
     shown = [p for p in ordered if p.is_active or superseded == "include"]
     not_shown = {p.doc_id: p.evidence_packet_id for p in ordered if p not in shown}
