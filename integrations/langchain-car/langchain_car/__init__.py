@@ -22,7 +22,7 @@ from langchain_car.evidence import (
     format_evidence,
 )
 from langchain_car.guard import authority_guard, check_documents
-from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup
+from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
 
 try:
@@ -39,6 +39,7 @@ __all__ = [
     "DocumentListLookup",
     "InMemoryLookup",
     "MetadataLookup",
+    "PGVectorLookup",
     "RESOLUTION_EVENT",
     "answer_prompt",
     "answer_prompt_template",

@@ -8,6 +8,8 @@ it in their ``supersedes`` list, with a Chroma-style ``where`` filter. A
 * :class:`ChromaLookup` wraps anything with Chroma's ``get(where=..., include=...)``:
   ``langchain_chroma.Chroma`` or a ``chromadb`` collection (embedded or server).
 * :class:`InMemoryLookup` evaluates them over langchain-core's ``InMemoryVectorStore``.
+* :class:`PGVectorLookup` answers them from ``langchain_postgres.PGVector`` (PostgreSQL +
+  pgvector, metadata in a JSONB column), written in PGVector's own filter syntax.
 * :class:`DocumentListLookup` evaluates the filters over documents held in memory, for
   stores with no filter-only get (e.g. a BM25-only setup) and for tests.
 
@@ -33,7 +35,10 @@ from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import InMemoryVectorStore
 
-__all__ = ["ChromaLookup", "DocumentListLookup", "InMemoryLookup", "MetadataLookup", "WhereStore", "as_lookup", "matches_where"]
+__all__ = [
+    "ChromaLookup", "DocumentListLookup", "InMemoryLookup", "MetadataLookup", "PGVectorLookup", "WhereStore", "as_lookup",
+    "matches_where",
+]
 
 _OR_CHUNK = 64
 
@@ -97,6 +102,86 @@ class InMemoryLookup(MetadataLookup):
         return f"InMemoryLookup({len(self.store.store)} documents)"
 
 
+class PGVectorLookup(MetadataLookup):
+    """Lookups on ``langchain_postgres.PGVector`` (one collection; metadata in its JSONB
+    ``cmetadata`` column), filter only: a ``SELECT`` of the collection's rows matching the
+    filter, with no similarity ordering and no limit.
+
+    The ``where`` filter is rewritten in PGVector's own filter syntax and compiled by the
+    store itself (the compiler its ``similarity_search(filter=...)`` uses), so a filter means
+    here what it means to PGVector: ``$and``, ``$or``, ``$eq``, ``$ne``, ``$in``, ``$nin``.
+    ``{"supersedes": {"$contains": id}}`` becomes ``{"supersedes": {"$eq": id}}``: PGVector
+    compares with a lax-mode SQL/JSON path (``$.supersedes == $value``), which is true when
+    any element of a JSON array equals the value, so explicit edges are found across scopes
+    when ``supersedes`` is list metadata (car-rag's LangChain layout writes it so). A
+    ``supersedes`` written as a JSON string is not matched: such edges are then found within
+    a scope only. PGVector in ``async_mode`` answers :meth:`aget` on its async engine."""
+
+    def __init__(self, store: Any):
+        # An async_mode PGVector builds its table classes on its first async call (aget_collection here).
+        needed: tuple[str, ...] = ("session_maker", "get_collection", "aget_collection", "_create_filter_clause")
+        if not getattr(store, "async_mode", False):
+            needed += ("EmbeddingStore",)
+        missing = [name for name in needed if not hasattr(store, name)]
+        if missing:
+            raise TypeError(
+                f"{type(store).__name__} is not a langchain_postgres.PGVector this lookup knows (no {', '.join(missing)}); "
+                "pass a MetadataLookup of your own"
+            )
+        self.store = store
+
+    @staticmethod
+    def pg_filter(where: Mapping[str, Any]) -> dict[str, Any]:
+        """A Chroma-style ``where`` in PGVector's filter syntax."""
+        out: dict[str, Any] = {}
+        for key, condition in where.items():
+            if key in ("$and", "$or"):
+                out[key] = [PGVectorLookup.pg_filter(c) for c in condition]
+            elif isinstance(condition, Mapping) and set(condition) == {"$contains"}:
+                out[key] = {"$eq": condition["$contains"]}
+            elif isinstance(condition, Mapping) and set(condition) & {"$not_contains"}:
+                raise ValueError(f"PGVector has no $not_contains filter (field {key!r})")
+            else:
+                out[key] = condition if isinstance(condition, Mapping) else {"$eq": condition}
+        return out
+
+    def _statement(self, collection: Any, where: Mapping[str, Any]) -> Any:
+        from sqlalchemy import select
+
+        table = self.store.EmbeddingStore
+        clause = self.store._create_filter_clause(self.pg_filter(where))
+        return select(table).where(table.collection_id == collection.uuid, clause)
+
+    @staticmethod
+    def _documents(rows: Iterable[Any]) -> list[Document]:
+        return [Document(id=str(r.id), page_content=r.document or "", metadata=dict(r.cmetadata or {})) for r in rows]
+
+    def get(self, where: Mapping[str, Any]) -> list[Document]:
+        if getattr(self.store, "async_mode", False):
+            raise RuntimeError("this PGVector is in async_mode: use the async path (ainvoke)")
+        with self.store.session_maker() as session:
+            collection = self.store.get_collection(session)
+            if collection is None:
+                raise ValueError(f"PGVector collection {self.store.collection_name!r} not found")
+            return self._documents(session.execute(self._statement(collection, where)).scalars().all())
+
+    async def aget(self, where: Mapping[str, Any]) -> list[Document]:
+        if not getattr(self.store, "async_mode", False):
+            return await super().aget(where)
+        async with self.store.session_maker() as session:
+            collection = await self.store.aget_collection(session)
+            if collection is None:
+                raise ValueError(f"PGVector collection {self.store.collection_name!r} not found")
+            return self._documents((await session.execute(self._statement(collection, where))).scalars().all())
+
+    def __repr__(self) -> str:
+        return f"PGVectorLookup({getattr(self.store, 'collection_name', '?')!r})"
+
+
+def _is_pgvector(store: Any) -> bool:
+    return any(c.__module__.startswith("langchain_postgres") and c.__name__ == "PGVector" for c in type(store).__mro__)
+
+
 def _filters_by_where(store: Any) -> bool:
     get = getattr(store, "get", None)
     if not callable(get):
@@ -110,19 +195,23 @@ def _filters_by_where(store: Any) -> bool:
 def _cannot_filter(store: Any) -> str:
     return (
         f"{type(store).__name__} cannot be filtered by metadata: Stage 2 needs a filter-only lookup and it has no "
-        "get(where=...) (Chroma's) and is no InMemoryVectorStore or list of Documents; pass a MetadataLookup "
+        "get(where=...) (Chroma's) and is no InMemoryVectorStore, langchain_postgres PGVector or list of Documents; "
+        "pass a MetadataLookup "
         "subclass that answers Chroma-style where filters in the store's own filter language"
     )
 
 
 def as_lookup(store: Any) -> MetadataLookup:
     """A :class:`MetadataLookup` for ``store``: a lookup as is, an ``InMemoryVectorStore``, a
-    list of documents held in memory, or anything with Chroma's ``get(where=...)``; anything
-    else is a ``TypeError`` naming the store's class and what it lacks."""
+    ``langchain_postgres.PGVector``, a list of documents held in memory, or anything with
+    Chroma's ``get(where=...)``; anything else is a ``TypeError`` naming the store's class and
+    what it lacks."""
     if isinstance(store, MetadataLookup):
         return store
     if isinstance(store, InMemoryVectorStore):
         return InMemoryLookup(store)
+    if _is_pgvector(store):
+        return PGVectorLookup(store)
     if isinstance(store, Sequence) and not isinstance(store, (str, bytes)) and all(isinstance(d, Document) for d in store):
         return DocumentListLookup(store)
     if not _filters_by_where(store):

@@ -78,7 +78,8 @@ class CARRetriever(BaseRetriever):
     )
     store: Any = Field(
         description="Stage 2: where superseders are looked up by metadata filter: a langchain_chroma.Chroma, "
-        "a chromadb collection, an InMemoryVectorStore, a MetadataLookup, or a list of Documents held in memory."
+        "a chromadb collection, an InMemoryVectorStore, a langchain_postgres PGVector, a MetadataLookup, or a list of "
+        "Documents held in memory."
     )
     policy: PolicyArg = Field(description="car-rag policy (or built-in policy name / policy file) deciding what voids what.")
     k: int = Field(default=5, ge=1, description="Number of documents returned (frontier first, then superseded).")

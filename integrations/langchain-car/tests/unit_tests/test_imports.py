@@ -15,6 +15,7 @@ EXPECTED_ALL = [
     "DocumentListLookup",
     "InMemoryLookup",
     "MetadataLookup",
+    "PGVectorLookup",
     "RESOLUTION_EVENT",
     "answer_prompt",
     "answer_prompt_template",

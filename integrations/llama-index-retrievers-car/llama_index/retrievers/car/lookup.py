@@ -44,8 +44,21 @@ def _item(node: BaseNode, layout: MetadataLayout) -> StoredItem:
     return StoredItem(node.metadata, node.get_content(), node_doc_id(node, layout), source=node)
 
 
+def _numeric_text(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _condition(key: str, values: Sequence[Any]) -> MetadataFilter:
-    if len(values) == 1:
+    # One value is ``==``, except text that reads as a number: PGVectorStore compares ``==`` on
+    # such a value as float (a cast that fails on any non-numeric value of the key, and takes
+    # "2024" for "2024.0"); ``in`` compares text on every store.
+    if len(values) == 1 and not _numeric_text(values[0]):
         return MetadataFilter(key=key, value=values[0], operator=FilterOperator.EQ)
     return MetadataFilter(key=key, value=list(values), operator=FilterOperator.IN)
 
