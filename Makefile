@@ -29,8 +29,8 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/car-rag demo
 
-test-fast: install  ## the unit tier: no model, no Chroma
-	$(PY) -m pytest -q tests/unit
+test-fast: install  ## the unit tier: no model, no Chroma; 50 property examples each (make test: 300)
+	CAR_PROPERTY_EXAMPLES=50 $(PY) -m pytest -q tests/unit
 
 lint: install  ## ruff on the library and the harness, mypy --strict on the library (config: pyproject.toml)
 	$(PY) -m ruff check car_rag car_rag_evals

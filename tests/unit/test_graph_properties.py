@@ -5,6 +5,7 @@ close cycles."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +27,12 @@ VERSIONS = [
     "v2", "rev B", "rev C", "1.0.0-draft", "Edition 3", "2.0 (final)",
 ]  # fmt: skip
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 300 examples per property under `make test`; `make test-fast` asks for fewer (the same
+# properties, a smaller sample) to keep the unit tier quick while editing.
+SETTINGS = settings(
+    max_examples=int(os.environ.get("CAR_PROPERTY_EXAMPLES", "300")), deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def _doc_types(policy_name: str) -> list[str]:
