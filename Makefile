@@ -2,9 +2,11 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip install --quiet
-# The CPU build of torch must be installed first: unpinned, pip pulls a multi-GB CUDA build.
+# The CPU build of torch must be installed first: from PyPI, pip pulls a multi-GB CUDA build. It comes
+# from /opt/wheels where that folder exists, else from PyTorch's CPU index (as in the README).
 TORCH   := torch==2.13.0
 WHEELS  := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
+TORCH_FROM := $(or $(WHEELS),--index-url https://download.pytorch.org/whl/cpu)
 
 export HF_HUB_OFFLINE       ?= 1
 export OMP_NUM_THREADS      ?= 1
@@ -14,12 +16,12 @@ export ANONYMIZED_TELEMETRY ?= False
 # Framework integrations: standalone packages, installed and tested beside the core.
 INTEGRATIONS := integrations/llama-index-retrievers-car integrations/langchain-car
 
-.PHONY: install demo lint test test-fast bench clean
+.PHONY: install demo lint test test-fast dist-check bench clean
 
 $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
-	$(PIP) $(WHEELS) $(TORCH)
+	$(PIP) $(TORCH_FROM) $(TORCH)
 	$(PIP) $(WHEELS) -e ".[store,test]"
 	for pkg in $(INTEGRATIONS); do $(PIP) $(WHEELS) -e "./$$pkg[test]" || exit 1; done
 	touch $@
@@ -41,6 +43,17 @@ test: install lint
 	$(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
 	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
 	$(PY) -m pytest -q integrations/langchain-car/tests
+
+# Packaging as users meet it (.ci/dist_check.sh): sdist and wheel of the core and both integrations
+# (python -m build), twine check --strict, every tracked package file in its wheel; then a fresh venv
+# in a temporary directory, CPU torch first (TORCH, TORCH_FROM as above), the three built wheels (core
+# with [store,llama-index,langchain]), and from outside the tree: the imports, car-rag --version,
+# car-rag demo. ~2 min on 2 busy cores with the venv in /dev/shm, ~3.5-5.5 min on disk (see the script).
+DIST_TOOLS := build==1.6.1 twine==7.0.0
+
+dist-check: install
+	$(PIP) $(WHEELS) $(DIST_TOOLS)
+	PY=$(PY) TORCH="$(TORCH)" TORCH_FROM="$(TORCH_FROM)" WHEELS="$(WHEELS)" .ci/dist_check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
