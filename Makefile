@@ -43,6 +43,8 @@ test: install lint
 	$(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
 	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
 	$(PY) -m pytest -q integrations/langchain-car/tests
+	# the packages as a user installs them: built wheels in a fresh venv (see .ci/dist_check.sh)
+	$(MAKE) dist-check
 
 # Packaging as users meet it (.ci/dist_check.sh): sdist and wheel of the core and both integrations
 # (python -m build), twine check --strict, every tracked package file in its wheel; then a fresh venv
