@@ -128,30 +128,33 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
 
 def _classify_status(kind: str, text: str, gold: GoldAnswer) -> Classification:
     """Suites whose answer is one status out of a few (legal, compliance): the state the
-    answer asserts; its lead when it asserts several."""
+    answer asserts; when it asserts several, the one of highest precedence where the
+    vocabulary ranks them, else its lead."""
     reading = _reader(kind).read(text)
     found = reading.asserted()
     if not found:
         hedges = reading.hedges
         return Classification("uncertain", f"no status claimed (hedge: '{hedges[0]}')" if hedges else "no status claimed")
-    claimed = found[0] if len(found) == 1 else _conclusion(kind, found) or reading.lead
+    decided = _conclusion(kind, found) if len(found) > 1 else None
+    claimed = found[0] if len(found) == 1 else decided or reading.lead
     if claimed is None:
         return Classification("uncertain", f"contradictory: claims {', '.join(found)}")
     why = _quote(reading.first(claimed))
     if len(found) > 1:
-        how = "decides" if _conclusion(kind, found) else "leads with it"
+        how = "decides" if decided else "leads with it"
         why += f"; {how}, also {', '.join(s for s in found if s != claimed)}"
     if claimed == gold.status:
         return Classification("correct", f"claims {claimed} ({why})")
     return Classification("confident_wrong", f"claims {claimed} ({why}), gold {gold.status}")
 
+
 def _conclusion(kind: str, found: list[str]) -> str | None:
     """The asserted state of highest precedence, where the vocabulary ranks every one found."""
     states = _reader(kind).policy.states
-    ranks = [states[s].precedence for s in found]
-    if any(r is None for r in ranks):
+    ranks = {s: states[s].precedence for s in found}
+    if any(r is None for r in ranks.values()):
         return None
-    return max(found, key=lambda s: states[s].precedence or 0)
+    return max(found, key=lambda s: ranks[s] or 0)
 
 
 _SECURITY_SUITES = ("ghsa", "cvepatchqa")
