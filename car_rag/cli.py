@@ -181,6 +181,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
             if fmt == "json":
                 print(json.dumps(result_json(result, args.k, with_text=args.with_text), indent=2, ensure_ascii=False))
             elif fmt == "evidence":
+                from car_rag.evidence import render_plain
+
+                print(render_plain(result, k=args.k))
+            elif fmt == "reader":
                 from car_rag.evidence import render_reader
 
                 print(render_reader(result, policy=store.policy, k=args.k))
@@ -352,8 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"], help="Stage-1 channels")
     query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"],
                        help="rules: the policy's rules; timestamp: the paper's later-in-scope baseline")
-    query.add_argument("--format", choices=["table", "json", "evidence", "xml"],
-                       help="json: records with status and edges; evidence: the reader-first evidence an LLM reads; "
+    query.add_argument("--format", choices=["table", "json", "evidence", "reader", "xml"],
+                       help="json: records with status and edges; evidence: what an LLM reads by default (the records "
+                            "as numbered plain documents); reader: the reader-first form (authority digest, packets); "
                             "xml: the audit XML (default: table for a query text, json lines with --queries)")
     query.add_argument("--with-text", action="store_true", help="JSON output carries each record's text")
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")

@@ -100,8 +100,9 @@ def main() -> None:
         policy=load_policy(DEMO / "policy.toml"),  # the demo's rules (security + case law)
         k=5,
     )
-    # `retriever | format_evidence` works as is; the bound formatter uses the retriever's policy
-    # for the digest's words. form="audit" gives the full XML with retrieval rationale instead.
+    # `retriever | format_evidence` works as is: numbered plain documents in car-rag's order. The
+    # bound formatter also knows the retriever's policy, which form="reader" (authority digest)
+    # and form="audit" (the full XML with retrieval rationale) word their sentences with.
     evidence = retriever.evidence_formatter()
     chain = {"context": retriever | evidence, "question": RunnablePassthrough()} | answer_prompt | chat_model(args.model) | StrOutputParser()
 

@@ -5,7 +5,7 @@ hand-written records. In every one the record that controls shares almost no voc
 with the question (a recall notice that never repeats the label's dosing, a release note
 that never names the CVE, an en banc opinion that never restates the panel's holding), so
 only authority resolution can bring it in. The retrieval runs with BM25 anchors; the
-reader-first form (what a model reads: ``render_reader``) and the audit XML
+reader-first form (``render_reader``) and the audit XML
 (``render_xml``) are written to ``examples/rendered/<policy>.md``.
 
 Run:  python examples/render_examples.py [--out examples/rendered]
@@ -363,7 +363,7 @@ def render_policy(name: str, scenario: Scenario, folder: Path) -> tuple[str, lis
             lines += [f"Caller: tenant `{example.caller.tenant}`, principals {principals}.", ""]
         ranking = ", ".join(f"{r.rank}. `{r.doc_id}` ({r.status})" for r in result)
         reader = render_reader(result, policy=store.policy)
-        lines += [f"Ranking: {ranking}.", "", "Reader-first form (the default for a model):", "", "```xml", reader, "```",
+        lines += [f"Ranking: {ranking}.", "", "Reader-first form (`--format reader`; the default for a model is plain documents, see the README):", "", "```xml", reader, "```",
                   "", "Audit form:", "", "```xml", xml, "```"]
     store.close()
     return "\n".join(lines) + "\n", problems

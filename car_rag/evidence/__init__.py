@@ -6,7 +6,9 @@ One concept per module:
   provenance, governance, authority links and retrieval rationale (:func:`build_packets`);
 * :mod:`~car_rag.evidence.digest` — the authority digest, one sentence per subject in the
   policy's words;
-* :mod:`~car_rag.evidence.reader` — the reader-first form a model answers from
+* :mod:`~car_rag.evidence.plain` — the records as numbered plain documents, the default
+  context for a model (:func:`render_plain`);
+* :mod:`~car_rag.evidence.reader` — the reader-first form: an authority digest, then packets
   (:func:`render_reader`);
 * :mod:`~car_rag.evidence.audit_xml` — the audit XML with scores, ranks and conflict groups
   (:func:`render_xml`);
@@ -37,6 +39,7 @@ from car_rag.evidence.packets import (
     record_label,
     scope_groups,
 )
+from car_rag.evidence.plain import oldest_first, render_plain
 from car_rag.evidence.reader import render_reader
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "HIDDEN_SUPERSEDER_TEXT", "AuthorityLink", "CitationCoordinates", "ConflictIndicators", "EpistemicMetadata",
     "EvidencePacket", "FreshnessStatus", "Governance", "PacketContent", "Provenance", "RetrievalRationale",
     "SupersededMode", "build_packets", "hidden_only", "matching_spans", "record_label", "scope_groups",
-    # digest, the two renderings, the budget
-    "DigestLine", "authority_digest", "render_reader", "render_xml", "TokenCounter", "approx_tokens",
+    # digest, the three renderings, the budget
+    "DigestLine", "authority_digest", "oldest_first", "render_plain", "render_reader", "render_xml", "TokenCounter",
+    "approx_tokens",
 ]

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from car_rag.eval.answers import suite_kind
-from car_rag.evidence import approx_tokens, build_packets, render_reader, render_xml
-from car_rag.evidence.xml_tree import iso_date
-from car_rag.prompts import answer_messages, reader_messages
+from car_rag.evidence import approx_tokens, build_packets, render_plain, render_reader, render_xml
+from car_rag.evidence.plain import clip_text
+from car_rag.prompts import answer_messages, plain_messages, reader_messages
 from car_rag.queries import load_queries
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag_evals.suites import open_suite_store
@@ -27,13 +27,7 @@ QUESTION_SUFFIX = {
     "legal": "Is the ruling still good law, or has it been overruled?",
     "compliance": "Is the pre-clearance still active, is the trade compliant (e.g. under an exception), or is it non-compliant?",
 }
-PLAIN_SYSTEM = "You answer questions using only the documents provided. If they do not answer the question, say so. Be concise."
 CLOSED_SYSTEM = "You answer questions. Be concise."
-FRESH_SYSTEM = (
-    "You answer questions using only the documents provided. The documents are listed from oldest to newest, each with "
-    "its date. When documents disagree, trust the most recent one. If they do not answer the question, say so. Be concise."
-)
-"""FreshPrompt-style instruction (Vu et al. 2023): evidence in date order, the newest trusted."""
 
 
 @dataclass
@@ -49,51 +43,10 @@ class Job:
     result: Any = field(default=None, repr=False, compare=False)
 
 
-def _clip(text: str, max_chars: int | None) -> str:
-    """Line endings become LF (XML escapes a CR as ``&#13;``, a token per line for nothing);
-    with ``max_chars``, the same cut for every condition."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text if max_chars is None or len(text) <= max_chars else text[:max_chars] + " …"
-
-
-def _plain_context(records: Sequence[Any], max_chars: int | None, budget: float | None, *, dated: bool = False) -> str:
-    """Numbered plain-text documents; with ``budget``, whole documents are kept in order
-    while they fit (as :func:`render_reader` does), and the first is cut if it alone does not."""
-    def doc(i: int, rec: Any, text: str) -> str:
-        when = f", {iso_date(rec.effective_at or rec.published_at) or 'date unknown'}" if dated else ""
-        return f"[Document {i}] ({rec.doc_type}{when})\n{text}"
-
-    texts = [_clip(rec.text, max_chars) for rec in records]
-    kept: list[str] = []
-    for rec, text in zip(records, texts):
-        trial = doc(len(kept) + 1, rec, text)
-        if budget is None or not kept or approx_tokens("\n\n".join([*kept, trial])) <= budget:
-            kept.append(trial)
-    if budget is not None and kept and approx_tokens(kept[0]) > budget:
-        words = texts[0].split(" ")
-        keep = max(1, int(len(words) * budget / approx_tokens(kept[0])))
-        kept[0] = doc(1, records[0], " ".join(words[:keep]) + " […]")
-    return "\n\n".join(kept)
-
-
-def _oldest_first(records: Sequence[Any]) -> list[Any]:
-    """FreshPrompt's order: undated records first (their age is unknown), then oldest to
-    newest; ties keep retrieval order."""
-    undated = [r for r in records if r.time is None]
-    return undated + sorted((r for r in records if r.time is not None), key=lambda r: r.time)
-
-
 def _clipped_packets(result: Any, policy: Any, k: int, max_chars: int | None) -> list[Any]:
     return [
-        p.model_copy(update={"content": p.content.model_copy(update={"raw_text": _clip(p.text, max_chars)})})
+        p.model_copy(update={"content": p.content.model_copy(update={"raw_text": clip_text(p.text, max_chars)})})
         for p in build_packets(result, policy, k, provenance=True)
-    ]
-
-
-def _plain_messages(context: str, question: str, system: str = PLAIN_SYSTEM) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": system},
-        {"role": "user", "content": f"Documents:\n\n{context}\n\nQuestion: {question}"},
     ]
 
 
@@ -159,17 +112,14 @@ def build_jobs(
             elif cond == "dense":
                 hits = store.dense.search(store.embedder.encode([q.query])[0], k)
                 ids = [h.doc_id for h in hits]
-                context = _plain_context([store.records[d] for d in ids], max_doc_chars, evidence_budget)
-                messages = _plain_messages(context, question)
+                context = render_plain([store.records[d] for d in ids], token_budget=evidence_budget, max_chars=max_doc_chars)
+                messages = plain_messages(question, context)
             elif cond in ("car-plain", "fresh-plain"):
                 records = [r.record for r in result.top(k)]
                 ids = [r.doc_id for r in records]
-                if cond == "fresh-plain":
-                    context = _plain_context(_oldest_first(records), max_doc_chars, evidence_budget, dated=True)
-                    messages = _plain_messages(context, question, FRESH_SYSTEM)
-                else:
-                    context = _plain_context(records, max_doc_chars, evidence_budget)
-                    messages = _plain_messages(context, question)
+                dated = cond == "fresh-plain"
+                context = render_plain(records, token_budget=evidence_budget, max_chars=max_doc_chars, dated=dated)
+                messages = plain_messages(question, context, dated=dated)
             elif cond == "car-reader":
                 context = render_reader(result, policy=store.policy, k=k, token_budget=evidence_budget, query_id=q.query_id)
                 ids = [r.doc_id for r in result.top(k)]

@@ -52,6 +52,9 @@ def test_query_json_and_xml(cli_store, capsys):
     root = ET.fromstring(capsys.readouterr().out)
     assert root.tag == "evidence" and root.find("evidence-packet").get("doc-id") == "sec-lodash-4.17.12-release"
     assert main(["query", "--store", str(cli_store), question, "--format", "evidence", "--k", "3"]) == 0
+    plain = capsys.readouterr().out
+    assert plain.startswith("[Document 1] (patch_release)\n") and plain.count("[Document ") == 3
+    assert main(["query", "--store", str(cli_store), question, "--format", "reader", "--k", "3"]) == 0
     root = ET.fromstring(capsys.readouterr().out)
     assert root.find("digest").text.startswith("lodash, CVE-2099-10001: patched.")
     assert (root.find("packet").get("status"), root.find("packet").get("version")) == ("current", "4.17.12")

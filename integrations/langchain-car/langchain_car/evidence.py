@@ -9,11 +9,13 @@
     )
 
 The documents are turned back into the car-rag :class:`~car_rag.RetrievalResult` their
-``car_*`` metadata describe, and rendered by the core: the reader-first form by default
-(:func:`car_rag.evidence.reader.render_reader`: an authority digest in the policy's words,
-then packets marked current or replaced), or the audit XML (:func:`car_rag.render_xml`,
-``form="audit"``); the same escaping, token budget and wording as the core, nothing
-re-implemented. Documents that did not come from :class:`~langchain_car.CARRetriever`
+``car_*`` metadata describe, and rendered by the core: by default as numbered plain
+documents in car-rag's order (:func:`car_rag.evidence.plain.render_plain`, what measured
+best with the offline reader: the core README, "Does the reader-first evidence make the
+reader right?"), or the reader-first form (``form="reader"``: an authority digest in the
+policy's words, then packets marked current or replaced), or the audit XML
+(:func:`car_rag.render_xml`, ``form="audit"``); the same escaping, token budget and
+wording as the core, nothing re-implemented. Documents that did not come from :class:`~langchain_car.CARRetriever`
 are rendered as current packets in their order.
 """
 
@@ -24,8 +26,8 @@ from typing import Any, Literal
 
 from car_rag import Policy, RecordLayout, RetrievalResult, builtin_policies, load_policy, render_xml
 from car_rag.annotations import result_from_annotations
-from car_rag.evidence import SupersededMode, TokenCounter, render_reader
-from car_rag.prompts import evidence_messages, load_prompt, reader_system_prompt
+from car_rag.evidence import SupersededMode, TokenCounter, render_plain, render_reader
+from car_rag.prompts import evidence_messages, load_prompt
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate
@@ -80,7 +82,7 @@ def _policy_for(documents: Sequence[Document]) -> Policy | None:
 def evidence_formatter(
     policy: Policy | str | None = None,
     *,
-    form: Literal["reader", "audit"] = "reader",
+    form: Literal["plain", "reader", "audit"] = "plain",
     k: int | None = None,
     superseded: SupersededMode = "include",
     token_budget: float | None = None,
@@ -93,16 +95,18 @@ def evidence_formatter(
 ) -> Runnable[list[Document], str]:
     """A runnable rendering a list of documents as car-rag ``<evidence>``.
 
-    ``form="reader"`` (default) is what a model should read (:func:`car_rag.evidence.reader.render_reader`);
-    ``form="audit"`` is :func:`car_rag.render_xml`'s full XML with retrieval rationale, for
-    debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
+    ``form="plain"`` (default) gives the records as numbered plain documents in car-rag's
+    order (:func:`car_rag.evidence.plain.render_plain`: what measured best with the offline
+    reader, see the core README); ``form="reader"`` the reader-first form, an authority
+    digest and packets (:func:`car_rag.evidence.reader.render_reader`); ``form="audit"``
+    :func:`car_rag.render_xml`'s full XML with retrieval rationale, for debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
     supplies the state words, verbs and rule descriptions (default: the built-in policy named
     in the documents' ``car_policy``, if any). ``k`` packets at most, ``superseded="omit"``
     to leave superseded records out, a ``token_budget`` (whole packets are dropped, least
     useful first).
     """
-    if form not in ("reader", "audit"):
-        raise ValueError(f"form must be 'reader' or 'audit', got {form!r}")
+    if form not in ("plain", "reader", "audit"):
+        raise ValueError(f"form must be 'plain', 'reader' or 'audit', got {form!r}")
     bound = load_policy(policy) if isinstance(policy, str) else policy
 
     def format_evidence(documents: list[Document]) -> str:
@@ -113,6 +117,9 @@ def evidence_formatter(
         common: dict[str, Any] = {"policy": policy_, "k": shown if k is None else min(k, shown), "superseded": superseded,
                                   "token_budget": token_budget, "token_counter": token_counter, "query_id": query_id,
                                   "indent": indent, "provenance": False}
+        if form == "plain":
+            return render_plain(result, k=common["k"], superseded=superseded, token_budget=token_budget,
+                                token_counter=token_counter)
         if form == "reader":
             return render_reader(result, **common)
         return render_xml(result, rationale=rationale, compact=compact, **common)
@@ -121,16 +128,16 @@ def evidence_formatter(
 
 
 format_evidence: Runnable[list[Document], str] = evidence_formatter()
-"""Documents → reader-first ``<evidence>`` with the default options (see :func:`evidence_formatter`)."""
+"""Documents → numbered plain documents with the default options (see :func:`evidence_formatter`)."""
 
 
 class CARAnswerPrompt(ChatPromptTemplate):
     """car-rag's packaged answer prompt (:mod:`car_rag.prompts`) as a LangChain
     ``ChatPromptTemplate`` over ``{context}`` (the evidence) and ``{question}``.
 
-    Its templates are the reader-first prompt. While they are the packaged ones, formatting
+    Its templates are the plain-documents prompt. While they are the packaged ones, formatting
     asks the core (:func:`car_rag.prompts.evidence_messages`) for the messages of the evidence
-    at hand, so the prompt matches the evidence's form (reader-first or audit XML) and the
+    at hand, so the prompt matches the evidence's form (plain, reader-first or audit XML) and the
     hidden-record rules are sent only when a packet was replaced by a record the caller may
     not read. Edited templates are formatted as written."""
 
@@ -149,7 +156,7 @@ class CARAnswerPrompt(ChatPromptTemplate):
 
 
 def _packaged_templates() -> list[str]:
-    return [reader_system_prompt(""), load_prompt("reader_user").strip().replace("{evidence}", "{context}")]
+    return [load_prompt("plain_system").strip(), load_prompt("plain_user").strip().replace("{evidence}", "{context}")]
 
 
 def answer_prompt_template() -> CARAnswerPrompt:
@@ -161,6 +168,4 @@ def answer_prompt_template() -> CARAnswerPrompt:
 answer_prompt: ChatPromptTemplate = answer_prompt_template()
 """car-rag's packaged answer prompt as a ``ChatPromptTemplate`` (:class:`CARAnswerPrompt`):
 takes ``{"context": evidence, "question": str}`` and gives system + user chat messages, with
-the prompt written for the evidence's form (reader-first or audit). The system prompt defines
-the evidence as data and asks for a direct answer from the current packets, with packet-id
-citations."""
+the prompt written for the evidence's form (plain, reader-first or audit)."""

@@ -61,17 +61,22 @@ def test_doc_id_key(nodes, policy):
 def test_prompt_is_a_chat_template_and_the_hidden_rule_is_sent_only_when_needed(index, policy, fake_llm):
     assert isinstance(evidence_prompt_template(), ChatPromptTemplate)
     base = index.as_retriever(similarity_top_k=1)
-    synthesizer = EvidenceSynthesizer(llm=fake_llm, policy=policy)
+    synthesizer = EvidenceSynthesizer(llm=fake_llm, policy=policy, form="reader")
     RetrieverQueryEngine(retriever=CARRetriever(base, index.vector_store, policy), response_synthesizer=synthesizer).query(VAULT_Q)
     assert HIDDEN_RULE not in fake_llm.prompts[-1]
     outsider = CARRetriever(base, index.vector_store, policy, caller=CallerContext("other-co", {"dev"}))
     RetrieverQueryEngine(retriever=outsider, response_synthesizer=synthesizer).query(VAULT_Q)
     assert 'replaced-by="hidden"' in fake_llm.prompts[-1] and HIDDEN_RULE in fake_llm.prompts[-1]
+    # The default plain documents say it in the replaced record's header, naming nothing.
+    RetrieverQueryEngine(retriever=outsider, response_synthesizer=EvidenceSynthesizer(llm=fake_llm, policy=policy)).query(VAULT_Q)
+    assert "; replaced by a record you are not permitted to read)\n" in fake_llm.prompts[-1]
 
 
 def _engine(index, policy, llm, **kwargs: Any) -> RetrieverQueryEngine:
+    """The reader-first form: its packets and <not-shown> list make what the budget left out countable."""
     retriever = CARRetriever(index.as_retriever(similarity_top_k=10), index.vector_store, policy, k=10)
-    return RetrieverQueryEngine(retriever=retriever, response_synthesizer=EvidenceSynthesizer(llm=llm, policy=policy, **kwargs))
+    synthesizer = EvidenceSynthesizer(llm=llm, policy=policy, **{"form": "reader", **kwargs})
+    return RetrieverQueryEngine(retriever=retriever, response_synthesizer=synthesizer)
 
 
 def test_evidence_is_budgeted_in_the_llms_tokens_leaving_room_for_the_answer(index, policy):

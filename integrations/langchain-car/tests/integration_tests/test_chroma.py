@@ -16,7 +16,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
-from langchain_car import CARRetriever, answer_prompt, evidence_formatter, format_evidence
+from langchain_car import CARRetriever, answer_prompt, evidence_formatter
 from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, content_words
 from tests.fake_chat_model import FakeEvidenceChatModel
 from tests.integration_tests import stores
@@ -114,7 +114,8 @@ class _Runs(BaseCallbackHandler):
         self.chat_models += 1
 
 
-def _chain(retriever: CARRetriever, llm: FakeEvidenceChatModel, formatter=format_evidence):
+def _chain(retriever: CARRetriever, llm: FakeEvidenceChatModel, formatter=evidence_formatter(form="reader")):
+    """The fake chat model answers from packets: the reader-first form unless told otherwise."""
     return {"context": retriever | formatter, "question": RunnablePassthrough()} | answer_prompt | llm | StrOutputParser()
 
 

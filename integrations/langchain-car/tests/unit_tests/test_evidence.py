@@ -1,5 +1,5 @@
-"""Evidence formatting: documents → car-rag evidence (reader-first by default, audit XML on
-request) → chat prompt, through LCEL."""
+"""Evidence formatting: documents → car-rag evidence (plain documents by default, the
+reader-first form and the audit XML on request) → chat prompt, through LCEL."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from car_rag import load_policy
-from car_rag.prompts import evidence_messages
+from car_rag.evidence import render_plain
+from car_rag.prompts import evidence_messages, load_prompt
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompt_values import ChatPromptValue
@@ -29,8 +30,23 @@ def packets(xml: str) -> dict[str, ET.Element]:
     return {p.get("doc-id"): p for p in ET.fromstring(xml).iter("evidence-packet")}
 
 
-def test_reader_form_is_the_default_digest_first() -> None:
-    root = ET.fromstring(format_evidence.invoke(make().invoke(QUERY)))
+def test_plain_documents_are_the_default_in_cars_order() -> None:
+    docs = make().invoke(QUERY)
+    text = format_evidence.invoke(docs)
+    assert text == render_plain(documents_to_result(docs, policy=POLICY))
+    first, second = text.split("\n\n[Document 2] ")
+    assert first.startswith("[Document 1] (patch_release)\nRelease 4.17.99.")  # the voiding record first
+    assert second.startswith("(vulnerability_disclosure)")
+    assert "[Document 1]" not in format_evidence.invoke(docs[1:]).split("\n", 1)[1]
+    system, _ = answer_prompt.invoke({"context": text, "question": QUERY}).to_messages()
+    assert system.content == load_prompt("plain_system").strip()
+    omitted = evidence_formatter(superseded="omit").invoke(docs)
+    anchor_text = next(d.page_content for d in docs if d.id == ANCHOR)
+    assert anchor_text in text and anchor_text not in omitted and omitted.count("[Document ") == len(docs) - 1
+
+
+def test_reader_form_on_request_digest_first() -> None:
+    root = ET.fromstring(evidence_formatter(form="reader").invoke(make().invoke(QUERY)))
     assert root.find("digest").text.startswith("lodash, CVE-")  # the policy's words: "patched", "fixes"
     assert ": patched. The patch release 4.17.99 fixes the vulnerability disclosure. (Current: EP-1. Replaced: EP-" in root.find("digest").text
     first, second = root.findall("packet")[:2]
@@ -59,7 +75,7 @@ def test_bound_formatter_options() -> None:
     omit = retriever.evidence_formatter(form="audit", superseded="omit").invoke(docs)
     assert ANCHOR not in packets(omit) and "<omitted" in omit
     assert len(packets(evidence_formatter(form="audit", k=1).invoke(docs))) == 1
-    reader_omit = ET.fromstring(retriever.evidence_formatter(superseded="omit").invoke(docs))
+    reader_omit = ET.fromstring(retriever.evidence_formatter(form="reader", superseded="omit").invoke(docs))
     assert all(p.get("status") == "current" for p in reader_omit.iter("packet"))
 
 
@@ -97,7 +113,7 @@ def test_plain_documents_render_as_active_evidence() -> None:
     found = packets(audit.invoke(docs))
     assert found["doc-1"].get("status") == "active" and found["doc-1"].find("text").text == "first <b>"
     assert found["x"].get("doc-type") == "memo"
-    reader = ET.fromstring(format_evidence.invoke(docs)).findall("packet")
+    reader = ET.fromstring(evidence_formatter(form="reader").invoke(docs)).findall("packet")
     assert [(p.get("status"), p.text) for p in reader] == [("current", "first <b>"), ("current", "second")]
 
 
@@ -128,7 +144,8 @@ def test_answer_prompt_is_a_chat_prompt_template_and_sends_the_hidden_rule_only_
 def test_lcel_chain_with_a_fake_chat_model() -> None:
     retriever = make()
     llm = FakeEvidenceChatModel()
-    chain = {"context": retriever | format_evidence, "question": RunnablePassthrough()} | answer_prompt | llm | StrOutputParser()
+    reader = evidence_formatter(form="reader")
+    chain = {"context": retriever | reader, "question": RunnablePassthrough()} | answer_prompt | llm | StrOutputParser()
     answer = chain.invoke(QUERY)
     assert answer.startswith("Active evidence: [EP-1]")
     assert "is superseded by EP-1" in answer

@@ -1,11 +1,12 @@
 """Response synthesis from car-rag's evidence instead of raw node text.
 
-The nodes a query engine hands to its synthesizer become one ``<evidence>`` document, by
-default the reader-first form (:func:`car_rag.evidence.reader.render_reader`: an authority
-digest in the policy's words, then packets marked current or replaced, whole texts within
-a token budget), or the audit XML (:func:`car_rag.render_xml`, ``form="audit"``); both
-injection-safe. The LLM gets car-rag's answer prompt for that form: a system message that
-defines the evidence as data, and a user message with the evidence and the question.
+The nodes a query engine hands to its synthesizer become one evidence document: by default
+car-rag's records as numbered plain documents in its order (:func:`car_rag.evidence.plain.render_plain`,
+whole texts within a token budget; what measured best with the offline reader, see the core
+README), or the reader-first form (``form="reader"``: an authority digest in the policy's
+words, then packets marked current or replaced), or the audit XML (:func:`car_rag.render_xml`,
+``form="audit"``). The LLM gets car-rag's answer prompt for that form: a system message and
+a user message with the evidence and the question.
 
     engine = RetrieverQueryEngine(retriever, response_synthesizer=EvidenceSynthesizer(llm=llm, policy=policy))
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from car_rag import Policy, load_policy, render_xml
-from car_rag.evidence import render_reader
+from car_rag.evidence import render_plain, render_reader
 from car_rag.prompts import load_prompt, reader_system_prompt, system_prompt
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core import Settings
@@ -36,7 +37,8 @@ from llama_index.retrievers.car.resolver import nodes_to_result
 __all__ = ["EvidencePromptTemplate", "EvidenceSynthesizer", "evidence_prompt_template", "render_evidence"]
 
 
-EvidenceForm = Literal["reader", "audit"]
+EvidenceForm = Literal["plain", "reader", "audit"]
+_USER_PROMPT = {"plain": "plain_user", "reader": "reader_user", "audit": "answer_user"}
 _PER_MESSAGE = 4  # chat formats add a few tokens around each message
 # Evidence with a packet replaced by a hidden record: the prompt is counted with the hidden-record rules.
 _HIDDEN_PROBE = '<evidence-packet id="EP-1"><superseded-by hidden="true"/></evidence-packet><packet replaced-by="hidden">'
@@ -52,7 +54,7 @@ class EvidencePromptTemplate(ChatPromptTemplate):
     was replaced by a record the caller may not read (as :func:`car_rag.prompts.evidence_messages`
     does). An edited system message is sent as written."""
 
-    form: str = "reader"
+    form: str = "plain"
 
     def format_messages(self, llm: Any = None, **kwargs: Any) -> list[ChatMessage]:
         messages = super().format_messages(llm=llm, **kwargs)
@@ -64,23 +66,30 @@ class EvidencePromptTemplate(ChatPromptTemplate):
 
 
 def _system(form: str, evidence: str) -> str:
+    if form == "plain":
+        return load_prompt("plain_system").strip()
     return reader_system_prompt(evidence) if form == "reader" else system_prompt(evidence)
 
 
-def evidence_prompt_template(form: EvidenceForm = "reader") -> EvidencePromptTemplate:
+def _check_form(form: str) -> None:
+    if form not in _USER_PROMPT:
+        raise ValueError(f"form must be 'plain', 'reader' or 'audit', got {form!r}")
+
+
+def evidence_prompt_template(form: EvidenceForm = "plain") -> EvidencePromptTemplate:
     """car-rag's answer prompt for an evidence ``form`` as a LlamaIndex chat template over
     ``{context_str}`` (the evidence) and ``{query_str}`` (see :class:`EvidencePromptTemplate`)."""
-    if form not in ("reader", "audit"):
-        raise ValueError(f"form must be 'reader' or 'audit', got {form!r}")
-    user = load_prompt("reader_user" if form == "reader" else "answer_user")
+    _check_form(form)
+    user = load_prompt(_USER_PROMPT[form])
     user = user.replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
-    return EvidencePromptTemplate(
+    template = EvidencePromptTemplate(
         message_templates=[
             ChatMessage(role=MessageRole.SYSTEM, content=_system(form, "")),
             ChatMessage(role=MessageRole.USER, content=user.strip()),
         ],
-        form=form,
     )
+    template.form = form  # a field, not a constructor argument: ChatPromptTemplate keeps extra kwargs as template variables
+    return template
 
 
 def render_evidence(
@@ -89,20 +98,22 @@ def render_evidence(
     policy: Policy | str | Path,
     *,
     layout: MetadataLayout | None = None,
-    form: EvidenceForm = "reader",
+    form: EvidenceForm = "plain",
     **render_kwargs: Any,
 ) -> str:
-    """The ``<evidence>`` for nodes: the reader-first form (default; see
-    :func:`car_rag.evidence.reader.render_reader` for ``k``, ``superseded``, ``token_budget``,
-    ``query_id``, ``indent``) or ``form="audit"`` (:func:`car_rag.render_xml`, which also
-    takes ``rationale`` and ``compact``).
+    """The evidence for nodes: numbered plain documents (default; see
+    :func:`car_rag.evidence.plain.render_plain` for ``k``, ``superseded``, ``token_budget``,
+    ``token_counter``), the reader-first form (``form="reader"``,
+    :func:`car_rag.evidence.reader.render_reader`, which also takes ``query_id`` and ``indent``)
+    or ``form="audit"`` (:func:`car_rag.render_xml`, which also takes ``rationale`` and ``compact``).
 
     Nodes from :class:`CARRetriever` or the car-rag postprocessors keep their status; other
     nodes are resolved among themselves (see :func:`nodes_to_result`)."""
-    if form not in ("reader", "audit"):
-        raise ValueError(f"form must be 'reader' or 'audit', got {form!r}")
+    _check_form(form)
     policy = load_policy(policy)
     result = nodes_to_result(query, nodes, policy, layout)
+    if form == "plain":
+        return render_plain(result, **render_kwargs)
     render = render_reader if form == "reader" else render_xml
     return render(result, policy=policy, **render_kwargs)
 
@@ -114,8 +125,9 @@ class EvidenceSynthesizer(BaseSynthesizer):
         llm: the chat model (default ``Settings.llm``).
         policy: the car-rag policy the nodes were resolved under (rule descriptions and scope
             keys in the supersession sentences).
-        form: ``"reader"`` (default: what a model should read) or ``"audit"`` (the full XML
-            with retrieval rationale, for debugging and provenance).
+        form: ``"plain"`` (default: numbered plain documents in car-rag's order, what measured
+            best with the offline reader), ``"reader"`` (authority digest, then packets) or
+            ``"audit"`` (the full XML with retrieval rationale, for debugging and provenance).
         text_qa_template: a chat template over ``{context_str}`` and ``{query_str}``; default
             :func:`evidence_prompt_template` for ``form`` (car-rag's answer prompt).
         k: render only the first ``k`` records.
@@ -135,7 +147,7 @@ class EvidenceSynthesizer(BaseSynthesizer):
         policy: Policy | str | Path | None = None,
         *,
         layout: MetadataLayout | None = None,
-        form: EvidenceForm = "reader",
+        form: EvidenceForm = "plain",
         text_qa_template: BasePromptTemplate | None = None,
         k: int | None = None,
         superseded: Literal["include", "omit"] = "include",

@@ -1,0 +1,116 @@
+"""The plain rendering of evidence: car-rag's records as numbered documents, the default
+context for a language model.
+
+    [Document 1] (patch_release)
+    lodash 4.17.12 fixes prototype pollution in defaultsDeep …
+
+    [Document 2] (vulnerability_disclosure)
+    …
+
+Why plain is the default: on the offline reader (Qwen2.5-Coder-1.5B) the reader-first form
+(:mod:`car_rag.evidence.reader`) was never better than these same records as plain text, and
+on held-out legal questions it was worse (confidently wrong 31/120 against 7/120): when
+Stage 1 misses the question's case, the digest's confident "good law" about the cases it
+did find is read as the answer (README, "Does the reader-first evidence make the reader
+right?"). Superseded records are filtered or ranked after the records that void them by
+car-rag's resolution, so the order itself carries authority.
+
+Each record's text is whole; a ``token_budget`` keeps whole documents in rank order while
+they fit, and cuts the first only when it alone does not fit. A record's text cannot forge
+a document header: a line of it that starts like one is marked as quoted. A record voided
+only by a record the caller may not read says so in its header, without naming it. ``dated=True``
+adds each record's date and orders them oldest first, as FreshPrompt does (Vu et al. 2023;
+the ``fresh-plain`` condition of ``car-rag eval-llm``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from car_rag.evidence.budget import TokenCounter, approx_tokens
+from car_rag.evidence.packets import SupersededMode
+from car_rag.evidence.xml_tree import iso_date
+
+if TYPE_CHECKING:
+    from car_rag.records import Record
+    from car_rag.retriever import RetrievalResult
+
+__all__ = ["HIDDEN_REPLACER_NOTE", "clip_text", "oldest_first", "render_plain"]
+
+HIDDEN_REPLACER_NOTE = "replaced by a record you are not permitted to read"
+"""Header note of a document voided by a record the caller may not read (never named)."""
+
+_HEADER = re.compile(r"^([ \t]*)\[(Document \d+)\]", re.MULTILINE | re.IGNORECASE)
+
+
+def clip_text(text: str, max_chars: int | None) -> str:
+    """Line endings become LF (XML escapes a CR as ``&#13;``, a token per line for nothing);
+    with ``max_chars``, the text is cut (the same cut for every form compared)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text if max_chars is None or len(text) <= max_chars else text[:max_chars] + " …"
+
+
+def _text(record: Record, max_chars: int | None) -> str:
+    """The record's text, cut as :func:`clip_text` does, with any forged header quoted."""
+    return _HEADER.sub(r"\1[quoted: \2]", clip_text(record.text, max_chars))
+
+
+def oldest_first(records: Iterable[Record]) -> list[Record]:
+    """FreshPrompt's order: undated records first (their age is unknown), then oldest to
+    newest; ties keep the given order."""
+    records = list(records)
+    undated = [r for r in records if r.time is None]
+    return undated + sorted((r for r in records if r.time is not None), key=lambda r: r.time)  # type: ignore[arg-type,return-value]
+
+
+def render_plain(
+    evidence: RetrievalResult | Sequence[Record],
+    *,
+    k: int | None = None,
+    superseded: SupersededMode = "include",
+    token_budget: float | None = None,
+    token_counter: TokenCounter | None = None,
+    dated: bool = False,
+    max_chars: int | None = None,
+) -> str:
+    """Numbered plain-text documents for a retrieval result's first ``k`` records (in rank
+    order) or for records as given. ``superseded="omit"`` leaves a result's superseded
+    records out; ``dated`` adds dates and orders oldest first; ``max_chars`` cuts every text
+    (for comparisons with cut contexts only)."""
+    if superseded not in ("include", "omit"):
+        raise ValueError(f"superseded must be 'include' or 'omit', got {superseded!r}")
+    if k is not None and k < 0:
+        raise ValueError(f"k must be >= 0 or None, got {k}")
+    if token_budget is not None and token_budget <= 0:
+        raise ValueError(f"token_budget must be > 0, got {token_budget}")
+    if isinstance(evidence, (str, bytes)):
+        raise TypeError("render_plain takes a RetrievalResult or Record objects, not text")
+    hidden: set[str] = set()  # voided only by records the caller may not read: nothing shown says so
+    if hasattr(evidence, "top"):
+        shown = [r for r in evidence.top(k) if superseded == "include" or r.status == "active"]
+        hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
+        records = [r.record for r in shown]
+    else:
+        records = list(evidence)[:k]
+    if dated:
+        records = oldest_first(records)
+    count = token_counter or approx_tokens
+
+    def doc(i: int, rec: Record, text: str) -> str:
+        when = f", {iso_date(rec.time) or 'date unknown'}" if dated else ""
+        note = f"; {HIDDEN_REPLACER_NOTE}" if rec.doc_id in hidden else ""
+        return f"[Document {i}] ({rec.doc_type}{when}{note})\n{text}"
+
+    texts = [_text(rec, max_chars) for rec in records]
+    kept: list[str] = []
+    for rec, text in zip(records, texts):
+        trial = doc(len(kept) + 1, rec, text)
+        if token_budget is None or not kept or count("\n\n".join([*kept, trial])) <= token_budget:
+            kept.append(trial)
+    if token_budget is not None and kept and count(kept[0]) > token_budget:
+        words = texts[0].split(" ")
+        keep = max(1, int(len(words) * token_budget / count(kept[0])))
+        kept[0] = doc(1, records[0], " ".join(words[:keep]) + " […]")
+    return "\n\n".join(kept)
