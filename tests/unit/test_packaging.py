@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.metadata
 import sys
 import tomllib
 from pathlib import Path
@@ -98,6 +99,30 @@ def test_core_extras_install_the_integrations_by_distribution_name() -> None:
         version = Version(_declared_version(folder))
         [req] = [Requirement(r) for r in extras[extra]]
         assert req.name == name and version in req.specifier
+
+
+def _requirement(requirements: list[str], name: str) -> Requirement:
+    [req] = [Requirement(r) for r in requirements if Requirement(r).name == name]
+    return req
+
+
+def test_chroma_floor_holds_list_metadata() -> None:
+    """The store writes list metadata to Chroma (native lists), which Chroma holds from 1.5.0 on."""
+    chroma = _requirement(_project(ROOT)["project"]["optional-dependencies"]["store"], "chromadb")
+    assert Version("1.4.99") not in chroma.specifier and Version("1.5.0") in chroma.specifier, chroma
+
+
+def test_llama_index_core_range_is_the_tested_series() -> None:
+    """llama-index-core is claimed only for the minor series the tests run on."""
+    core = _requirement(_project(INTEGRATIONS["llama-index"])["project"]["dependencies"], "llama-index-core")
+    try:
+        tested = Version(importlib.metadata.version("llama-index-core"))
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llama-index-core is not installed here")
+    series = Version(f"{tested.major}.{tested.minor}")
+    assert tested in core.specifier, f"{core} does not admit the tested llama-index-core {tested}"
+    below = Version(f"{series.major}.{series.minor - 1}.999") if series.minor else Version(f"{series.major - 1}.999")
+    assert below not in core.specifier, f"{core} claims releases before the tested series {series}.x"
 
 
 @pytest.mark.parametrize("folder", PROJECTS, ids=["car-rag", *INTEGRATIONS])
