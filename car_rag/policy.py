@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
+import tomllib
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -26,11 +26,6 @@ from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10, which both frameworks support: the same parser, as a backport
-    import tomli as tomllib
 
 from car_rag.records import Record
 

@@ -15,7 +15,7 @@ import numbers
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,7 +52,7 @@ _Label = Annotated[StrictStr, AfterValidator(_not_blank)]
 """A scope key or value, tenant or principal: a string that is not empty or white space."""
 
 
-UNDATED = datetime.min.replace(tzinfo=timezone.utc)
+UNDATED = datetime.min.replace(tzinfo=UTC)
 """Where a record without a date sorts: before every dated one."""
 
 
@@ -155,7 +155,7 @@ class Record(BaseModel):
     def _utc(cls, value: datetime | None) -> datetime | None:
         # Naive and aware datetimes cannot be compared; treat naive ones as UTC.
         if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
+            return value.replace(tzinfo=UTC)
         return value
 
     @field_validator("supersedes")

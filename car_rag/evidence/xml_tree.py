@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, time, timezone
+from datetime import UTC, datetime, time
 
 __all__ = ["REPLACEMENT", "Element", "iso_date", "sanitize_xml_text", "short_number"]
 
@@ -83,7 +83,7 @@ def iso_date(value: datetime | None) -> str | None:
     """A date alone when the time is midnight UTC, else the full ISO timestamp."""
     if value is None:
         return None
-    if value.time() == time(0) and value.utcoffset() in (None, timezone.utc.utcoffset(None)):
+    if value.time() == time(0) and value.utcoffset() in (None, UTC.utcoffset(None)):
         return value.date().isoformat()
     return value.isoformat()
 

@@ -3,8 +3,6 @@
 >>> from langchain_car import CARRetriever, format_evidence, answer_prompt  # doctest: +SKIP
 """
 
-from importlib import metadata
-
 from langchain_car.documents import (
     document_metadata,
     document_to_record,
@@ -25,11 +23,8 @@ from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
 
-try:
-    __version__ = metadata.version("langchain-car")
-except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = ""
-del metadata
+__version__ = "0.1.0"
+"""The one version source: packaging reads it (pyproject ``[tool.setuptools.dynamic]``)."""
 
 __all__ = [
     "CARAnswerPrompt",

@@ -1,11 +1,15 @@
 """CARRetriever on LlamaIndex's in-memory default index (``VectorStoreIndex.from_documents``:
-``SimpleVectorStore``, which keeps no text, with the nodes in the docstore), real MiniLM."""
+``SimpleVectorStore``, which keeps no text, with the nodes in the docstore), real MiniLM; and
+vector stores that cannot answer Stage 2's metadata lookups, refused with a clear error."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.vector_stores import SimpleVectorStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery, VectorStoreQueryResult
 
 from llama_index.retrievers.car import CAR_STATUS, CARRetriever, MetadataLayout
 
@@ -30,3 +34,56 @@ def test_from_index_on_the_in_memory_default_works_on_the_first_query(default_in
 def test_a_vector_store_without_text_is_refused_with_what_to_pass(default_index, policy):
     with pytest.raises(TypeError, match=r"SimpleVectorStore.*keeps no text.*docstore"):
         CARRetriever(default_index.as_retriever(), default_index.vector_store, policy)
+
+
+class _TextStoreWithoutLookups(BasePydanticVectorStore):
+    """A vector store as many third-party ones are: it keeps text and answers similarity queries,
+    but has no ``get_nodes`` (LlamaIndex's base class raises ``NotImplementedError``)."""
+
+    stores_text: bool = True
+    held: list = []
+
+    @property
+    def client(self) -> None:
+        return None
+
+    def add(self, nodes, **kwargs):
+        self.held.extend(nodes)
+        return [n.node_id for n in nodes]
+
+    def delete(self, ref_doc_id, **delete_kwargs) -> None:
+        self.held = [n for n in self.held if n.ref_doc_id != ref_doc_id]
+
+    def query(self, query: VectorStoreQuery, **kwargs) -> VectorStoreQueryResult:
+        top = self.held[: query.similarity_top_k]
+        return VectorStoreQueryResult(nodes=top, similarities=[1.0] * len(top), ids=[n.node_id for n in top])
+
+
+class _TextStoreWithoutFilters(_TextStoreWithoutLookups):
+    """``get_nodes`` by id only: metadata filters are refused, as some stores do."""
+
+    def get_nodes(self, node_ids=None, filters=None):
+        if filters is not None:
+            raise NotImplementedError("metadata filters are not supported")
+        return [n for n in self.held if node_ids is None or n.node_id in node_ids]
+
+
+def test_a_store_without_get_nodes_is_refused_naming_its_class_and_what_it_lacks(nodes, policy, embed_model):
+    store = _TextStoreWithoutLookups()
+    store.add(list(nodes))
+    index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
+    with pytest.raises(TypeError, match=r"_TextStoreWithoutLookups cannot be filtered by metadata \(it does not implement "
+                                        r"get_nodes\).*get_nodes\(filters=.*index\.docstore"):
+        CARRetriever(index.as_retriever(), store, policy)
+
+
+def test_a_store_that_refuses_metadata_filters_is_a_clear_error_on_the_first_query(nodes, policy, embed_model):
+    store = _TextStoreWithoutFilters()
+    store.add(list(nodes))
+    index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
+    retriever = CARRetriever(index.as_retriever(similarity_top_k=2), store, policy)
+    with pytest.raises(TypeError, match=r"_TextStoreWithoutFilters cannot be filtered by metadata \(metadata filters are "
+                                        r"not supported\)"):
+        retriever.retrieve(YAML_Q)
+    with pytest.raises(TypeError, match=r"_TextStoreWithoutFilters cannot be filtered by metadata"):
+        asyncio.run(retriever.aretrieve(YAML_Q))

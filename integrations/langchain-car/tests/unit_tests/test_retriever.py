@@ -132,6 +132,17 @@ def test_stage1_document_without_car_metadata_is_passed_through_unresolved() -> 
     assert [d.id for d in docs].index("x") < [d.id for d in docs].index(ANCHOR)
 
 
+def test_stage1_document_with_no_metadata_and_no_id_is_passed_through_unresolved() -> None:
+    """A Document as a bare text splitter makes it: no id, metadata {}. Never a status car-rag did not decide."""
+    bare = Document(page_content="prototype pollution lodash merge")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about: it simply is not a car-rag record
+        docs = make(k=10, docs=[bare, *DOCS]).invoke(QUERY)
+    [passed] = [d for d in docs if d.page_content == bare.page_content]
+    assert passed.metadata["car_status"] == "unresolved" and passed.metadata["car_superseded_by"] == []
+    assert {d.id: d.metadata for d in docs}[ANCHOR]["car_status"] == "superseded" and docs[0].id == SUPERSEDER
+
+
 def test_stage1_document_with_bad_car_metadata_is_passed_through_with_a_warning() -> None:
     bad = Document(id="y", page_content="prototype pollution lodash merge", metadata={"doc_type": "note", "authority": 7.0})
     with pytest.warns(UserWarning, match="authority"):

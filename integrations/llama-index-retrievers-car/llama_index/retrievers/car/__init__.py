@@ -50,6 +50,7 @@ from llama_index.retrievers.car.synthesizer import (
 )
 
 __version__ = "0.1.0"
+"""The one version source: packaging reads it (pyproject ``[tool.setuptools.dynamic]``)."""
 
 __all__ = [
     "AuthorityLookup",

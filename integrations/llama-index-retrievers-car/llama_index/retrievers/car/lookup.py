@@ -132,7 +132,7 @@ class VectorStoreAuthorityLookup(AuthorityStore):
             batches = [self.vector_store.get_nodes(node_ids=None, filters=f) for f in self._filters(queries)]
         except (ValueError, NotImplementedError) as exc:
             if not self.lists_filterable:
-                raise
+                raise TypeError(_cannot_filter(self.vector_store, exc)) from exc
             self._refused(exc)
             return self.fetch(queries)
         return self._exact(queries, batches)
@@ -149,7 +149,7 @@ class VectorStoreAuthorityLookup(AuthorityStore):
                 )
         except (ValueError, NotImplementedError) as exc:
             if not self.lists_filterable:
-                raise
+                raise TypeError(_cannot_filter(self.vector_store, exc)) from exc
             self._refused(exc)
             return await self.afetch(queries)
         return self._exact(queries, batches)
@@ -193,8 +193,18 @@ class NodeAuthorityLookup(AuthorityStore):
         return self.fetch(queries)  # in memory: nothing to wait for
 
 
+def _cannot_filter(vector_store: BasePydanticVectorStore, reason: object) -> str:
+    return (
+        f"{type(vector_store).__name__} cannot be filtered by metadata ({reason}): Stage 2 looks records up "
+        "by metadata filter only, through get_nodes(filters=MetadataFilters(...)) with '==' and 'in'; pass the "
+        "index's docstore (index.docstore) or its nodes instead, or an AuthorityLookup for this store"
+    )
+
+
 def authority_lookup(source: Any, layout: MetadataLayout | None = None) -> AuthorityStore:
-    """The lookup for a vector store, a docstore, a list of nodes, or a lookup (returned as is)."""
+    """The lookup for a vector store, a docstore, a list of nodes, or a lookup (returned as is).
+    A vector store that keeps no text, or has no ``get_nodes``, is a ``TypeError`` naming its
+    class and what it lacks (so is one that refuses the filters on the first query)."""
     if isinstance(source, AuthorityStore):
         return source
     if isinstance(source, BasePydanticVectorStore):
@@ -203,6 +213,8 @@ def authority_lookup(source: Any, layout: MetadataLayout | None = None) -> Autho
                 f"{type(source).__name__} keeps no text or metadata of its own (stores_text=False), so it cannot "
                 "answer metadata lookups: pass the index's docstore (index.docstore), or use CARRetriever.from_index"
             )
+        if type(source).get_nodes is BasePydanticVectorStore.get_nodes:
+            raise TypeError(_cannot_filter(source, "it does not implement get_nodes"))
         return VectorStoreAuthorityLookup(source, layout)
     if isinstance(source, BaseDocumentStore):
         return NodeAuthorityLookup(source.docs.values(), layout)
