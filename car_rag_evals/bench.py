@@ -1,6 +1,7 @@
 """``car-rag bench``: every system on one suite, side by side, same corpus, same k.
 
-Writes ``<out>/<suite>.json`` (summary per system, per-query scores), ``<suite>.md``
+Writes ``<out>/<suite>.json`` (summary per system, per-query scores and the top k ids the
+report drills into), ``<suite>.md``
 (tables) and PNG plots (TCA by hop type, rank of the controlling record, latency).
 Stores are built once under ``stores_dir`` and reused (ingest is idempotent).
 """
@@ -82,10 +83,11 @@ def run_suite(
     }
     for name in systems:
         system = build_system(name, store, depth)
-        scores, latencies, stage23 = [], [], []
+        scores, tops, latencies, stage23 = [], [], [], []
         for query in tqdm(queries, desc=f"{suite.name} {name}", unit="q", disable=None if progress else True, leave=False):
             out = system.run(query.query)
             latencies.append(out.ms)
+            tops.append(out.doc_ids[:k])
             if out.stage23_ms is not None:
                 stage23.append(out.stage23_ms)
             scores.append(
@@ -106,7 +108,7 @@ def run_suite(
                     if stage23 else {}
                 ),
             },
-            "per_query": [s.to_dict() for s in scores],
+            "per_query": [{**s.to_dict(), "top": top} for s, top in zip(scores, tops)],
         }
     results["generated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return results
