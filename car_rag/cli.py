@@ -38,7 +38,7 @@ the records that supersede them under a policy's rules, and ranks the active (co
 ones first with the superseded ones kept as marked provenance.
 
 store commands:   ingest, query, policies, demo
-harness commands: bench, eval-llm, guard (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
+harness commands: bench, eval-llm, guard, report (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
 
 EPILOG = """\
 examples:
@@ -287,6 +287,19 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    if args.corpus is not None and not (args.queries and args.policy):
+        raise UsageError("--corpus needs --queries and --policy")
+    report = _harness("car_rag_evals.report", "bench")
+    suite = _harness("car_rag_evals.suites", "bench").custom_suite(args.corpus, args.queries, args.policy, args.suite) \
+        if args.corpus else None
+    out = args.out or (args.run_dir if args.run_dir.is_dir() else args.run_dir.parent) / "report.html"
+    path = report.build_report(args.run_dir, out, suite_name=args.suite, suite=suite, corpora_dir=args.corpora,
+                               stores_dir=args.stores, evidence=not args.no_evidence)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
 def _cmd_policies(args: argparse.Namespace) -> int:
     from car_rag.policy import builtin_policies, load_policy
 
@@ -426,6 +439,20 @@ def build_parser() -> argparse.ArgumentParser:
     guard.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     guard.add_argument("--out", type=Path, required=True, help="folder for guard.jsonl and the summary")
     guard.set_defaults(func=_cmd_guard)
+
+    report = command("report", "one self-contained HTML page for a bench or eval-llm run: overview, per-query drill-down",
+                     ("car-rag report evals/results --suite ghsa-freeform --out evals/results/report/ghsa-freeform.html",
+                      "car-rag report evals/results/llm-ghsa-freeform"))
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a bench result (JSON, or its folder) or an eval-llm folder")
+    report.add_argument("--out", type=Path, help="the HTML file (default: RUN_DIR/report.html)")
+    report.add_argument("--suite", help="which bench result in RUN_DIR; an eval-llm folder's suite if report.json is gone")
+    report.add_argument("--corpus", type=Path, help="a user corpus (JSONL), for a run on one")
+    report.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    report.add_argument("--policy", help="its policy (name or file)")
+    report.add_argument("--no-evidence", action="store_true", help="leave out the rendered evidence (smaller, faster)")
+    report.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
+    report.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
+    report.set_defaults(func=_cmd_report)
 
     policies = command("policies", "list the built-in policies and their rules", ("car-rag policies",))
     policies.set_defaults(func=_cmd_policies)
