@@ -443,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = command("report", "one self-contained HTML page for a bench or eval-llm run: overview, per-query drill-down",
                      ("car-rag report evals/results --suite ghsa-freeform --out evals/results/report/ghsa-freeform.html",
                       "car-rag report evals/results/llm-ghsa-freeform"))
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a bench result (JSON, or its folder) or an eval-llm folder")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a bench result (JSON or folder), or an eval-llm folder")
     report.add_argument("--out", type=Path, help="the HTML file (default: RUN_DIR/report.html)")
     report.add_argument("--suite", help="which bench result in RUN_DIR; an eval-llm folder's suite if report.json is gone")
     report.add_argument("--corpus", type=Path, help="a user corpus (JSONL), for a run on one")
