@@ -38,7 +38,7 @@ the records that supersede them under a policy's rules, and ranks the active (co
 ones first with the superseded ones kept as marked provenance.
 
 store commands:   ingest, query, policies, demo
-harness commands: bench, eval-llm, guard, report (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
+harness commands: bench, eval-llm, guard, report, fanin (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
 
 EPILOG = """\
 examples:
@@ -300,6 +300,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fanin(args: argparse.Namespace) -> int:
+    fanin = _harness("car_rag_evals.fanin", "bench")
+    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag fanin ..."
+    result = fanin.run_fanin(args.result, reader_dir=args.reader, corpora_dir=args.corpora, command=command)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{result['suite']}-fanin"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    stem.with_suffix(".md").write_text(fanin.markdown(result), encoding="utf-8")
+    print(fanin.markdown(result))
+    return 0
+
+
 def _cmd_policies(args: argparse.Namespace) -> int:
     from car_rag.policy import builtin_policies, load_policy
 
@@ -453,6 +465,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     report.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     report.set_defaults(func=_cmd_report)
+
+    fanin = command("fanin", "evidence recall and precision of each system's top k against the chain, by fan-in",
+                    ("car-rag fanin evals/results/ghsa-freeform.json --reader evals/results/llm-ghsa-freeform",))
+    fanin.add_argument("result", type=Path, metavar="BENCH_JSON", help="a bench result (with top-k ids per query)")
+    fanin.add_argument("--reader", type=Path, help="an eval-llm folder on the same suite: recall-correctness correlation")
+    fanin.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
+    fanin.add_argument("--out", type=Path, default=Path("evals/results/fanin"), help="folder for SUITE-fanin.json/.md")
+    fanin.set_defaults(func=_cmd_fanin)
 
     policies = command("policies", "list the built-in policies and their rules", ("car-rag policies",))
     policies.set_defaults(func=_cmd_policies)
