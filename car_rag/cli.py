@@ -234,9 +234,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         suite = suites.load_suite(args.suite, args.corpora)
     else:
         suite = suites.custom_suite(args.corpus, args.queries, args.policy)
+    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
+    if args.ablation:
+        ablation = _harness("car_rag_evals.ablation", "bench")
+        result = ablation.run_ablation(suite, stores_dir=args.stores, depth=args.depth)
+        for path in ablation.write_ablation(result, args.out, command):
+            print(f"wrote {path}")
+        print(ablation.markdown(result, command))
+        return 0
     systems = tuple(args.systems.split(",")) if args.systems else bench.DEFAULT_SYSTEMS
     results = bench.run_suite(suite, k=args.k, systems=systems, stores_dir=args.stores, depth=args.depth)
-    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
     for path in bench.write_results(results, args.out, command):
         print(f"wrote {path}")
     print((args.out / f"{suite.name}.md").read_text())
@@ -402,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--k", type=_count, default=5, help="top-k scored")
     bench.add_argument("--depth", type=_count, default=100, help="ranking depth for ranks and MRR")
     bench.add_argument("--systems", help="comma-separated subset of systems (default: all)")
+    bench.add_argument("--ablation", action="store_true",
+                       help="the legal-RAG ablation matrix V0-V9 and car-rag's stages instead (SUITE-ablation.json/.md)")
     bench.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     bench.add_argument("--out", type=Path, default=Path("evals/results"), help="results folder")
     bench.set_defaults(func=_cmd_bench)
