@@ -209,14 +209,14 @@
       if (bench) {
         const s = q.systems[c.name];
         if (!s) continue;
-        const sec = el("div", { class: "system" }, el("h4", { text: `${c.label}: ${s.tca ? "TCA ✓" : "TCA ✗"}, controlling record at rank ${s.rank ?? "> depth"}` }));
+        const sec = el("div", { class: "system", "data-col": c.name }, el("h4", { text: `${c.label}: ${s.tca ? "TCA ✓" : "TCA ✗"}, controlling record at rank ${s.rank ?? "> depth"}` }));
         if (s.ignored && s.ignored.length) sec.append(el("p", { class: "warn", text: "superseded in the chain, superseder missing: " + s.ignored.join(", ") }));
         (s.top || []).forEach((id, i) => sec.append(recordLine(q, id, i + 1)));
         box.append(sec);
       } else {
         const a = q.answers[c.name];
         if (!a) continue;
-        const sec = el("div", { class: "system answer" }, el("h4", {}, document.createTextNode(c.name + ": "), el("span", { class: "lab lab-" + String(a.label).replace(/[^a-z]+/gi, "-"), text: String(a.label) })));
+        const sec = el("div", { class: "system answer", "data-col": c.name }, el("h4", {}, document.createTextNode(c.name + ": "), el("span", { class: "lab lab-" + String(a.label).replace(/[^a-z]+/gi, "-"), text: String(a.label) })));
         if (a.reason) sec.append(el("p", { class: "reason", text: "why: " + a.reason }));
         sec.append(el("pre", { class: "llm-answer", text: a.answer }));
         if (a.guard) {
@@ -230,7 +230,7 @@
       }
     }
     for (const [form, title] of [["reader", "car-rag evidence, reader form"], ["audit", "car-rag evidence, audit form (XML)"]]) {
-      if (q.evidence[form]) box.append(el("details", { class: "evidence", open: "" }, el("summary", { text: title }), el("pre", { class: "ev-" + form, text: q.evidence[form] })));
+      if (q.evidence[form]) box.append(el("details", { class: "evidence" }, el("summary", { text: title }), el("pre", { class: "ev-" + form, text: q.evidence[form] })));
     }
     return box;
   }
