@@ -16,7 +16,7 @@ export ANONYMIZED_TELEMETRY ?= False
 # Framework integrations: standalone packages, installed and tested beside the core.
 INTEGRATIONS := integrations/llama-index-retrievers-car integrations/langchain-car
 
-.PHONY: install demo lint test test-fast dist-check bench clean
+.PHONY: install chromium demo lint test test-fast dist-check bench clean
 
 $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	python3 -m venv $(VENV)
@@ -26,7 +26,14 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	for pkg in $(INTEGRATIONS); do $(PIP) $(WHEELS) -e "./$$pkg[test]" || exit 1; done
 	touch $@
 
-install: $(VENV)/.installed
+# Chromium for the run report's browser test (tests/integration/test_report.py): Debian's package,
+# installed when missing and we are root (CI); elsewhere the test names what to install.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium is not installed (the report's browser test needs it): sudo apt-get install chromium"
+
+install: $(VENV)/.installed chromium
 
 demo: install
 	$(VENV)/bin/car-rag demo
@@ -40,7 +47,7 @@ lint: install  ## ruff on the library and the harness, mypy --strict on the libr
 
 test: install lint
 	$(PY) -m pytest -q tests/unit
-	$(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
+	CAR_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
 	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
 	$(PY) -m pytest -q integrations/langchain-car/tests
 	# the packages as a user installs them: built wheels in a fresh venv (see .ci/dist_check.sh)

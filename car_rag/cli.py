@@ -38,7 +38,7 @@ the records that supersede them under a policy's rules, and ranks the active (co
 ones first with the superseded ones kept as marked provenance.
 
 store commands:   ingest, query, policies, demo
-harness commands: bench, eval-llm, guard (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
+harness commands: bench, eval-llm, guard, report, fanin (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
 
 EPILOG = """\
 examples:
@@ -238,9 +238,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         suite = suites.load_suite(args.suite, args.corpora)
     else:
         suite = suites.custom_suite(args.corpus, args.queries, args.policy)
+    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
+    if args.ablation:
+        ablation = _harness("car_rag_evals.ablation", "bench")
+        result = ablation.run_ablation(suite, stores_dir=args.stores, depth=args.depth)
+        for path in ablation.write_ablation(result, args.out, command):
+            print(f"wrote {path}")
+        print(ablation.markdown(result, command))
+        return 0
     systems = tuple(args.systems.split(",")) if args.systems else bench.DEFAULT_SYSTEMS
     results = bench.run_suite(suite, k=args.k, systems=systems, stores_dir=args.stores, depth=args.depth)
-    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
     for path in bench.write_results(results, args.out, command):
         print(f"wrote {path}")
     print((args.out / f"{suite.name}.md").read_text())
@@ -288,6 +295,31 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     for path in paths:
         print(f"wrote {path}")
     print((args.out / "summary.md").read_text())
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    if args.corpus is not None and not (args.queries and args.policy):
+        raise UsageError("--corpus needs --queries and --policy")
+    report = _harness("car_rag_evals.report", "bench")
+    suite = _harness("car_rag_evals.suites", "bench").custom_suite(args.corpus, args.queries, args.policy, args.suite) \
+        if args.corpus else None
+    out = args.out or (args.run_dir if args.run_dir.is_dir() else args.run_dir.parent) / "report.html"
+    path = report.build_report(args.run_dir, out, suite_name=args.suite, suite=suite, corpora_dir=args.corpora,
+                               stores_dir=args.stores, evidence=not args.no_evidence)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def _cmd_fanin(args: argparse.Namespace) -> int:
+    fanin = _harness("car_rag_evals.fanin", "bench")
+    command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag fanin ..."
+    result = fanin.run_fanin(args.result, reader_dir=args.reader, corpora_dir=args.corpora, command=command)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{result['suite']}-fanin"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    stem.with_suffix(".md").write_text(fanin.markdown(result), encoding="utf-8")
+    print(fanin.markdown(result))
     return 0
 
 
@@ -382,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--k", type=_count, default=5, help="top-k scored")
     bench.add_argument("--depth", type=_count, default=100, help="ranking depth for ranks and MRR")
     bench.add_argument("--systems", help="comma-separated subset of systems (default: all)")
+    bench.add_argument("--ablation", action="store_true",
+                       help="the legal-RAG ablation matrix V0-V9 and car-rag's stages instead (SUITE-ablation.json/.md)")
     bench.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     bench.add_argument("--out", type=Path, default=Path("evals/results"), help="results folder")
     bench.set_defaults(func=_cmd_bench)
@@ -431,6 +465,28 @@ def build_parser() -> argparse.ArgumentParser:
     guard.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     guard.add_argument("--out", type=Path, required=True, help="folder for guard.jsonl and the summary")
     guard.set_defaults(func=_cmd_guard)
+
+    report = command("report", "one self-contained HTML page for a bench or eval-llm run: overview, per-query drill-down",
+                     ("car-rag report evals/results --suite ghsa-freeform --out evals/results/report/ghsa-freeform.html",
+                      "car-rag report evals/results/llm-ghsa-freeform"))
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a bench result (JSON or folder), or an eval-llm folder")
+    report.add_argument("--out", type=Path, help="the HTML file (default: RUN_DIR/report.html)")
+    report.add_argument("--suite", help="which bench result in RUN_DIR; an eval-llm folder's suite if report.json is gone")
+    report.add_argument("--corpus", type=Path, help="a user corpus (JSONL), for a run on one")
+    report.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    report.add_argument("--policy", help="its policy (name or file)")
+    report.add_argument("--no-evidence", action="store_true", help="leave out the rendered evidence (smaller, faster)")
+    report.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
+    report.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
+    report.set_defaults(func=_cmd_report)
+
+    fanin = command("fanin", "evidence recall and precision of each system's top k against the chain, by fan-in",
+                    ("car-rag fanin evals/results/ghsa-freeform.json --reader evals/results/llm-ghsa-freeform",))
+    fanin.add_argument("result", type=Path, metavar="BENCH_JSON", help="a bench result (with top-k ids per query)")
+    fanin.add_argument("--reader", type=Path, help="an eval-llm folder on the same suite: recall-correctness correlation")
+    fanin.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
+    fanin.add_argument("--out", type=Path, default=Path("evals/results/fanin"), help="folder for SUITE-fanin.json/.md")
+    fanin.set_defaults(func=_cmd_fanin)
 
     policies = command("policies", "list the built-in policies and their rules", ("car-rag policies",))
     policies.set_defaults(func=_cmd_policies)

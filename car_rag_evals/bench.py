@@ -1,6 +1,7 @@
 """``car-rag bench``: every system on one suite, side by side, same corpus, same k.
 
-Writes ``<out>/<suite>.json`` (summary per system, per-query scores), ``<suite>.md``
+Writes ``<out>/<suite>.json`` (summary per system, per-query scores and the top k ids the
+report drills into), ``<suite>.md``
 (tables) and PNG plots (TCA by hop type, rank of the controlling record, latency).
 Stores are built once under ``stores_dir`` and reused (ingest is idempotent).
 """
@@ -21,9 +22,9 @@ from car_rag.queries import load_queries
 from car_rag.store import CARStore
 from car_rag_evals.framework_systems import available as frameworks_available
 from car_rag_evals.suites import Suite, open_suite_store
-from car_rag_evals.systems import FRAMEWORK_SYSTEMS, SYSTEMS, build_system
+from car_rag_evals.systems import FRAMEWORK_SYSTEMS, SYSTEMS, System, build_system
 
-__all__ = ["run_suite", "write_results", "DEFAULT_SYSTEMS"]
+__all__ = ["run_suite", "run_system", "write_results", "DEFAULT_SYSTEMS"]
 
 DEFAULT_SYSTEMS = tuple(name for name in SYSTEMS if name not in FRAMEWORK_SYSTEMS or frameworks_available())
 """Every system; the LlamaIndex and LangChain ones only where both frameworks are installed."""
@@ -55,6 +56,37 @@ def scope_ambiguity(suite: Suite, queries: list, store: CARStore) -> dict[str, A
     return {hop: {"ambiguous": a, "n": n} for hop, (a, n) in sorted(by_hop.items())}
 
 
+def run_system(system: System, suite: Suite, queries: list, store: CARStore, *, k: int, progress: bool = True) -> dict[str, Any]:
+    """One system over every query: summary, latency, per-query scores with the top k."""
+    scores, tops, latencies, stage23 = [], [], [], []
+    for query in tqdm(queries, desc=f"{suite.name} {system.name}", unit="q", disable=None if progress else True, leave=False):
+        out = system.run(query.query)
+        latencies.append(out.ms)
+        tops.append(out.doc_ids[:k])
+        if out.stage23_ms is not None:
+            stage23.append(out.stage23_ms)
+        scores.append(
+            score_query(
+                query, out.doc_ids, k=k, records=store.records, kb=store.graph, policy=store.policy,
+                answer_rule=suite.answer_rule, anchors=out.anchors,
+            )
+        )
+    return {
+        "label": system.label,
+        "summary": summarise(scores),
+        "latency_ms": {
+            "p50": round(statistics.median(latencies), 3),
+            "p95": round(_percentile(latencies, 0.95), 3),
+            "mean": round(statistics.fmean(latencies), 3),
+            **(
+                {"stage23_p50": round(statistics.median(stage23), 4), "stage23_p99": round(_percentile(stage23, 0.99), 4)}
+                if stage23 else {}
+            ),
+        },
+        "per_query": [{**s.to_dict(), "top": top} for s, top in zip(scores, tops)],
+    }
+
+
 def run_suite(
     suite: Suite,
     *,
@@ -81,33 +113,7 @@ def run_suite(
         "systems": {},
     }
     for name in systems:
-        system = build_system(name, store, depth)
-        scores, latencies, stage23 = [], [], []
-        for query in tqdm(queries, desc=f"{suite.name} {name}", unit="q", disable=None if progress else True, leave=False):
-            out = system.run(query.query)
-            latencies.append(out.ms)
-            if out.stage23_ms is not None:
-                stage23.append(out.stage23_ms)
-            scores.append(
-                score_query(
-                    query, out.doc_ids, k=k, records=store.records, kb=store.graph, policy=policy,
-                    answer_rule=suite.answer_rule, anchors=out.anchors,
-                )
-            )
-        results["systems"][name] = {
-            "label": system.label,
-            "summary": summarise(scores),
-            "latency_ms": {
-                "p50": round(statistics.median(latencies), 3),
-                "p95": round(_percentile(latencies, 0.95), 3),
-                "mean": round(statistics.fmean(latencies), 3),
-                **(
-                    {"stage23_p50": round(statistics.median(stage23), 4), "stage23_p99": round(_percentile(stage23, 0.99), 4)}
-                    if stage23 else {}
-                ),
-            },
-            "per_query": [s.to_dict() for s in scores],
-        }
+        results["systems"][name] = run_system(build_system(name, store, depth), suite, queries, store, k=k, progress=progress)
     results["generated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return results
 

@@ -45,7 +45,7 @@ def test_a_closed_stdout_ends_quietly() -> None:
 def test_every_option_has_help_with_its_default_and_every_command_an_example() -> None:
     parser = build_parser()
     commands = _subparsers(parser)
-    assert set(commands) == {"ingest", "query", "demo", "bench", "eval-llm", "guard", "policies"}
+    assert set(commands) == {"ingest", "query", "demo", "bench", "eval-llm", "guard", "report", "fanin", "policies"}
     for name, sub in {"": parser, **commands}.items():
         text = sub.format_help()
         if name:
