@@ -106,9 +106,10 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
     ids = {r.doc_id for r in shown}
     provenance = [r for r in result.superseded if r.doc_id not in ids and set(r.superseded_by) & ids]
     width = max([len(r.doc_id) for r in shown + provenance] + [6])
-    print(f"{'#':>3}  {'status':<10}  {'doc_id':<{width}}  {'doc_type':<24}  {'stage1':>6}  why", file=out)
+    print(f"{'#':>3}  {'status':<10}  {'doc_id':<{width}}  {'doc_type':<24}  {'stage1':>6}  {'scope p':>7}  why", file=out)
     for rec in shown + provenance:
         stage1 = str(rec.stage1.rank) if rec.stage1 else "-"
+        scope_p = "-" if rec.scope_probability is None else f"{rec.scope_probability:.2f}"
         if rec.voids:
             why = "supersedes " + ", ".join(f"{e.target} ({e.rule})" for e in rec.voids)
         elif rec.superseded_by:
@@ -119,7 +120,8 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
         else:
             why = rec.role
         rank = str(rec.rank) if rec in shown else "prov"
-        print(f"{rank:>3}  {rec.status:<10}  {rec.doc_id:<{width}}  {rec.record.doc_type:<24}  {stage1:>6}  {why}", file=out)
+        print(f"{rank:>3}  {rec.status:<10}  {rec.doc_id:<{width}}  {rec.record.doc_type:<24}  {stage1:>6}  {scope_p:>7}  {why}",
+              file=out)
     timings = ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items())
     print(f"({timings})", file=out)
 
@@ -174,7 +176,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
     caller = _caller(args)
     with CARStore.open(args.store) as store:
         retriever = ControllingAuthorityRetriever(
-            store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution
+            store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution,
+            fusion=args.fusion, latent_scope=args.latent_scope,
         )
         if not batch:
             result = retriever.retrieve(args.text, caller=caller)
@@ -386,6 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--k1", type=_count, default=10, help="Stage-1 anchors")
     query.add_argument("--depth", type=_count, default=50, help="per-channel Stage-1 depth before fusion")
     query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"], help="Stage-1 channels")
+    query.add_argument("--fusion", default="calibrated", choices=["calibrated", "rrf"],
+                       help="calibrated: per-channel softmax over the query's scores; rrf: reciprocal rank fusion")
+    query.add_argument("--no-latent-scope", dest="latent_scope", action="store_false",
+                       help="take the top k1 fused hits as anchors (the paper's two-stage) instead of anchors that "
+                            "cover the probable scopes; records then carry no scope probability")
     query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"],
                        help="rules: the policy's rules; timestamp: the paper's later-in-scope baseline")
     query.add_argument("--format", choices=["table", "json", "evidence", "reader", "xml"],

@@ -230,6 +230,10 @@ class AuthorityGraph:
         ids = self._candidates(tuple(scope), scope, WILDCARD) if scope else ()
         return sorted((self.records[i] for i in ids), key=lambda r: (r.sort_time, r.doc_id))
 
+    def holds(self, key: str, value: str) -> bool:
+        """Whether some record's scope has ``key`` = ``value`` (one entity-index probe)."""
+        return bool(self._by_scope.get((key, value)))
+
     def scope_bucket(self, record: Record) -> list[Record]:
         """Records sharing ``record``'s scope on every policy scope key it has."""
         keys = {k: record.scope[k] for k in self.policy.scope_keys if k in record.scope}

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from car_rag.channels.fusion import RRF_K, FusedHit
 from car_rag.eligibility import CallerContext
 from car_rag.graph import RSSG, AuthorityGraph, Edge
+from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import Policy
 from car_rag.records import Record
 
@@ -71,6 +72,9 @@ class RetrievedRecord:
     """Records in this result it voids."""
     hidden_superseder: bool = False
     """Voided by a record the caller may not read (never named): stale, though nothing shown says why."""
+    scope_probability: float | None = None
+    """How probable it is that the question is about this record's scope (latent-scope CAR);
+    1.0 for a scope the question names alone, None where no posterior was estimated."""
 
     @property
     def doc_id(self) -> str:
@@ -95,10 +99,16 @@ class RetrievedRecord:
             "voids": [{"doc_id": e.target, "rule": e.rule} for e in self.voids],
             "hidden_superseder": self.hidden_superseder,
             "scope": self.record.scope,
+            "scope_probability": None if self.scope_probability is None else round(self.scope_probability, 4),
             "published_at": self.record.published_at.isoformat() if self.record.published_at else None,
             "stage1": None
             if self.stage1 is None
-            else {"rank": self.stage1.rank, "score": self.stage1.score, "channels": self.stage1.channel_scores},
+            else {
+                "rank": self.stage1.rank,
+                "score": self.stage1.score,
+                "channels": self.stage1.channel_scores,
+                "contributions": self.stage1.channel_contributions,
+            },
         }
 
 
@@ -115,6 +125,8 @@ class RetrievalResult:
     policy: Policy | None = None
     """The policy the result was resolved under: renderings and the guard take their words
     and rule descriptions from it when none is passed."""
+    scope_posterior: ScopePosterior | None = None
+    """P(scope | question) where it was estimated (the core retriever's latent-scope step)."""
 
     def __iter__(self) -> Iterator[RetrievedRecord]:
         return iter(self.ranked)
@@ -148,6 +160,7 @@ class RetrievalResult:
             "query": self.query,
             "scope_ids": self.scope_ids,
             "records": [r.to_dict() for r in self.top(k)],
+            "scope_posterior": self.scope_posterior.to_dict() if self.scope_posterior is not None else None,
             "timings_ms": self.timings_ms,
         }
 
@@ -180,6 +193,8 @@ def resolve_authority(
     *,
     resolution: ResolutionMode = "rules",
     scope_lookup_limit: int = 20,
+    scope_ids: dict[str, list[str]] | None = None,
+    posterior: ScopePosterior | None = None,
 ) -> RetrievalResult:
     """Stage 2 + 3: authority closure and active frontier for given Stage-1 anchors.
 
@@ -191,7 +206,10 @@ def resolve_authority(
     keeps its place (an anchor is never ranked after its Stage-1 rank).
 
     ``anchors`` are the core retriever's fused hits, or neutral :class:`Anchor` values from
-    any other Stage 1 (a framework retriever).
+    any other Stage 1 (a framework retriever). ``scope_ids`` are the scope values the query
+    names (default: the policy's ``scope_patterns`` over the query); with a ``posterior``
+    every record carries its scope's probability (its anchor's, where its own scope is not
+    in the posterior).
     """
     started = time.perf_counter()
     hits = [a.hit() if isinstance(a, Anchor) else a for a in anchors]
@@ -203,7 +221,7 @@ def resolve_authority(
         if doc_id in graph and readable(doc_id) and (doc_id not in members or group < members[doc_id][0]):
             members[doc_id] = (group, role if doc_id not in members else members[doc_id][1], anchor_id)
 
-    scope_ids = policy.scope_ids_in(query)
+    scope_ids = policy.scope_ids_in(query) if scope_ids is None else scope_ids
     keys = list(scope_ids)
     # Keys named together narrow one lookup (CVE id and package: that CVE of that package).
     for values in itertools.product(*(scope_ids[k] for k in keys)) if keys else ():
@@ -265,8 +283,13 @@ def resolve_authority(
             ranked.insert(stage1_rank - 1, ranked.pop(at))
     for rank, item in enumerate(ranked, 1):
         item.rank = rank
+    if posterior is not None:
+        for item in ranked:
+            own = posterior.probability(item.record)
+            anchor = graph.records.get(item.anchor_id) if item.anchor_id else None
+            item.scope_probability = own if own is not None or anchor is None else posterior.probability(anchor)
     elapsed = (time.perf_counter() - started) * 1000
-    return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy)
+    return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior)
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: ResolutionMode) -> set[str]:

@@ -1,7 +1,9 @@
 """The two-stage controlling-authority retriever over a :class:`CARStore`.
 
-Stage 1 finds the records the query is about (anchors) by BM25, dense search or their
-fusion, inside the caller's eligibility; Stages 2 and 3 are :mod:`car_rag.resolution`.
+Stage 1 finds the records the query is about by BM25, dense search or their fusion,
+inside the caller's eligibility; the latent-scope step (:mod:`car_rag.latent_scope`) turns
+those candidates into a posterior over scopes and picks anchors that cover the probable
+scopes; Stages 2 and 3 are :mod:`car_rag.resolution`.
 """
 
 from __future__ import annotations
@@ -13,15 +15,26 @@ from typing import Literal
 import numpy as np
 
 from car_rag.channels import ChannelHit, FusedHit, LexicalIndex, reciprocal_rank_fusion
+from car_rag.channels.fusion import DEFAULT_TEMPERATURES, calibrated_fusion
 from car_rag.eligibility import CallerContext
+from car_rag.latent_scope import ScopePosterior, estimate_scope_posterior, named_scope_ids, select_anchors
 from car_rag.resolution import ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
 from car_rag.store import CARStore
 
-__all__ = ["ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "AnchorMode", "ResolutionMode"]
+__all__ = [
+    "ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "AnchorMode", "FusionMode", "ResolutionMode",
+]
 
 log = logging.getLogger(__name__)
 
 AnchorMode = Literal["bm25", "dense", "hybrid"]
+FusionMode = Literal["calibrated", "rrf"]
+
+SCOPE_TIES = 0.5
+"""Scopes whose posterior is within this fraction of a more probable one count as tied
+(chosen leave-one-suite-out, ``evals/results/anchors/loso.md``)."""
+SCOPE_DECAY = 0.5
+"""A scope's next anchor is worth this fraction of its previous one (same provenance)."""
 
 
 class ControllingAuthorityRetriever:
@@ -33,6 +46,13 @@ class ControllingAuthorityRetriever:
     anchor-only baseline, for comparison); ``scope_lookup_limit`` caps how many records one
     scope id named in the query may pull in; ``lexical`` replaces the store's BM25 index for
     Stage 1 (e.g. a ``rank-bm25`` index for parity with the paper).
+
+    ``fusion`` is ``"calibrated"`` (per-channel softmax over the query's scores, averaged;
+    ``temperatures`` per channel) or ``"rrf"`` (reciprocal rank fusion). With
+    ``latent_scope`` (default) the ``depth`` fused candidates vote a posterior over scopes,
+    the anchors cover the probable scopes (``scope_ties``, ``scope_decay``: see
+    :func:`~car_rag.latent_scope.select_anchors`) and every record reports its scope's
+    probability; without it the top ``k1`` fused hits are the anchors, as in the paper.
     """
 
     def __init__(
@@ -45,6 +65,11 @@ class ControllingAuthorityRetriever:
         resolution: ResolutionMode = "rules",
         scope_lookup_limit: int = 20,
         lexical: LexicalIndex | None = None,
+        fusion: FusionMode = "calibrated",
+        temperatures: dict[str, float] | None = None,
+        latent_scope: bool = True,
+        scope_ties: float = SCOPE_TIES,
+        scope_decay: float = SCOPE_DECAY,
     ):
         if anchors not in ("bm25", "dense", "hybrid"):
             raise ValueError(f"anchors must be 'bm25', 'dense' or 'hybrid', got {anchors!r}")
@@ -52,6 +77,17 @@ class ControllingAuthorityRetriever:
             raise ValueError(f"resolution must be 'rules' or 'timestamp', got {resolution!r}")
         if k1 < 1 or depth < k1:
             raise ValueError(f"need 1 <= k1 <= depth, got k1={k1}, depth={depth}")
+        if fusion not in ("calibrated", "rrf"):
+            raise ValueError(f"fusion must be 'calibrated' or 'rrf', got {fusion!r}")
+        if not 0.0 <= scope_ties < 1.0 or not 0.0 < scope_decay <= 1.0:
+            raise ValueError(f"need 0 <= scope_ties < 1 and 0 < scope_decay <= 1, got {scope_ties}, {scope_decay}")
+        self.temperatures = {**DEFAULT_TEMPERATURES, **(temperatures or {})}
+        if any(t <= 0 for t in self.temperatures.values()):
+            raise ValueError(f"temperatures must be positive, got {self.temperatures}")
+        self.fusion = fusion
+        self.latent_scope = latent_scope
+        self.scope_ties = scope_ties
+        self.scope_decay = scope_decay
         self.store = store
         self.anchor_mode = anchors
         self.k1 = k1
@@ -66,19 +102,51 @@ class ControllingAuthorityRetriever:
 
     # ------------------------------------------------------------------ Stage 1
     def stage1(self, query: str, caller: CallerContext | None = None) -> list[FusedHit]:
-        """Fused Stage-1 anchors for ``query`` (top ``k1``), among records ``caller`` may read."""
+        """The ``k1`` anchors for ``query`` among records ``caller`` may read (after the
+        latent-scope step when it is on)."""
         vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
         with self.store.lock.read():
-            return self._stage1(query, vector, caller)
+            return self._anchors(query, self._candidates(query, vector, caller), caller)[0]
 
-    def _stage1(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> list[FusedHit]:
+    def channel_runs(self, query: str, caller: CallerContext | None = None) -> dict[str, list[ChannelHit]]:
+        """Each Stage-1 channel's top ``depth`` for ``query`` (embedding it when a dense channel
+        is on), before fusion: what :meth:`resolve_runs` takes."""
+        vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
+        with self.store.lock.read():
+            return self._runs(query, vector, caller)
+
+    def _runs(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> dict[str, list[ChannelHit]]:
         runs: dict[str, list[ChannelHit]] = {}
         if self.anchor_mode in ("bm25", "hybrid"):
             runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(caller))
         if vector is not None:
             where = caller.chroma_where() if caller is not None else None
             runs["dense"] = self.store.dense.search(vector, self.depth, where=where)
-        return reciprocal_rank_fusion(runs, k=self.k1)
+        return runs
+
+    def _candidates(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> list[FusedHit]:
+        return self.fuse(self._runs(query, vector, caller))
+
+    def fuse(self, runs: dict[str, list[ChannelHit]]) -> list[FusedHit]:
+        """The fused candidates (top ``depth``) of channel runs, by this retriever's ``fusion``."""
+        if self.fusion == "rrf":
+            return reciprocal_rank_fusion(runs, k=self.depth)
+        return calibrated_fusion(runs, k=self.depth, temperatures=self.temperatures)
+
+    def _anchors(
+        self, query: str, candidates: list[FusedHit], caller: CallerContext | None
+    ) -> tuple[list[FusedHit], dict[str, list[str]] | None, ScopePosterior | None]:
+        """Anchors, the scope ids the query names (None: the policy's patterns) and the posterior."""
+        if not self.latent_scope:
+            return candidates[: self.k1], None, None
+        graph, policy = self.store.graph, self.store.policy
+        readable = (lambda _r: True) if caller is None else caller.can_read
+        named = named_scope_ids(query, policy, graph)
+        posterior = estimate_scope_posterior(candidates, graph, policy, named, readable)
+        anchors = select_anchors(
+            candidates, posterior, graph, policy, self.k1, ties=self.scope_ties, decay=self.scope_decay, readable=readable
+        )
+        return anchors, named, posterior
 
     def _mask(self, caller: CallerContext | None) -> np.ndarray | None:
         if caller is None:
@@ -93,31 +161,62 @@ class ControllingAuthorityRetriever:
         return self._masks[caller]
 
     # ------------------------------------------------------------------ Stage 2 + 3
-    def resolve(self, query: str, anchors: list[FusedHit], caller: CallerContext | None = None) -> RetrievalResult:
+    def resolve(
+        self,
+        query: str,
+        anchors: list[FusedHit],
+        caller: CallerContext | None = None,
+        *,
+        scope_ids: dict[str, list[str]] | None = None,
+        posterior: ScopePosterior | None = None,
+    ) -> RetrievalResult:
         """Stage 2 + 3 over the store's graph for given Stage-1 anchors (see :func:`resolve_authority`)."""
         with self.store.lock.read():
             return resolve_authority(
                 self.store.graph, self.store.policy, query, anchors, caller,
                 resolution=self.resolution, scope_lookup_limit=self.scope_lookup_limit,
+                scope_ids=scope_ids, posterior=posterior,
             )
 
-    # ------------------------------------------------------------------ both
+    # ------------------------------------------------------------------ all stages
+    def resolve_runs(
+        self,
+        query: str,
+        runs: dict[str, list[ChannelHit]],
+        caller: CallerContext | None = None,
+        *,
+        started: float | None = None,
+    ) -> RetrievalResult:
+        """Fusion, the latent-scope step and Stages 2 + 3 for channel runs already searched
+        (what :meth:`retrieve` does after searching; a study can replay cached runs)."""
+        started = time.perf_counter() if started is None else started
+        with self.store.lock.read():
+            candidates = self.fuse(runs)
+            stage1_done = time.perf_counter()
+            anchors, named, posterior = self._anchors(query, candidates, caller)
+            latent_done = time.perf_counter()
+            result = self.resolve(query, anchors, caller, scope_ids=named, posterior=posterior)
+        result.timings_ms = {
+            "stage1": (stage1_done - started) * 1000,
+            "latent_scope": (latent_done - stage1_done) * 1000,
+            **result.timings_ms,
+            "total": (time.perf_counter() - started) * 1000,
+        }
+        return result
+
     def retrieve(self, query: str, caller: CallerContext | None = None) -> RetrievalResult:
         """Run all three stages for one query; ``caller`` restricts every stage to what they may read
         (no caller: unrestricted, as for a trusted service)."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         started = time.perf_counter()
-        # The query is embedded before the lock is taken; both stages then read one state
+        # The query is embedded before the lock is taken; all stages then read one state
         # of the store, so an ingest running meanwhile is seen entirely or not at all.
         vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
         with self.store.lock.read():
-            anchors = self._stage1(query, vector, caller)
-            stage1_ms = (time.perf_counter() - started) * 1000
-            result = self.resolve(query, anchors, caller)
-        result.timings_ms = {"stage1": stage1_ms, **result.timings_ms, "total": (time.perf_counter() - started) * 1000}
+            result = self.resolve_runs(query, self._runs(query, vector, caller), caller, started=started)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("query %r: %d anchors (%s), %d records, %d active; %s", query[:80], len(anchors), self.anchor_mode,
+            log.debug("query %r: %d anchors (%s), %d records, %d active; %s", query[:80], len(result.anchors), self.anchor_mode,
                       len(result), sum(r.status == "active" for r in result),
                       ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items()))
         return result

@@ -110,10 +110,11 @@ def rank_bm25_index(store: CARStore) -> LexicalIndex:
 
 
 def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules", lexical: Callable | None = None):
+    """A paper-style two-stage system: the top ``k1`` of RRF-fused anchors, no latent scope."""
     def build(store: CARStore, depth: int) -> System:
         retriever = ControllingAuthorityRetriever(
             store, anchors=anchors, k1=k1, depth=max(depth, k1), resolution=resolution,
-            lexical=lexical(store) if lexical else None,
+            lexical=lexical(store) if lexical else None, fusion="rrf", latent_scope=False,
         )
         return _CAR(name, label, retriever)
 
@@ -121,6 +122,9 @@ def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules"
 
 
 SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
+    "car-default": lambda store, depth: _CAR(
+        "car-default", "car-rag defaults (calibrated hybrid, latent scope)", ControllingAuthorityRetriever(store)
+    ),
     "bm25": lambda store, depth: _Lexical("bm25", "BM25 (bm25s)", store.lexical, depth),
     "bm25-rank": lambda store, depth: _Lexical("bm25-rank", "BM25 (rank-bm25)", rank_bm25_index(store), depth),
     "dense": lambda store, depth: _Dense("dense", "Dense MiniLM", store, depth),
@@ -130,11 +134,13 @@ SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
     ),
     "car-bm25": _car("car-bm25", "car-rag, BM25 anchors, k1=5", "bm25", 5),
     "car-dense": _car("car-dense", "car-rag, dense anchors, k1=10", "dense", 10),
-    "car-hybrid": _car("car-hybrid", "car-rag, hybrid anchors, k1=10", "hybrid", 10),
+    "car-hybrid": _car("car-hybrid", "car-rag, hybrid RRF anchors, k1=10 (the default before latent scope)", "hybrid", 10),
     "car-timestamp": _car("car-timestamp", "car-rag anchor-only: later in scope voids (no RSSG)", "hybrid", 10, "timestamp"),
 }
-"""Every car-rag system resolves authority with the RSSG (policy rules) except
-``car-timestamp``, the paper's anchor-only baseline (a later record in the same scope voids
+"""``car-default`` is the retriever as a user constructs it (``ControllingAuthorityRetriever(store)``);
+the other car-rag systems are paper-style two-stage variants. Every car-rag system resolves
+authority with the RSSG (policy rules) except ``car-timestamp``,
+the paper's anchor-only baseline (a later record in the same scope voids
 an earlier one, whatever its type)."""
 
 FRAMEWORK_SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {

@@ -44,6 +44,7 @@ from car_rag.evidence.packets import (
     record_label,
     renderable_packets,
     scope_groups,
+    uncertain_scope,
 )
 from car_rag.evidence.xml_tree import Element, iso_date, short_number
 from car_rag.policy import EXPLICIT_RULE
@@ -147,6 +148,7 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
             "authority": short_number(prov.source_authority_score),
             "permission": None if packet.governance.permission_status == "cleared" else "restricted",
             "scope": format_scope(packet.scope) if packet.scope else None,
+            "scope-probability": uncertain_scope(ep.scope_probability),
         },
     )
     for link in ep.supersedes:

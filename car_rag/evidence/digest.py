@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from car_rag.evidence.packets import AuthorityLink, EvidencePacket, scope_groups
+from car_rag.evidence.packets import AuthorityLink, EvidencePacket, scope_groups, uncertain_scope
 from car_rag.policy import Policy
 
 __all__ = ["DigestLine", "authority_digest", "record_phrase", "subject_phrase"]
@@ -80,6 +80,12 @@ def authority_digest(
     for members in scope_groups(packets):
         group = [packets[i] for i in members]
         subject = subject_phrase(_shared_scope(group), policy) or record_phrase(group[0].doc_type)
+        # A subject the retriever only guessed is said to be a guess: the reader must not
+        # take "patched" about the most probable package as the answer about the asked one.
+        known = [p.epistemic_metadata.scope_probability for p in group if p.epistemic_metadata.scope_probability is not None]
+        probability = uncertain_scope(max(known)) if known else None
+        if probability is not None:
+            subject = f"{subject} (probability {probability} that this is the question's subject)"
         active = [p for p in group if p.is_active]
         replaced = [p for p in group if not p.is_active]
         states = {policy.state_of(p.doc_type) if policy else None for p in active}

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from car_rag.retriever import RetrievalResult, RetrievedRecord
 
 __all__ = [
+    "uncertain_scope",
     "HIDDEN_SUPERSEDER_TEXT",
     "AuthorityLink",
     "CitationCoordinates",
@@ -154,6 +155,17 @@ class EpistemicMetadata(_Model):
         default_factory=list, description="Records in this result that void it; 'controlling' marks the active ones."
     )
     supersedes: list[AuthorityLink] = Field(default_factory=list, description="Records in this result it voids.")
+    scope_probability: float | None = Field(
+        default=None, description="How probable it is that the question is about this record's scope (latent scope)."
+    )
+
+
+def uncertain_scope(probability: float | None) -> str | None:
+    """The scope probability as a reader sees it ("0.42"), or None where the scope is certain
+    (named by the question) or was never estimated: only uncertainty is worth the words."""
+    if probability is None or round(probability, 2) >= 1.0:
+        return None
+    return f"{probability:.2f}"
 
 
 class CitationCoordinates(_Model):
@@ -387,6 +399,7 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
             ),
             superseded_by=superseded_by,
             supersedes=supersedes,
+            scope_probability=item.scope_probability,
         ),
         citation_coordinates=CitationCoordinates(
             uri=record.uri,

@@ -30,7 +30,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
-from car_rag.evidence.packets import SupersededMode
+from car_rag.evidence.digest import subject_phrase
+from car_rag.evidence.packets import SupersededMode, uncertain_scope
 from car_rag.evidence.xml_tree import iso_date
 
 if TYPE_CHECKING:
@@ -88,9 +89,11 @@ def render_plain(
     if isinstance(evidence, (str, bytes)):
         raise TypeError("render_plain takes a RetrievalResult or Record objects, not text")
     hidden: set[str] = set()  # voided only by records the caller may not read: nothing shown says so
+    guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
     if hasattr(evidence, "top"):
         shown = [r for r in evidence.top(k) if superseded == "include" or r.status == "active"]
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
+        guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]
     else:
         records = list(evidence)[:k]
@@ -101,6 +104,9 @@ def render_plain(
     def doc(i: int, rec: Record, text: str) -> str:
         when = f", {iso_date(rec.time) or 'date unknown'}" if dated else ""
         note = f"; {HIDDEN_REPLACER_NOTE}" if rec.doc_id in hidden else ""
+        if rec.doc_id in guessed:
+            about = subject_phrase(rec.scope) or "its subject"
+            note += f"; probability {guessed[rec.doc_id]} that the question is about {about}"
         return f"[Document {i}] ({rec.doc_type}{when}{note})\n{text}"
 
     texts = [_text(rec, max_chars) for rec in records]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.digest import authority_digest, record_phrase, subject_phrase
-from car_rag.evidence.packets import EvidencePacket, SupersededMode, hidden_only, renderable_packets
+from car_rag.evidence.packets import EvidencePacket, SupersededMode, hidden_only, renderable_packets, uncertain_scope
 from car_rag.evidence.xml_tree import Element, iso_date
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ def _packet(packet: EvidencePacket, refs: dict[str, str], policy: Policy | None,
         "replaced-by": ", ".join(replaced_by) if not packet.is_active else None,
         "type": record_phrase(packet.doc_type),
         "subject": subject_phrase(packet.scope, policy) or None,
+        "subject-probability": uncertain_scope(ep.scope_probability),
         "version": packet.version,
         "date": iso_date(when),
         "cut": cut,

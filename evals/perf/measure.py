@@ -151,18 +151,20 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
     floor_index = make_lexical_index("bm25s")
     floor_index.build(store.lexical.doc_ids, [store.records[d].text for d in store.lexical.doc_ids])
     embed = store.embedder.encode
-    anchors: dict[str, list] = {}
+    runs: dict[str, dict] = {}
+    previous = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH, fusion="rrf", latent_scope=False)
 
     def stage23(q: str):
-        if q not in anchors:  # computed untimed on first use (the warm-up)
-            anchors[q] = retriever.stage1(q)
-        return retriever.resolve(q, anchors[q]).doc_ids()
+        if q not in runs:  # the channels' hits, computed untimed on first use (the warm-up)
+            runs[q] = retriever.channel_runs(q)
+        return retriever.resolve_runs(q, runs[q]).doc_ids()
 
     systems = {
         "floor: query embedding + bm25s": lambda q: (embed([q]), [h.doc_id for h in floor_index.search(q, DEPTH)])[1],
         "car-rag Stage 1 (hybrid)": lambda q: [h.doc_id for h in retriever.stage1(q)],
-        "car-rag Stage 2+3": stage23,
+        "car-rag Stage 2+3": stage23,  # with fusion and the latent-scope step, given the channels' hits
         "car-rag whole retriever": lambda q: retriever.retrieve(q).doc_ids(),
+        "car-rag whole retriever, RRF without latent scope (before)": lambda q: previous.retrieve(q).doc_ids(),
     }
     memory = {}
     if frameworks:

@@ -163,7 +163,7 @@ def test_bench_on_a_user_corpus_writes_tables_and_plots(tmp_path, demo_store):
     written = write_results(results, tmp_path / "out", "car-rag bench --corpus ...")
     assert {p.suffix for p in written} == {".json", ".md", ".png"} and all(p.stat().st_size > 0 for p in written)
     table = (tmp_path / "out" / "demo.md").read_text()
-    assert "car-rag, hybrid anchors" in table and "TCA@5 (Definition 7) by hop type" in table
+    assert "car-rag, hybrid RRF anchors" in table and "TCA@5 (Definition 7) by hop type" in table
     data = json.loads((tmp_path / "out" / "demo.json").read_text())
     assert len(data["systems"]["dense"]["per_query"]) == 10
 

@@ -49,7 +49,8 @@ def test_checker_catches_a_gate_that_is_not_applied(embedder, tmp_path, monkeypa
     """The checker is not vacuous: Stage 2 run without the caller is caught at once."""
     resolve = ControllingAuthorityRetriever.resolve
     monkeypatch.setattr(
-        ControllingAuthorityRetriever, "resolve", lambda self, q, anchors, caller=None: resolve(self, q, anchors, None)
+        ControllingAuthorityRetriever, "resolve",
+        lambda self, q, anchors, caller=None, **named: resolve(self, q, anchors, None, **named),
     )
     report = pf.run_fuzz(cases=30, corpora=1, seed=5, embedder=embedder, workdir=tmp_path, corpus_size=(60, 80))
     assert {"result", "xml"} <= {v.kind for v in report.violations}

@@ -180,7 +180,8 @@ def test_named_cve_pulls_its_records_in_and_ranks_its_frontier_first(retrievers,
     query = "Is the jsonwebtoken algorithm confusion signature bypass fixed, and what about cve-2099-10005?"
     result = retrievers[mode].retrieve(query)
     assert result.scope_ids == {"cve_id": ["CVE-2099-10005"]}
-    assert result.anchors[0].doc_id == "sec-jsonwebtoken-cve-2099-10004-disclosure"
+    # The named scope leads the anchors; the one Stage 1 found by the question's words follows.
+    assert "sec-jsonwebtoken-cve-2099-10004-disclosure" in [a.doc_id for a in result.anchors]
     zip_ids = ["sec-zipcraft-cve-2099-10005-disclosure", "sec-zipcraft-2.3.1-release", "sec-zipcraft-2.3.4-release"]
     for doc_id in zip_ids:
         assert result.get(doc_id).role == "scope_match", doc_id

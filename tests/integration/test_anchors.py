@@ -1,0 +1,110 @@
+"""Stage-1 anchors on a real store (MiniLM, embedded Chroma): the default fusion is never
+below its better channel on corpora built so that one channel is useless, and latent scope
+makes an ambiguous question's uncertainty visible (result, JSON, CLI)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
+from car_rag.cli import main
+
+SEC = load_policy("security-advisory")
+
+
+def lexical_corpus() -> tuple[list[Record], list[tuple[str, str]]]:
+    """Twelve disclosures in the same words, told apart only by an issue number: MiniLM
+    embeds them nearly alike (a flat dense ranking), BM25 matches the number exactly."""
+    records, queries = [], []
+    for i in range(12):
+        issue, scope = 48210 + i, {"package": "imagekit", "cve_id": f"CVE-2031-{1000 + i}"}
+        records.append(Record(doc_id=f"i{i}-d", doc_type="vulnerability_disclosure", scope=scope,
+                              text=f"Issue {issue}: a heap overflow in the image decoder allows remote code execution."))
+        records.append(Record(doc_id=f"i{i}-p", doc_type="patch_release", scope=scope,
+                              text=f"Version {i + 2}.0.0 is out. Thanks to all contributors."))
+        queries.append((f"Has issue {issue} in the image decoder been fixed?", f"i{i}-p"))
+    return records, queries
+
+
+PARAPHRASES = [
+    ("A user can sign in as any account without knowing its password.", "can attackers log on to someone else's account with no credentials?"),
+    ("Uploaded archives can write files outside the destination folder.", "could a zip file drop files anywhere on the disk?"),
+    ("The server crashes when it receives a very large header.", "can an oversized request bring the service down?"),
+    ("Session cookies are sent over unencrypted connections.", "might login tokens leak over plain HTTP?"),
+    ("Templates render user input without escaping it.", "could a comment run script in other visitors' browsers?"),
+    ("The updater downloads packages without checking signatures.", "can a tampered install file get onto machines?"),
+]
+
+
+def dense_corpus() -> tuple[list[Record], list[tuple[str, str]]]:
+    """Every record and every question carry the same two words ("security notice") and
+    nothing else in common: BM25 ties every record (a flat ranking), MiniLM reads the meaning."""
+    records, queries = [], []
+    for i, (text, question) in enumerate(PARAPHRASES):
+        scope = {"package": f"pkg{i}", "cve_id": f"CVE-2032-{2000 + i}"}
+        records.append(Record(doc_id=f"v{i}-d", text=f"Security notice. {text}", doc_type="vulnerability_disclosure",
+                              scope=scope))
+        records.append(Record(doc_id=f"v{i}-p", text=f"Security notice. Release {i}.4.2 ships.", doc_type="patch_release",
+                              scope=scope))
+        queries.append((f"Security notice: {question}", f"v{i}-p"))
+    return records, queries
+
+
+def hit_rate(store: CARStore, queries, **options) -> float:
+    retriever = ControllingAuthorityRetriever(store, **options)
+    return sum(gold in retriever.retrieve(q).doc_ids(5) for q, gold in queries) / len(queries)
+
+
+@pytest.mark.parametrize("corpus", [lexical_corpus, dense_corpus], ids=["dense-useless", "bm25-useless"])
+def test_default_fusion_is_never_below_its_better_channel(tmp_path, embedder, corpus):
+    records, queries = corpus()
+    store = CARStore.open(tmp_path / "store", SEC, embedder=embedder)
+    assert store.ingest(records, progress=False).errors == []
+    bm25 = hit_rate(store, queries, anchors="bm25", k1=5, fusion="rrf", latent_scope=False)
+    dense = hit_rate(store, queries, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
+    default = hit_rate(store, queries)
+    assert default >= max(bm25, dense), (default, bm25, dense)
+    assert min(bm25, dense) < 1.0  # the corpus does make one channel fail
+    store.close()
+
+
+@pytest.fixture()
+def ambiguous_store(tmp_path, embedder):
+    attack = "Prototype pollution in the merge helper lets a remote attacker alter object prototypes."
+    records = []
+    for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002")):
+        records.append(Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure",
+                              scope={"package": pkg, "cve_id": cve}))
+    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
+                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+    store = CARStore.open(tmp_path / "amb", SEC, embedder=embedder)
+    assert store.ingest(records, progress=False).errors == []
+    yield store
+    store.close()
+
+
+def test_an_ambiguous_question_shows_each_probable_scope_with_its_probability(ambiguous_store):
+    result = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has the prototype pollution in merge been fixed?")
+    got = {r.doc_id: (r.status, r.scope_probability) for r in result.top(5)}
+    assert got["alpha-utils-p"][0] == "active" and got["beta-utils-d"][0] == "active"
+    assert got["alpha-utils-d"][0] == "superseded"
+    assert got["alpha-utils-p"][1] == pytest.approx(0.5, abs=0.01) and got["beta-utils-d"][1] == pytest.approx(0.5, abs=0.01)
+    named = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has CVE-2034-0002 been fixed?")
+    assert named.top(1)[0].doc_id == "beta-utils-d"
+    assert named.top(1)[0].scope_probability > 0.5 > named.get("alpha-utils-p").scope_probability
+
+
+def test_cli_json_carries_scope_probabilities_and_the_posterior(ambiguous_store, capsys):
+    path = ambiguous_store.path
+    ambiguous_store.close()
+    assert main(["query", "--store", str(path), "--format", "json", "Has the prototype pollution in merge been fixed?"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(isinstance(r["scope_probability"], float) for r in data["records"])
+    assert [round(s["probability"], 1) for s in data["scope_posterior"]] == [0.5, 0.5]
+    assert set(data["records"][0]["stage1"]["contributions"]) <= {"bm25", "dense"}
+    assert main(["query", "--store", str(path), "--format", "json", "--no-latent-scope", "--fusion", "rrf",
+                 "Has the prototype pollution in merge been fixed?"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scope_posterior"] is None and {r["scope_probability"] for r in data["records"]} == {None}

@@ -1,0 +1,186 @@
+"""Latent-scope CAR on hand-made ambiguous questions: the posterior, observed scope ids,
+anchors that cover the probable scopes, and the probability every record and rendering
+carries. No model, no Chroma: the candidates are constructed fused hits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from car_rag import AuthorityGraph, CallerContext, Record, load_policy, resolve_authority
+from car_rag.channels.fusion import FusedHit
+from car_rag.evidence import render_plain, render_reader, render_xml
+from car_rag.latent_scope import estimate_scope_posterior, is_identifier, named_scope_ids, select_anchors
+from car_rag.policy import Policy, Rule
+
+SEC = load_policy("security-advisory")
+ATTACK = "Prototype pollution in the merge function lets a remote attacker change object prototypes."
+
+
+def disclosure(pkg: str, cve: str, **fields) -> Record:
+    return Record(doc_id=f"{pkg}-disclosure", text=ATTACK, doc_type="vulnerability_disclosure",
+                  scope={"package": pkg, "cve_id": cve}, published_at="2024-01-01", **fields)
+
+
+def patch(pkg: str, cve: str, **fields) -> Record:
+    return Record(doc_id=f"{pkg}-patch", text="Release 2.0.1: maintenance.", doc_type="patch_release",
+                  scope={"package": pkg, "cve_id": cve}, version="2.0.1", published_at="2024-02-01", **fields)
+
+
+def graph_of(*records: Record, policy: Policy = SEC) -> AuthorityGraph:
+    graph = AuthorityGraph(policy)
+    for record in records:
+        graph.add(record)
+    return graph
+
+
+def hits(*scored: tuple[str, float]) -> list[FusedHit]:
+    return [FusedHit(d, s, r) for r, (d, s) in enumerate(scored, 1)]
+
+
+TWO = graph_of(disclosure("alpha", "CVE-2024-1001"), disclosure("beta", "CVE-2024-1002"), patch("alpha", "CVE-2024-1001"))
+QUESTION = "Is the prototype pollution in merge still unpatched?"
+
+
+def test_two_packages_sharing_an_attack_description_split_the_posterior():
+    posterior = estimate_scope_posterior(hits(("alpha-disclosure", 0.4), ("beta-disclosure", 0.4)), TWO, SEC, {})
+    assert posterior.probability(TWO.records["alpha-disclosure"]) == pytest.approx(0.5)
+    assert posterior.probability(TWO.records["beta-disclosure"]) == pytest.approx(0.5)
+    assert math.isclose(sum(posterior.probabilities.values()), 1.0)
+    assert [row["probability"] for row in posterior.to_dict()] == [0.5, 0.5]
+
+
+def test_a_scope_the_question_names_leads_and_a_described_one_keeps_its_place():
+    named = named_scope_ids("Is CVE-2024-1002 fixed, and the merge pollution?", SEC, TWO)
+    assert named == {"cve_id": ["CVE-2024-1002"]}
+    posterior = estimate_scope_posterior(hits(("alpha-disclosure", 0.6), ("beta-disclosure", 0.4)), TWO, SEC, named)
+    assert posterior.probability(TWO.records["beta-disclosure"]) == pytest.approx(0.7)  # (0.4 + 1.0) / 2
+    assert posterior.probability(TWO.records["alpha-disclosure"]) == pytest.approx(0.3)
+
+
+def test_a_named_scope_stage1_missed_is_not_left_at_zero():
+    named = {"cve_id": ["CVE-2024-1002"]}
+    posterior = estimate_scope_posterior(hits(("alpha-disclosure", 1.0)), TWO, SEC, named)
+    assert posterior.probability(TWO.records["beta-disclosure"]) == pytest.approx(0.5)
+
+
+FIN = Policy(
+    name="fin", scope_keys=("employee", "ticker"),
+    rules=(Rule(name="R1", trigger="blackout_announced", target="pre_clearance_approved", within=("employee", "ticker")),),
+)
+FIN_GRAPH = graph_of(
+    Record(doc_id="ok", text="Compliance approved EMP030-Harris's request to trade C.", doc_type="pre_clearance_approved",
+           scope={"employee": "EMP030-Harris", "ticker": "C"}),
+    Record(doc_id="other", text="Compliance approved EMP030-Harris's request to trade GE.",
+           doc_type="pre_clearance_approved", scope={"employee": "EMP030-Harris", "ticker": "GE"}),
+    policy=FIN,
+)
+
+
+@pytest.mark.parametrize(("question", "named"), [
+    ("Does EMP030-Harris's C transaction pass compliance review?", {"employee": ["EMP030-Harris"], "ticker": ["C"]}),
+    ("Is the C trade of EMP030-Harris still cleared?", {"employee": ["EMP030-Harris"], "ticker": ["C"]}),
+    ("Is the C trade still cleared?", {}),  # one key of two: not a scope, and would pull in every C record
+    ("Does EMP999-Nobody's C transaction pass?", {}),  # not a value the store holds
+    ("Does EMP030-Harris's GE transaction pass?", {"employee": ["EMP030-Harris"], "ticker": ["GE"]}),
+    ("Does EMP030-Harris's UNH transaction pass?", {}),  # values held, but by no record together
+    ("Does EMP030-Harris's c transaction pass?", {}),  # identifiers are matched verbatim
+])
+def test_identifier_like_values_the_store_holds_name_a_scope_when_they_name_all_of_it(question, named):
+    assert named_scope_ids(question, FIN, FIN_GRAPH) == named
+
+
+@pytest.mark.parametrize(("token", "expected"), [
+    ("CVE-2024-1", True), ("EMP030-Harris", True), ("C", True), ("GOOGL", True), ("express", False), ("Express", False),
+    ("REACTIVE", False),
+])
+def test_what_reads_as_an_identifier(token, expected):
+    assert is_identifier(token) is expected
+
+
+def tied_scopes(n_vulnerable: int) -> AuthorityGraph:
+    records = [disclosure(f"p{i}", f"CVE-2024-{2000 + i}") for i in range(n_vulnerable)]
+    records += [disclosure("fixed", "CVE-2024-3000"), patch("fixed", "CVE-2024-3000")]
+    return graph_of(*records)
+
+
+def test_among_scopes_the_question_cannot_tell_apart_a_different_current_state_comes_early():
+    graph = tied_scopes(6)
+    # Seven near-identical disclosures, BM25-style noise in the third decimal; one is patched.
+    candidates = hits(*[(f"p{i}-disclosure", 0.1 - 0.001 * i) for i in range(6)], ("fixed-disclosure", 0.094))
+    posterior = estimate_scope_posterior(candidates, graph, SEC, {})
+    anchors = select_anchors(candidates, posterior, graph, SEC, k1=10)
+    assert [a.doc_id for a in anchors][:2] == ["p0-disclosure", "fixed-disclosure"]
+    assert [a.rank for a in anchors] == list(range(1, 8))
+    result = resolve_authority(graph, SEC, QUESTION, anchors, posterior=posterior)
+    assert "fixed-patch" in result.doc_ids(5)
+    # Without the ties rule the patched scope stays seventh, out of the top 5.
+    plain = select_anchors(candidates, posterior, graph, SEC, k1=10, ties=0.0)
+    assert "fixed-patch" not in resolve_authority(graph, SEC, QUESTION, plain).doc_ids(5)
+
+
+def test_the_caller_cannot_learn_a_hidden_state_from_the_order():
+    graph = tied_scopes(6)
+    restricted = patch("fixed", "CVE-2024-3000", tenant="acme")
+    graph.add(restricted)
+    caller = CallerContext("other")
+    candidates = hits(*[(f"p{i}-disclosure", 0.1) for i in range(6)], ("fixed-disclosure", 0.1))
+    posterior = estimate_scope_posterior(candidates, graph, SEC, {})
+    anchors = select_anchors(candidates, posterior, graph, SEC, k1=10, readable=caller.can_read)
+    assert [a.doc_id for a in anchors][-1] == "fixed-disclosure"
+
+
+def test_a_dominant_scope_keeps_several_anchors_before_a_faint_one():
+    graph = graph_of(
+        disclosure("alpha", "CVE-2024-1001"),
+        Record(doc_id="alpha-advisory", text="x", doc_type="vulnerability_disclosure",
+               scope={"package": "alpha", "cve_id": "CVE-2024-1001"}),
+        disclosure("beta", "CVE-2024-1002"),
+    )
+    candidates = hits(("alpha-disclosure", 0.5), ("alpha-advisory", 0.35), ("beta-disclosure", 0.15))
+    posterior = estimate_scope_posterior(candidates, graph, SEC, {})
+    assert [a.doc_id for a in select_anchors(candidates, posterior, graph, SEC, k1=3)] == [
+        "alpha-disclosure", "alpha-advisory", "beta-disclosure",
+    ]
+    # A scope's second anchor is worth half its first: a closer second scope comes before it.
+    close = hits(("alpha-disclosure", 0.4), ("alpha-advisory", 0.2), ("beta-disclosure", 0.4))
+    posterior = estimate_scope_posterior(close, graph, SEC, {})
+    got = [a.doc_id for a in select_anchors(close, posterior, graph, SEC, k1=3, ties=0.0)]
+    assert got == ["alpha-disclosure", "beta-disclosure", "alpha-advisory"]
+
+
+def ambiguous_result():
+    candidates = hits(("alpha-disclosure", 0.4), ("beta-disclosure", 0.4))
+    posterior = estimate_scope_posterior(candidates, TWO, SEC, {})
+    anchors = select_anchors(candidates, posterior, TWO, SEC, k1=10)
+    return resolve_authority(TWO, SEC, QUESTION, anchors, posterior=posterior)
+
+
+def test_every_record_carries_its_scope_probability_and_the_result_its_posterior():
+    result = ambiguous_result()
+    assert {r.doc_id: r.scope_probability for r in result} == pytest.approx(
+        {"alpha-patch": 0.5, "alpha-disclosure": 0.5, "beta-disclosure": 0.5}
+    )
+    data = result.to_dict()
+    assert {r["doc_id"]: r["scope_probability"] for r in data["records"]}["alpha-patch"] == 0.5
+    assert data["scope_posterior"][0]["probability"] == 0.5
+
+
+def test_the_uncertain_scope_is_visible_in_every_rendering():
+    result = ambiguous_result()
+    reader = render_reader(result, policy=SEC)
+    assert 'subject-probability="0.50"' in reader
+    assert "alpha, CVE-2024-1001 (probability 0.50 that this is the question's subject): patched." in reader
+    assert 'scope-probability="0.50"' in render_xml(result, policy=SEC)
+    assert "probability 0.50 that the question is about alpha, CVE-2024-1001" in render_plain(result)
+
+
+def test_a_certain_scope_adds_no_words():
+    named = {"cve_id": ["CVE-2024-1001"]}
+    candidates = hits(("alpha-disclosure", 0.4))
+    posterior = estimate_scope_posterior(candidates, TWO, SEC, named)
+    result = resolve_authority(TWO, SEC, "Is CVE-2024-1001 fixed?", candidates, scope_ids=named, posterior=posterior)
+    assert {r.scope_probability for r in result} == {1.0}
+    for text in (render_reader(result, policy=SEC), render_xml(result, policy=SEC), render_plain(result)):
+        assert "probability" not in text
