@@ -72,9 +72,7 @@ class MissingScope:
 
     def __str__(self) -> str:
         count = len(self.doc_ids)
-        lacking = (
-            f"no {self.keys[0][0]}" if len(self.keys) == 1 else ", ".join(f"no {key} ({n})" for key, n in self.keys)
-        )
+        lacking = ", ".join(f"no {key}" if n == count else f"no {key} ({n})" for key, n in self.keys)
         return f"rule {self.rule} cannot fire for {count} record{'s' if count != 1 else ''}: {lacking}"
 
 
