@@ -135,6 +135,13 @@ def _check_regex(pattern: str, where: str, *, grouped: bool = False) -> None:
         raise ValueError(f"{where} is not a valid regex ({shown!r}): {exc}") from None
 
 
+def _check_pattern_table(patterns: dict[str, str], where: str) -> dict[str, str]:
+    """A table of scope key -> regex, each checked (``scope_patterns``, ``record_scope.patterns``)."""
+    for key, pattern in patterns.items():
+        _check_regex(pattern, f"{where}[{key!r}]")
+    return patterns
+
+
 def _check_regexes(patterns: tuple[str, ...], where: str) -> tuple[str, ...]:
     for i, pattern in enumerate(patterns):
         _check_regex(pattern, f"{where}[{i}]", grouped=where == "terms")
@@ -208,9 +215,7 @@ class RecordScope(BaseModel):
     @field_validator("patterns")
     @classmethod
     def _compile(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, pattern in value.items():
-            _check_regex(pattern, f"record_scope.patterns.{key}")
-        return value
+        return _check_pattern_table(value, "record_scope.patterns")
 
     @property
     def enabled(self) -> bool:
@@ -299,9 +304,7 @@ class Policy(BaseModel):
     @field_validator("scope_patterns")
     @classmethod
     def _compile(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, pattern in value.items():
-            _check_regex(pattern, f"scope_patterns[{key!r}]")
-        return value
+        return _check_pattern_table(value, "scope_patterns")
 
     @model_validator(mode="after")
     def _keys_known(self) -> Policy:

@@ -497,7 +497,9 @@ class CARStore:
 
 
 def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:
-    """The fields of two policies that decide edges and scopes and differ (empty: only words differ)."""
+    """The fields of two policies that decide edges and scopes and differ (empty: only words or
+    ``record_scope`` differ; extractors decide the scope of records ingested next, not an edge
+    between stored ones, whose scope is stored with them)."""
     words = {"description", "verb"}
     rules = [r.model_dump(exclude=words) for r in built.rules], [r.model_dump(exclude=words) for r in wanted.rules]
     fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys")

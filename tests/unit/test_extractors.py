@@ -85,7 +85,7 @@ def test_extractors_load_from_toml(policy):
 
 def test_a_regex_that_does_not_compile_names_the_policy_field(tmp_path):
     path = write_policy(tmp_path, "[record_scope.patterns]\ncve_id = '(CVE-\\d+'\n")
-    with pytest.raises(PolicyError, match=r"record_scope\.patterns\.cve_id is not a valid regex.*missing \)"):
+    with pytest.raises(PolicyError, match=r"record_scope\.patterns\['cve_id'\] is not a valid regex.*missing \)"):
         load_policy(path)
 
 
