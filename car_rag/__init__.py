@@ -11,6 +11,7 @@ from car_rag.dict_store import DictStore
 from car_rag.eligibility import CallerContext
 from car_rag.embedding import DEFAULT_MODEL, Embedder
 from car_rag.evidence import EvidencePacket, build_packets, render_xml
+from car_rag.extractors import MissingScope, ScopeExtractor
 from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import LAYOUT_VERSION, LayoutError, RecordLayout
 from car_rag.lookup import AuthorityClosure, AuthorityStore, ScopeQuery, StoredItem
@@ -46,6 +47,7 @@ __all__ = [
     "EvidencePacket",
     "IngestReport",
     "LoadReport",
+    "MissingScope",
     "Policy",
     "PolicyError",
     "RSSG",
@@ -53,6 +55,7 @@ __all__ = [
     "RecordError",
     "RetrievalResult",
     "RetrievedRecord",
+    "ScopeExtractor",
     "Rule",
     "StoreError",
     "SupersessionCycleError",

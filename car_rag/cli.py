@@ -2,7 +2,8 @@
 the evaluation harness (``car_rag_evals``), loaded only when one of them runs.
 
 Exit status: 0 done; 1 a runtime error (a missing file or store, a bad policy, a missing
-extra) or an ingest that rejected records; 2 a usage error (bad or conflicting options).
+extra) or an ingest that rejected records (or, with ``--strict``, found records a rule cannot fire
+for); 2 a usage error (bad or conflicting options).
 ``-v``/``-vv`` show what the library logs (INFO/DEBUG) on stderr.
 """
 
@@ -130,11 +131,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
 
     with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend) as store:
-        report = store.ingest(args.corpus, progress=not args.quiet)
+        report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict)
         for error in report.errors:
             print(f"rejected: {error}", file=sys.stderr)
+        problem = "error" if args.strict else "warning"
+        for line in [str(m) for m in report.missing_scope] + report.warnings:
+            print(f"{problem}: {line}", file=sys.stderr)
         print(f"{args.corpus}: {report.summary()}; store {args.store} holds {len(store)} records")
-    return 1 if report.errors else 0
+    return 1 if report.errors or report.strict_refused else 0
 
 
 def _record_json(rec: RetrievedRecord, with_text: bool) -> dict[str, object]:
@@ -362,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("car-rag ingest corpus.jsonl --store ./store --policy security-advisory",
          "car-rag ingest more.jsonl --store ./store          # the store remembers its policy"),
         "Add or replace records in a store (idempotent by doc_id). Rejected records are named on stderr "
-        "with file:line and the rest are stored; the exit status is then 1.",
+        "with file:line and the rest are stored; the exit status is then 1. The policy's [record_scope] "
+        "extractors fill missing scope keys; each rule that still cannot fire for some record is named "
+        "as a warning (with --strict: an error, and nothing is stored).",
     )
     ingest.add_argument("corpus", type=Path, help="JSONL corpus in the neutral record format")
     ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
@@ -371,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS),
                         help="lexical index of a new store")
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
+    ingest.add_argument("--strict", action="store_true",
+                        help="store nothing (exit 1) when a rule cannot fire for some record for want of a scope key, "
+                             "or a record_scope metadata field matches no record; the store is left as it was")
     ingest.set_defaults(func=_cmd_ingest)
 
     query = command(

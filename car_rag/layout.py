@@ -178,7 +178,8 @@ class RecordLayout(BaseModel):
         foreign_keys: frozenset[str] = frozenset(),
     ) -> Record:
         """The record ``meta`` describes, with ``text``. Scope keys are those ``car_scope_keys``
-        lists, else the ``policy``'s present in ``meta``; keys outside the layout (and not in
+        lists, else the ``policy``'s present in ``meta``; a key still missing is read from the
+        metadata field the policy's ``record_scope.metadata_fields`` maps to it; keys outside the layout (and not in
         ``foreign_keys``, the store's own bookkeeping) are free metadata unless
         ``car_metadata_json`` carries it. Raises :class:`LayoutError` naming record and field."""
         doc_id = self.doc_id(meta, default_id)
@@ -205,8 +206,15 @@ class RecordLayout(BaseModel):
             scope_keys = decode_list(meta[_SCOPE_KEYS])
         else:
             scope_keys = [k for k in (policy.scope_keys if policy is not None else ()) if k in meta]
+        scope = {k: str(meta[k]) for k in scope_keys if meta.get(k) not in (None, "")}
+        if policy is not None:
+            # The framework's own metadata names (record_scope.metadata_fields), for keys the
+            # record does not carry under the scope key's name.
+            for name, key in policy.record_scope.metadata_fields.items():
+                if key not in scope and meta.get(name) not in (None, ""):
+                    scope[key] = str(meta[name])
         fields: dict[str, Any] = {
-            "scope": {k: str(meta[k]) for k in scope_keys if meta.get(k) not in (None, "")},
+            "scope": scope,
             **{name: decode_list(meta.get(name)) for name in _LISTS},
         }
         for name in _OPTIONAL:

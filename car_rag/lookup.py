@@ -139,6 +139,10 @@ class AuthorityClosure:
         self.lookups = self.rounds = 0
         self._issued: list[ScopeQuery] = []
         self._expanded: set[str] = set()
+        self._spellings: dict[str, list[str]] = {}
+        """Scope key -> the metadata fields that also hold it in a framework's store (record_scope.metadata_fields)."""
+        for name, key in policy.record_scope.metadata_fields.items():
+            self._spellings.setdefault(key, []).append(name)
         scope_ids = policy.scope_ids_in(query)
         keys = list(scope_ids)
         # Keys named together narrow one lookup, as in resolve_authority.
@@ -182,13 +186,20 @@ class AuthorityClosure:
             self.add(record, item.source)
 
     # ------------------------------------------------------------------ planning
+    def _spelled(self, scope: Mapping[str, str], doc_types: Iterable[str] | None = None) -> list[ScopeQuery]:
+        """The query for ``scope`` once per way a store may name its keys: the scope key, and
+        each metadata field the policy maps to it, so records a framework stored under its own
+        metadata names (``cve_id`` for scope key ``cve``) are found too."""
+        options = [[(key, value)] + [(name, value) for name in self._spellings.get(key, ())] for key, value in scope.items()]
+        return [ScopeQuery.make(pairs, doc_types) for pairs in itertools.product(*options)]
+
     def _voider_queries(self, record: Record) -> list[ScopeQuery]:
         """Queries matching every record that could void ``record``: its scope bucket, each
         rule's ``within`` scope of the rule's trigger type, and explicit edges from anywhere."""
         out = [ScopeQuery.superseders_naming(record.doc_id)]
         bucket = {k: record.scope[k] for k in self.policy.scope_keys if k in record.scope}
         if bucket:  # within-scope explicit edges for stores that cannot answer ``naming``
-            out.append(ScopeQuery.make(bucket))
+            out += self._spelled(bucket)
         for rule in self.policy.rules:
             if rule.target not in (WILDCARD, record.doc_type) or any(k not in record.scope for k in rule.within):
                 continue
@@ -196,12 +207,12 @@ class AuthorityClosure:
             if not rule.within and types is None:
                 warnings.warn(f"car-rag: rule {rule.name!r} is global and untyped; Stage 2 cannot look it up", stacklevel=3)
                 continue
-            out.append(ScopeQuery.make({k: record.scope[k] for k in rule.within}, types))
+            out += self._spelled({k: record.scope[k] for k in rule.within}, types)
         return out
 
     def next_queries(self) -> list[ScopeQuery]:
         """Queries for the next lookup round; empty when the closure is complete."""
-        planned = [ScopeQuery.make(scope) for scope in self._named] if self.rounds == 0 else []
+        planned = [q for scope in self._named for q in self._spelled(scope)] if self.rounds == 0 else []
         if self.rounds == 1 and self._named:
             # The records resolve_authority admits for the scope ids the query names.
             for scope in self._named:

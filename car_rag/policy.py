@@ -11,6 +11,11 @@ claims or denies that state; the reader digest and the authority guard read them
 takes them inline (``[states.NAME]``) or from packaged vocabularies (``vocabulary =
 ["security"]``, files in ``car_rag/vocabularies/``); without states, both fall back to
 neutral wording.
+
+Optional *record-side scope extractors* (``[record_scope]``, :class:`RecordScope`) fill the
+scope keys a record does not carry, at ingest: from its free metadata, from regexes over
+its text, or from an LLM. A record's own scope always wins; :mod:`car_rag.extractors`
+applies them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from car_rag.records import Record
 
 __all__ = [
-    "Rule", "State", "Policy", "PolicyArg", "PolicyError",
+    "Rule", "State", "Policy", "PolicyArg", "PolicyError", "RecordScope", "LLMScopeExtractor",
     "load_policy", "builtin_policies", "builtin_vocabularies", "EXPLICIT_RULE",
 ]
 
@@ -130,6 +135,13 @@ def _check_regex(pattern: str, where: str, *, grouped: bool = False) -> None:
         raise ValueError(f"{where} is not a valid regex ({shown!r}): {exc}") from None
 
 
+def _check_pattern_table(patterns: dict[str, str], where: str) -> dict[str, str]:
+    """A table of scope key -> regex, each checked (``scope_patterns``, ``record_scope.patterns``)."""
+    for key, pattern in patterns.items():
+        _check_regex(pattern, f"{where}[{key!r}]")
+    return patterns
+
+
 def _check_regexes(patterns: tuple[str, ...], where: str) -> tuple[str, ...]:
     for i, pattern in enumerate(patterns):
         _check_regex(pattern, f"{where}[{i}]", grouped=where == "terms")
@@ -162,6 +174,53 @@ class State(BaseModel):
     @classmethod
     def _compile(cls, value: tuple[str, ...], info: Any) -> tuple[str, ...]:
         return _check_regexes(value, info.field_name)
+
+
+class LLMScopeExtractor(BaseModel):
+    """An OpenAI-compatible chat endpoint asked for the scope keys a record still lacks, as
+    JSON that must validate against a schema of those keys. Off unless a policy names one:
+    it costs a call per record (cached on disk by model and text) and sends record text to
+    the endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = Field(min_length=1, description="The endpoint, e.g. 'http://127.0.0.1:8080/v1'.")
+    model: str = Field(min_length=1, description="Model name on that endpoint.")
+    keys: tuple[str, ...] = Field(default=(), description="Scope keys it may fill; empty = every scope key.")
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY", description="Environment variable holding the key ('sk-local' when unset)."
+    )
+    timeout_s: float = Field(default=60.0, gt=0, description="Seconds per call before the record is reported.")
+    max_retries: int = Field(default=2, ge=0, description="The client's retries per call (timeouts, 5xx).")
+    max_chars: int = Field(default=8000, ge=1, description="Characters of the record's text sent (the start).")
+
+
+class RecordScope(BaseModel):
+    """Where a record's missing scope keys come from at ingest, tried in this order:
+    ``metadata_fields`` (the user's own metadata names, e.g. a LangChain document's
+    ``cve_id`` for scope key ``cve``), ``patterns`` (regexes over the text, the syntax of
+    ``scope_patterns``: first group, else the whole match; the first match wins) and ``llm``.
+    Each only fills a key the record lacks: a record's own ``scope`` always wins."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metadata_fields: dict[str, str] = Field(
+        default_factory=dict, description="Free-metadata field name -> the scope key its value fills."
+    )
+    patterns: dict[str, str] = Field(
+        default_factory=dict, description="Scope key -> regex over the record's text (first group, else whole match)."
+    )
+    llm: LLMScopeExtractor | None = Field(default=None, description="An LLM asked for keys still missing; off when absent.")
+
+    @field_validator("patterns")
+    @classmethod
+    def _compile(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_pattern_table(value, "record_scope.patterns")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any extractor is configured (most policies have none: ingest then skips this step)."""
+        return bool(self.metadata_fields or self.patterns or self.llm)
 
 
 def builtin_vocabularies() -> list[str]:
@@ -211,6 +270,9 @@ class Policy(BaseModel):
     states: dict[str, State] = Field(
         default_factory=dict, description="State name -> what records of its types assert; adds to the vocabularies."
     )
+    record_scope: RecordScope = Field(
+        default_factory=RecordScope, description="Extractors filling the scope keys records lack, at ingest."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -242,9 +304,7 @@ class Policy(BaseModel):
     @field_validator("scope_patterns")
     @classmethod
     def _compile(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, pattern in value.items():
-            _check_regex(pattern, f"scope_patterns[{key!r}]")
-        return value
+        return _check_pattern_table(value, "scope_patterns")
 
     @model_validator(mode="after")
     def _keys_known(self) -> Policy:
@@ -262,6 +322,13 @@ class Policy(BaseModel):
             for key in getattr(self, field):
                 if key not in self.scope_keys:
                     raise ValueError(f"{field}: names key {key!r} that is not in scope_keys")
+        extractors = self.record_scope
+        named = [(f"record_scope.patterns.{k}", k) for k in extractors.patterns]
+        named += [(f"record_scope.metadata_fields.{f}", k) for f, k in extractors.metadata_fields.items()]
+        named += [("record_scope.llm.keys", k) for k in (extractors.llm.keys if extractors.llm else ())]
+        for where, key in named:
+            if key not in self.scope_keys:
+                raise ValueError(f"{where}: names key {key!r} that is not in scope_keys {list(self.scope_keys)}")
         owner: dict[str, str] = {}
         for name, state in self.states.items():
             if state.opposite is not None and state.opposite not in self.states:

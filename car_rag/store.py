@@ -6,6 +6,7 @@ A store is a directory::
     records.sqlite    records (in ingest order) and supersession edges
     bm25/             the lexical index
     chroma/           the embedded Chroma database (absent when a Chroma server is used)
+    scope-cache/      the LLM scope extractor's answers (only when the policy names one)
 
 Scope keys are written as Chroma metadata on every record, so the vector store itself can
 answer Stage-2 lookups (``get(where={"cve_id": ...})``); the framework integrations rely on
@@ -31,6 +32,7 @@ from pydantic import ValidationError
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
 from car_rag.embedding import DEFAULT_MODEL, Embedder
+from car_rag.extractors import MissingScope, ScopeExtractor, missing_scope
 from car_rag.extras import require
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import CAR_PREFIX, LAYOUT_KEYS, RecordLayout
@@ -65,7 +67,15 @@ class IngestReport:
     errors: list[RecordError] = field(default_factory=list)
     new_edges: list[Edge] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)
-    """Seconds spent per step: parse, embed, graph, chroma, records (sqlite), bm25."""
+    """Seconds spent per step: parse, scope (the policy's extractors), embed, graph, chroma, records (sqlite), bm25."""
+    scope_filled: dict[str, int] = field(default_factory=dict)
+    """Scope values the policy's ``[record_scope]`` extractors filled, by extractor."""
+    missing_scope: list[MissingScope] = field(default_factory=list)
+    """Per rule, the input's records it can never fire for: they lack a key of its ``within``."""
+    warnings: list[str] = field(default_factory=list)
+    """Extractors that matched nothing in the input (a mapped metadata field no record has)."""
+    strict_refused: bool = False
+    """``strict`` ingest found missing scope or a warning, and stored nothing."""
 
     @property
     def newly_superseded(self) -> list[str]:
@@ -73,10 +83,16 @@ class IngestReport:
         return sorted({e.target for e in self.new_edges})
 
     def summary(self) -> str:
-        return (
+        counts = (
             f"{len(self.added)} added, {len(self.updated)} updated, {self.unchanged} unchanged, "
             f"{len(self.errors)} rejected, {len(self.new_edges)} supersession edges added"
         )
+        if self.scope_filled:
+            counts += "; scope filled by " + ", ".join(f"{name} {n}" for name, n in self.scope_filled.items())
+        problems = [str(m) for m in self.missing_scope] + self.warnings
+        if self.strict_refused:
+            return f"nothing stored (strict): {'; '.join(problems)}"
+        return "; ".join([counts, *problems])
 
 
 def chroma_metadata(record: Record) -> dict[str, Any]:
@@ -125,6 +141,8 @@ class CARStore:
             raise StoreError(
                 f"store {path} holds {config['embedding_model']!r} vectors; got an embedder for {embedder.model_name!r}"
             )
+        self.extractor = ScopeExtractor(self.policy, cache_dir=path / "scope-cache")
+        """The policy's ``[record_scope]``, applied to every record ingested."""
         self.lock = ReadWriteLock()
         """Queries hold its read side, ingests its write side (see :mod:`car_rag.locking`)."""
         # Used from whichever thread ingests or queries; the lock serializes writers.
@@ -183,8 +201,10 @@ class CARStore:
                         f"store {path} was built with policy {built.name!r}; the policy given ({wanted.name!r}) "
                         f"resolves differently (its {', '.join(differ)} differ): ingest into a new store"
                     )
-                # Only the words differ (states, descriptions, verbs): they decide no edge, so
-                # this process answers in the caller's words; the stored policy is left as built.
+                # Only the words (states, descriptions, verbs) or the record_scope extractors
+                # differ: neither changes an edge between stored records, so this process answers
+                # in the caller's words and fills the scope of what it ingests with the caller's
+                # extractors; the stored policy is left as built.
                 config = {**config, "policy": json.loads(wanted.model_dump_json())}
             if chroma_url is not None and chroma_url != config.get("chroma_url"):
                 raise StoreError(f"store {path} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
@@ -305,6 +325,7 @@ class CARStore:
         *,
         progress: bool = True,
         embeddings: Mapping[str, Sequence[float]] | None = None,
+        strict: bool = False,
     ) -> IngestReport:
         """Add or replace records from a JSONL path or an iterable; bad records are reported.
 
@@ -312,24 +333,41 @@ class CARStore:
         the vectors are updated in place, and ``report.newly_superseded`` names the records
         the new ones void. Queries running meanwhile see the store before or after the
         ingest, never half of it. ``embeddings`` (doc_id → vector) skips encoding those records.
+
+        The policy's ``[record_scope]`` extractors fill the scope keys records lack (their own
+        scope wins); ``report.missing_scope`` names the rules that still cannot fire for some
+        record. ``strict`` stores nothing when there is such a record or an extractor matched
+        nothing (``report.strict_refused``): a corpus either goes in with every rule able to
+        fire, or not at all, and what was stored before is untouched either way.
         """
         started = time.perf_counter()
         label = str(source) if isinstance(source, (str, Path)) else "<records>"
         loaded: LoadReport = load_records(source) if isinstance(source, (str, Path)) else parse_records(source, label)
         report = IngestReport(errors=list(loaded.errors))
+        report.timings_s["parse"] = time.perf_counter() - started
+        tick = time.perf_counter()
+        filled = self.extractor.fill(loaded.records, source=label, lines=loaded.lines)  # an LLM may be slow: no lock
+        report.errors += filled.errors
+        report.warnings, report.scope_filled = filled.warnings, filled.filled
+        report.timings_s["scope"] = time.perf_counter() - tick
         with self.lock.read():  # another thread's ingest may be writing the records table
-            fingerprints = self._fingerprints([r.doc_id for r in loaded.records])
+            fingerprints = self._fingerprints([r.doc_id for r in filled.records])
+        valid: list[Record] = []
         changed: list[Record] = []
-        for record in loaded.records:
+        for record in filled.records:
             problems = _scope_key_errors(record, label, loaded.lines.get(record.doc_id))
             if problems:
                 report.errors.extend(problems)
                 continue
+            valid.append(record)
             if fingerprints.get(record.doc_id) == record.fingerprint():
                 report.unchanged += 1
                 continue
             changed.append(record)
-        report.timings_s["parse"] = time.perf_counter() - started
+        report.missing_scope = missing_scope(self.policy, valid)
+        if strict and (report.missing_scope or report.warnings):
+            report.strict_refused = True
+            changed = []
         if not changed:
             self._log_ingest(label, report)
             return report
@@ -459,7 +497,9 @@ class CARStore:
 
 
 def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:
-    """The fields of two policies that decide edges and scopes and differ (empty: only words differ)."""
+    """The fields of two policies that decide edges and scopes and differ (empty: only words or
+    ``record_scope`` differ; extractors decide the scope of records ingested next, not an edge
+    between stored ones, whose scope is stored with them)."""
     words = {"description", "verb"}
     rules = [r.model_dump(exclude=words) for r in built.rules], [r.model_dump(exclude=words) for r in wanted.rules]
     fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys")
