@@ -6,8 +6,9 @@ Each Stage-1 candidate votes for its scope with its fused score (a probability u
 mass of the candidates in that scope. Scope values the question names are observed, and
 their scopes lead: the policy's ``scope_patterns`` or, where those find none and together
 they name every scope key, identifier-like values the store holds (``EMP030-Harris`` and
-``C`` in "Does EMP030-Harris's C transaction pass review?"). The anchors handed to Stage 2 then cover the probable scopes rather than five
-records of one: a scope's second anchor counts for ``decay`` of its first. Scopes the
+``C`` in "Does EMP030-Harris's C transaction pass review?"). The anchors handed to
+Stage 2 then cover the probable scopes rather than five records of one: a scope's second
+anchor counts for ``decay`` of its first. Scopes the
 question cannot tell apart (posterior within ``ties`` of each other) are ordered so that
 different current states come first: five disclosures that all say "no patch" tell a
 reader less than four of them and the one scope a patch has changed. Every returned record
