@@ -52,7 +52,7 @@ from langchain_classic.retrievers import EnsembleRetriever  # noqa: E402
 from langchain_community.retrievers import BM25Retriever  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 from langchain_postgres import PGVector  # noqa: E402
-from parity_support import STORES, corpus_vectors, machine, timed  # noqa: E402
+from parity_support import PAPER_STAGE1, STORES, corpus_vectors, machine, timed  # noqa: E402
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, load_policy, load_records  # noqa: E402
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens  # noqa: E402
@@ -215,7 +215,7 @@ def main() -> None:
     store = CARStore.open(Path(tempfile.mkdtemp(prefix="car-lc-parity-")), policy, embedder=embedder, bm25_backend="rank-bm25")
     report = store.ingest(records, progress=False)
     assert not report.errors, report.errors[:3]
-    cores = {anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1) for anchors, k1 in (("bm25", 5), ("dense", 10), ("hybrid", 10))}
+    cores = {anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, **PAPER_STAGE1) for anchors, k1 in (("bm25", 5), ("dense", 10), ("hybrid", 10))}
     core_results: dict[tuple[str, str], object] = {}  # (anchors, query id) -> the core's result, the same for every store
 
     docs = [record_to_document(r) for r in records]

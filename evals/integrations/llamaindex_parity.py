@@ -46,7 +46,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 import chromadb  # noqa: E402
 import numpy as np  # noqa: E402
 from chromadb.config import Settings as ChromaSettings  # noqa: E402
-from parity_support import STORES, corpus_vectors, machine, timed  # noqa: E402
+from parity_support import PAPER_STAGE1, STORES, corpus_vectors, machine, timed  # noqa: E402
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, load_records  # noqa: E402
 from car_rag.channels import FusedHit  # noqa: E402
@@ -248,12 +248,12 @@ def main() -> None:
             stage2 = index.vector_store if index.vector_store.stores_text else index.docstore
             print(f"{name}: Stage 2 on {type(dense.lookup).__name__} over {type(stage2).__name__}", flush=True)
             rows.append(run_stage1(name, "dense (VectorIndexRetriever) vs core anchors='dense'", 10, dense.retriever, dense,
-                                   ControllingAuthorityRetriever(store, anchors="dense", k1=10), queries, args.repeats,
+                                   ControllingAuthorityRetriever(store, anchors="dense", k1=10, **PAPER_STAGE1), queries, args.repeats,
                                    exact=exact))
             bm25_stage1 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=K)
             rows.append(run_stage1(name, "BM25 (llama-index-retrievers-bm25) vs core anchors='bm25'", K, bm25_stage1,
                                    CARRetriever(bm25_stage1, stage2, POLICY, layout=layout),
-                                   ControllingAuthorityRetriever(store, anchors="bm25", k1=K), queries, args.repeats))
+                                   ControllingAuthorityRetriever(store, anchors="bm25", k1=K, **PAPER_STAGE1), queries, args.repeats))
     store.close()
 
     command = "python evals/integrations/llamaindex_parity.py" + (f" --repeats {args.repeats}" if args.repeats != 3 else "")

@@ -13,6 +13,12 @@ from typing import Any
 
 import numpy as np
 
+PAPER_STAGE1 = {"fusion": "rrf", "latent_scope": False}
+"""The core's Stage 1 as a single-channel retriever a framework wraps: the top k1 fused hits,
+no latent-scope step (a framework's CARRetriever resolves the anchors its own retriever
+gives). End-to-end columns then compare like with like; the same-anchors column never
+depended on it."""
+
 STORES = ("chroma", "memory", "pgvector")
 """Every store each framework's tests run Stage 2 on: Chroma, the framework's in-memory default,
 PostgreSQL + pgvector (``car_rag_evals.pgserver``)."""
