@@ -62,7 +62,7 @@ def queries() -> list[dict]:
 def test_same_records_and_statuses_as_the_core_given_the_same_anchors(demo_index, demo_core, demo, queries):
     """The core's dense anchors handed to Stage 2 on PGVectorStore: its records, its statuses."""
     policy = demo[0]
-    core = ControllingAuthorityRetriever(demo_core, anchors="dense", k1=10)
+    core = ControllingAuthorityRetriever(demo_core, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
     wrapped = CARRetriever(demo_index.as_retriever(similarity_top_k=10), demo_index.vector_store, policy, layout=NATIVE)
     by_id = {n.node_id: n for n in records_to_nodes(demo[1], NATIVE)}
     for q in queries:
@@ -76,7 +76,7 @@ def test_same_records_and_statuses_as_the_core_given_the_same_anchors(demo_index
 
 def test_dense_stage1_on_pgvector_gives_the_core_top5(demo_index, demo_core, demo, queries):
     """PGVectorStore's exact (unindexed) cosine search as Stage 1 vs the core's exact dense channel."""
-    core = ControllingAuthorityRetriever(demo_core, anchors="dense", k1=10)
+    core = ControllingAuthorityRetriever(demo_core, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
     wrapped = CARRetriever(demo_index.as_retriever(similarity_top_k=10), demo_index.vector_store, demo[0], layout=NATIVE)
     for q in queries:
         expected = core.retrieve(q["query"])

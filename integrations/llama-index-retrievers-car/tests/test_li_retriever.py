@@ -127,7 +127,7 @@ def test_async_path_matches_sync(index, policy):
 def test_equals_core_retriever_with_the_same_dense_stage1(index, policy, core_store, records):
     """Same MiniLM, same HNSW settings, same records: the LlamaIndex pipeline and car-rag's own
     retriever agree on every query, record by record, status by status."""
-    core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=3)
+    core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=3, fusion="rrf", latent_scope=False)
     wrapped = CARRetriever(index.as_retriever(similarity_top_k=3), index.vector_store, policy)
     queries = [YAML_Q, TAR_Q, "Is the vaultkit token comparison timing leak fixed?", "unsafe yaml loading in yamlsafe"]
     for query in queries:

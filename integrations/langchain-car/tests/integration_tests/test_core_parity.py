@@ -39,7 +39,7 @@ def test_bm25_stage1_gives_the_same_records_and_the_same_evidence(core_store, qu
     policy = stores.demo_policy()
     bm25 = BM25Retriever.from_documents(stores.demo_docs(), k=5, preprocess_func=rank_bm25_tokens)
     wrapped = CARRetriever(base_retriever=bm25, store=stores.demo_chroma(), policy=policy, k=5)
-    core = ControllingAuthorityRetriever(core_store, anchors="bm25", k1=5)
+    core = ControllingAuthorityRetriever(core_store, anchors="bm25", k1=5, fusion="rrf", latent_scope=False)
     for q in queries:
         expected = core.retrieve(q["query"])
         docs = wrapped.invoke(q["query"])
@@ -58,7 +58,7 @@ def test_bm25_stage1_gives_the_same_records_and_the_same_evidence(core_store, qu
 def test_dense_stage1_gives_the_same_records(core_store, queries) -> None:
     chroma = stores.demo_chroma()
     wrapped = CARRetriever(base_retriever=chroma.as_retriever(search_kwargs={"k": 10}), store=chroma, policy=stores.demo_policy(), k=5)
-    core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=10)
+    core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
     for q in queries:
         expected = core.retrieve(q["query"])
         full = wrapped.retrieve(q["query"])

@@ -112,7 +112,7 @@ def test_same_records_and_statuses_as_the_core_given_the_same_anchors(demo_pg, c
     policy = stores.demo_policy()
     bm25 = BM25Retriever.from_documents(stores.demo_docs(), k=5, preprocess_func=rank_bm25_tokens)
     wrapped = CARRetriever(base_retriever=bm25, store=demo_pg, policy=policy, k=5)
-    core = ControllingAuthorityRetriever(core_store, anchors="bm25", k1=5)
+    core = ControllingAuthorityRetriever(core_store, anchors="bm25", k1=5, fusion="rrf", latent_scope=False)
     for q in queries:
         expected = core.retrieve(q["query"])
         assert [h.doc_id for h in wrapped.retrieve(q["query"]).anchors] == [h.doc_id for h in expected.anchors]
@@ -125,7 +125,7 @@ def test_dense_stage1_on_pgvector_gives_the_core_records(demo_pg, core_store, qu
     """PGVector's exact (unindexed) cosine search vs the core's exact dense channel."""
     wrapped = CARRetriever(base_retriever=demo_pg.as_retriever(search_kwargs={"k": 10}), store=demo_pg,
                            policy=stores.demo_policy(), k=5)
-    core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=10)
+    core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
     for q in queries:
         expected = core.retrieve(q["query"])
         assert [h.doc_id for h in wrapped.retrieve(q["query"]).anchors] == [h.doc_id for h in expected.anchors], q["query_id"]
