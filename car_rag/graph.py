@@ -5,10 +5,15 @@ only between records the entity index puts in the same scope bucket, so adding a
 costs a few index lookups, not a corpus scan. Queries over the graph (superseders,
 authority closure, active frontier, the per-query RSSG) follow edges upwards, from a
 voided record to what voids it.
+
+An edge carries a confidence (Definition 9: a rule's, or an explicit edge's own; 1.0 when
+certain). A path is as sure as its weakest edge, so the closure at a threshold τ is the
+closure over the edges at τ or above, and raising τ can only shrink it.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,11 +27,13 @@ __all__ = ["Edge", "AuthorityGraph", "SupersessionCycleError", "RSSG"]
 
 @dataclass(frozen=True)
 class Edge:
-    """``superseder`` voids ``target`` by ``rule`` (a policy rule name, or 'explicit')."""
+    """``superseder`` voids ``target`` by ``rule`` (a policy rule name, or 'explicit'), with
+    ``confidence`` (1.0: certain; for a path, its weakest edge's)."""
 
     superseder: str
     target: str
     rule: str
+    confidence: float = 1.0
 
 
 class SupersessionCycleError(ValueError):
@@ -51,6 +58,7 @@ class AuthorityGraph:
         self._by_type: dict[str, set[str]] = defaultdict(set)
         self._up: dict[str, dict[str, str]] = defaultdict(dict)  # target -> {superseder: rule}
         self._down: dict[str, dict[str, str]] = defaultdict(dict)  # superseder -> {target: rule}
+        self._weak: dict[tuple[str, str], float] = {}  # (superseder, target) -> confidence, for edges below 1
         self._explicit_waiting: dict[str, set[str]] = defaultdict(set)  # absent target -> superseders
 
     # ------------------------------------------------------------------ building
@@ -86,10 +94,12 @@ class AuthorityGraph:
         self._by_type[record.doc_type].discard(doc_id)
         for sup in self._up.pop(doc_id, {}):
             self._down[sup].pop(doc_id, None)
+            self._weak.pop((sup, doc_id), None)
             if doc_id in self.records[sup].supersedes:
                 self._explicit_waiting[doc_id].add(sup)
         for tgt in self._down.pop(doc_id, {}):
             self._up[tgt].pop(doc_id, None)
+            self._weak.pop((doc_id, tgt), None)
         for tgt in record.supersedes:
             self._explicit_waiting[tgt].discard(doc_id)
 
@@ -111,9 +121,10 @@ class AuthorityGraph:
         self._by_type[record.doc_type].add(record.doc_id)
 
     def _link(self, edge: Edge) -> None:
-        # Keep the first reason found: explicit edges are listed before rules.
-        self._up[edge.target].setdefault(edge.superseder, edge.rule)
-        self._down[edge.superseder].setdefault(edge.target, edge.rule)
+        self._up[edge.target][edge.superseder] = edge.rule
+        self._down[edge.superseder][edge.target] = edge.rule
+        if edge.confidence < 1.0:
+            self._weak[(edge.superseder, edge.target)] = edge.confidence
 
     def _insert(self, record: Record, edges: list[Edge]) -> None:
         self._index(record)
@@ -138,27 +149,29 @@ class AuthorityGraph:
 
     def _edges_for(self, record: Record) -> list[Edge]:
         """Every edge between ``record`` and records already in the graph."""
-        found: dict[tuple[str, str], str] = {}
+        found: dict[tuple[str, str], tuple[str, float]] = {}
 
-        def note(sup: str, tgt: str, rule: str) -> None:
-            found.setdefault((sup, tgt), rule)
+        def note(sup: str, tgt: str, rule: str, confidence: float) -> None:
+            # The surest reason for a pair; on a tie the first found (explicit edges come first).
+            if (sup, tgt) not in found or confidence > found[(sup, tgt)][1]:
+                found[(sup, tgt)] = (rule, confidence)
 
         for tgt in record.supersedes:
             if tgt in self.records:
-                note(record.doc_id, tgt, EXPLICIT_RULE)
+                note(record.doc_id, tgt, EXPLICIT_RULE, record.edge_confidence(tgt))
         for sup in self._explicit_waiting.get(record.doc_id, ()):
             if sup in self.records:
-                note(sup, record.doc_id, EXPLICIT_RULE)
+                note(sup, record.doc_id, EXPLICIT_RULE, self.records[sup].edge_confidence(record.doc_id))
         for rule in self.policy.rules:
             if rule.trigger in (WILDCARD, record.doc_type):
                 for other in self._candidates(rule.within, record.scope, rule.target):
                     if other != record.doc_id and rule.fires(record, self.records[other]):
-                        note(record.doc_id, other, rule.name)
+                        note(record.doc_id, other, rule.name, rule.confidence)
             if rule.target in (WILDCARD, record.doc_type):
                 for other in self._candidates(rule.within, record.scope, rule.trigger):
                     if other != record.doc_id and rule.fires(self.records[other], record):
-                        note(other, record.doc_id, rule.name)
-        return [Edge(s, t, r) for (s, t), r in found.items()]
+                        note(other, record.doc_id, rule.name, rule.confidence)
+        return [Edge(s, t, r, c) for (s, t), (r, c) in found.items()]
 
     def _cycle_through(self, doc_id: str) -> list[str]:
         """A path doc_id ⊳ … ⊳ doc_id if one exists (following superseders upwards)."""
@@ -181,32 +194,38 @@ class AuthorityGraph:
         by_pair = {(e.superseder, e.target): e for e in edges}
         out = []
         for sup, tgt in zip(cycle, cycle[1:]):
-            rule = by_pair.get((sup, tgt)) or Edge(sup, tgt, self._up.get(tgt, {}).get(sup, "?"))
+            rule = by_pair.get((sup, tgt)) or Edge(sup, tgt, self._up.get(tgt, {}).get(sup, "?"), self.confidence(sup, tgt))
             out.append(rule)
         return out
 
     # ------------------------------------------------------------------ reading
+    def confidence(self, superseder: str, target: str) -> float:
+        """The confidence of the edge ``superseder`` ⊳ ``target`` (1.0 for a certain one)."""
+        return self._weak.get((superseder, target), 1.0)
+
     def edges(self) -> list[Edge]:
-        return [Edge(s, t, r) for t, sups in self._up.items() for s, r in sups.items()]
+        return [Edge(s, t, r, self.confidence(s, t)) for t, sups in self._up.items() for s, r in sups.items()]
 
     def superseders(self, doc_id: str) -> list[Edge]:
         """Records that directly void ``doc_id``."""
-        return [Edge(s, doc_id, r) for s, r in self._up.get(doc_id, {}).items()]
+        return [Edge(s, doc_id, r, self.confidence(s, doc_id)) for s, r in self._up.get(doc_id, {}).items()]
 
     def superseded_by(self, doc_id: str) -> list[Edge]:
         """Records that ``doc_id`` directly voids."""
-        return [Edge(doc_id, t, r) for t, r in self._down.get(doc_id, {}).items()]
+        return [Edge(doc_id, t, r, self.confidence(doc_id, t)) for t, r in self._down.get(doc_id, {}).items()]
 
     def is_superseded(self, doc_id: str) -> bool:
         return bool(self._up.get(doc_id))
 
-    def ancestors(self, doc_id: str) -> set[str]:
-        """Everything that voids ``doc_id``, transitively."""
+    def ancestors(self, doc_id: str, min_confidence: float = 0.0) -> set[str]:
+        """Everything that voids ``doc_id``, transitively, over edges of at least ``min_confidence``."""
         seen: set[str] = set()
         stack = [doc_id]
+        weak = self._weak if min_confidence > 0.0 else {}
         while stack:
-            for sup in self._up.get(stack.pop(), ()):
-                if sup not in seen:
+            node = stack.pop()
+            for sup in self._up.get(node, ()):
+                if sup not in seen and weak.get((sup, node), 1.0) >= min_confidence:
                     seen.add(sup)
                     stack.append(sup)
         return seen
@@ -239,41 +258,58 @@ class AuthorityGraph:
         keys = {k: record.scope[k] for k in self.policy.scope_keys if k in record.scope}
         return self.lookup(keys)
 
-    def rssg(self, doc_ids: Iterable[str]) -> RSSG:
-        """The supersession graph restricted to one query's retrieved set."""
-        return RSSG(self, set(doc_ids))
+    def rssg(self, doc_ids: Iterable[str], min_confidence: float = 0.0) -> RSSG:
+        """The supersession graph restricted to one query's retrieved set, at confidence τ."""
+        return RSSG(self, set(doc_ids), min_confidence)
 
 
 class RSSG:
     """Retrieved-Set Supersession Graph: who voids whom among one query's records.
 
     Supersession through a record outside the set still counts (A ⊳ B ⊳ C with only A and
-    C retrieved: C is voided by A), and is reported with the first rule on the path.
+    C retrieved: C is voided by A), and is reported with the first rule on the path. Only
+    paths whose every edge reaches ``min_confidence`` void (the safe frontier of
+    Definition 9); members reaching a record only through weaker paths are kept in
+    ``contested_by`` with the confidence of their surest path.
     """
 
-    def __init__(self, graph: AuthorityGraph, members: set[str]):
+    def __init__(self, graph: AuthorityGraph, members: set[str], min_confidence: float = 0.0):
         self.members = members
         self.voided_by: dict[str, dict[str, str]] = {}
+        self.contested_by: dict[str, dict[str, tuple[str, float]]] = {}
+        self.path_confidence: dict[tuple[str, str], float] = {}
+        """(voider, target) -> confidence of the surest path, where below 1."""
         for doc_id in members:
-            hits = self._voiders(graph, doc_id)
+            hits, uncertain = self._voiders(graph, doc_id, min_confidence)
             if hits:
                 self.voided_by[doc_id] = hits
+            if not uncertain:
+                continue
+            for sup, (rule, confidence) in _surest_paths(graph, doc_id, members).items():
+                if confidence < 1.0:
+                    self.path_confidence[(sup, doc_id)] = confidence
+                if sup not in hits:
+                    self.contested_by.setdefault(doc_id, {})[sup] = (rule, confidence)
 
-    def _voiders(self, graph: AuthorityGraph, doc_id: str) -> dict[str, str]:
-        """Members voiding ``doc_id``, each with the rule of the first hop towards it."""
+    def _voiders(self, graph: AuthorityGraph, doc_id: str, min_confidence: float) -> tuple[dict[str, str], bool]:
+        """Members voiding ``doc_id`` at ``min_confidence``, each with the rule of the first hop
+        towards it, and whether any edge on the way was less than certain."""
         found: dict[str, str] = {}
         first_rule: dict[str, str] = {}
+        uncertain = False
         stack = [doc_id]
         while stack:
             node = stack.pop()
             for sup, rule in graph._up.get(node, {}).items():
-                if sup in first_rule:
+                confidence = graph._weak.get((sup, node), 1.0)
+                uncertain = uncertain or confidence < 1.0
+                if confidence < min_confidence or sup in first_rule:
                     continue
                 first_rule[sup] = rule if node == doc_id else first_rule[node]
                 if sup in self.members:
                     found[sup] = first_rule[sup]
                 stack.append(sup)
-        return found
+        return found, uncertain
 
     @property
     def frontier(self) -> set[str]:
@@ -282,3 +318,22 @@ class RSSG:
     def controlling(self, doc_id: str) -> list[str]:
         """Frontier members that void ``doc_id`` (empty if it is itself active)."""
         return sorted(s for s in self.voided_by.get(doc_id, {}) if s not in self.voided_by)
+
+
+def _surest_paths(graph: AuthorityGraph, doc_id: str, members: set[str]) -> dict[str, tuple[str, float]]:
+    """Members voiding ``doc_id`` by any path, each with the first hop's rule and the
+    confidence of its surest path (the widest path: its weakest edge is as strong as can be)."""
+    best: dict[str, float] = {doc_id: 1.0}
+    first_rule: dict[str, str] = {}
+    heap = [(-1.0, doc_id)]
+    while heap:
+        negative, node = heapq.heappop(heap)
+        if -negative < best[node]:
+            continue
+        for sup, rule in graph._up.get(node, {}).items():
+            width = min(-negative, graph.confidence(sup, node))
+            if width > best.get(sup, -1.0):
+                best[sup] = width
+                first_rule[sup] = rule if node == doc_id else first_rule[node]
+                heapq.heappush(heap, (-width, sup))
+    return {s: (first_rule[s], best[s]) for s in first_rule if s in members}

@@ -89,6 +89,11 @@ class Rule(BaseModel):
         default="", description="What the trigger does to the target, in the domain's words ('fixes', 'overrules'); "
         "the reader digest says 'supersedes' without it."
     )
+    confidence: float = Field(
+        default=1.0, ge=0.0, le=1.0,
+        description="How sure an edge this rule makes is (Definition 9): below a query's min_confidence it leaves "
+        "the target active and contested instead of superseded.",
+    )
 
     @model_validator(mode="after")
     def _no_symmetric_any(self) -> Rule:

@@ -158,10 +158,14 @@ class CARStore:
                 doc_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, fingerprint TEXT NOT NULL, body TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS edges (
                 superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
-                PRIMARY KEY (superseder, target));
+                confidence REAL NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target));
             CREATE INDEX IF NOT EXISTS edges_by_target ON edges (target);
             """
         )
+        if "confidence" not in {row[1] for row in self._db.execute("PRAGMA table_info(edges)")}:
+            # A store from before edge confidence: every edge it holds is certain.
+            with self._db:
+                self._db.execute("ALTER TABLE edges ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0")
         self._client = chroma_client or self._connect_chroma()
         collection = self._client.get_or_create_collection(
             config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
@@ -261,7 +265,7 @@ class CARStore:
                                  "re-ingest it corrected into a new store") from None
         self._next_seq = (self._db.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0) + 1
         self.graph = AuthorityGraph(self.policy)
-        edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule FROM edges")]
+        edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule, confidence FROM edges")]
         self.graph.load_edges(records, edges)
         # Vectors are written before records, so ids in Chroma that the records table lacks
         # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
@@ -465,9 +469,12 @@ class CARStore:
                 marks = ",".join("?" * len(part))
                 self._db.execute(f"DELETE FROM edges WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
             edges = {
-                (e.superseder, e.target): e.rule for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)
+                (e.superseder, e.target): e for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)
             }
-            self._db.executemany("INSERT INTO edges VALUES (?, ?, ?)", [(s, t, r) for (s, t), r in edges.items()])
+            self._db.executemany(
+                "INSERT INTO edges (superseder, target, rule, confidence) VALUES (?, ?, ?, ?)",
+                [(e.superseder, e.target, e.rule, e.confidence) for e in edges.values()],
+            )
         timings["records"] = time.perf_counter() - tick
         tick = time.perf_counter()
         if self.lexical.supports_add and not replaces:

@@ -40,7 +40,9 @@ from car_rag.evidence.packets import (
     AuthorityLink,
     EvidencePacket,
     SupersededMode,
+    confidence_words,
     hidden_only,
+    possibly_superseded_sentence,
     record_label,
     renderable_packets,
     scope_groups,
@@ -115,6 +117,14 @@ def compact_relation_text(link: AuthorityLink, ref: str | None, *, voids: bool) 
 
 def _relation(tag: str, packet: EvidencePacket, link: AuthorityLink, ref: str | None, compact: bool) -> Element:
     voids = tag == "supersedes"
+    if tag == "possibly-superseded-by":
+        target = f"{ref} ({(link.doc_type or 'record').replace('_', ' ')})" if ref and compact else link.label()
+        text = (f"possibly superseded by {target} ({confidence_words(link.confidence)}); too unsure to void it."
+                if compact else possibly_superseded_sentence(packet.label(), link))
+        return Element(tag, {
+            "doc-id": None if ref and compact else link.doc_id, "packet-ref": ref, "rule": link.rule,
+            "confidence": short_number(link.confidence),
+        }, text)
     if not compact:
         attrs = {"doc-id": link.doc_id, "packet-ref": ref, "doc-type": link.doc_type, "rule": link.rule,
                  "scope": format_scope(link.scope) if link.scope else None}
@@ -123,6 +133,8 @@ def _relation(tag: str, packet: EvidencePacket, link: AuthorityLink, ref: str | 
         attrs = {"doc-id": None if ref else link.doc_id, "packet-ref": ref, "rule": link.rule,
                  "scope": format_scope(link.scope) if link.scope and link.scope != packet.scope else None}
         text = compact_relation_text(link, ref, voids=voids)
+    if link.confidence < 1.0:
+        attrs["confidence"] = short_number(link.confidence)
     if not voids:
         attrs["controlling"] = "true" if link.controlling else "false"
         if compact and link.controlling:
@@ -155,6 +167,8 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         el.add(_relation("supersedes", packet, link, refs.get(link.doc_id), compact))
     for link in ep.superseded_by:
         el.add(_relation("superseded-by", packet, link, refs.get(link.doc_id), compact))
+    for link in ep.possibly_superseded_by:
+        el.add(_relation("possibly-superseded-by", packet, link, refs.get(link.doc_id), compact))
     if ep.conflict_indicators.hidden_superseder:
         # Never an id, a type or a rule of the hidden record: only that it exists.
         el.add(Element("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))

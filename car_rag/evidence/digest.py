@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from car_rag.evidence.packets import AuthorityLink, EvidencePacket, scope_groups, uncertain_scope
+from car_rag.evidence.packets import AuthorityLink, EvidencePacket, confidence_words, scope_groups, uncertain_scope
 from car_rag.policy import Policy
 
 __all__ = ["DigestLine", "authority_digest", "record_phrase", "subject_phrase"]
@@ -113,6 +113,13 @@ def authority_digest(
                     elsewhere.append(f"{ref}, not shown")
                 where = " (not in the evidence)" if ref is None else ""
                 sentences.append(f"{lead} {verb} the {record_phrase(link.doc_type, link.version)}{where}.")
+            for p in active:
+                for link in p.epistemic_metadata.possibly_superseded_by:
+                    sentences.append(
+                        f"The {record_phrase(p.doc_type, p.version)} is possibly superseded by the "
+                        f"{record_phrase(link.doc_type, link.version)} ({confidence_words(link.confidence)}); "
+                        "too unsure to void it, so it is shown as current."
+                    )
         for p in replaced:
             replacers = p.epistemic_metadata.superseded_by
             controllers = [link for link in replacers if link.controlling and refs.get(link.doc_id) not in shown]

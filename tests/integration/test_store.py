@@ -583,3 +583,47 @@ def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, sec
     db.close()
     with pytest.raises(StoreError, match=r"stored record 'old' no longer validates \(scope"):
         CARStore.open(tmp_path / "s", security_policy, embedder=embedder)
+
+
+# --------------------------------------------------------------------------- edge confidence
+WEAK = [
+    {"doc_id": "memo-1", "text": "The first travel memo.", "doc_type": "memo"},
+    {"doc_id": "memo-2", "text": "A later travel memo.", "doc_type": "memo",
+     "supersedes": [{"id": "memo-1", "confidence": 0.35}]},
+]
+
+
+def test_edge_confidence_is_persisted_and_read_back(tmp_path, demo_policy, embedder):
+    path = tmp_path / "store"
+    with CARStore.open(path, demo_policy, embedder=embedder) as store:
+        report = store.ingest(WEAK, progress=False)
+        assert report.new_edges == [Edge("memo-2", "memo-1", "explicit", 0.35)]
+    with CARStore.open(path, embedder=embedder) as reopened:
+        assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 0.35)]
+        assert reopened.records["memo-2"].supersedes_confidence == {"memo-1": 0.35}
+
+
+def test_a_store_from_before_edge_confidence_opens_with_certain_edges(tmp_path, demo_policy, embedder):
+    """Its edges table has no confidence column: the store adds it, every old edge certain."""
+    import sqlite3
+
+    path = tmp_path / "store"
+    certain = [WEAK[0], {**WEAK[1], "supersedes": ["memo-1"]}]
+    with CARStore.open(path, demo_policy, embedder=embedder) as store:
+        store.ingest(certain, progress=False)
+    db = sqlite3.connect(path / "records.sqlite")
+    with db:
+        db.executescript(
+            """
+            CREATE TABLE old_edges (superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
+                                    PRIMARY KEY (superseder, target));
+            INSERT INTO old_edges SELECT superseder, target, rule FROM edges;
+            DROP TABLE edges;
+            ALTER TABLE old_edges RENAME TO edges;
+            """
+        )
+    db.close()
+    with CARStore.open(path, embedder=embedder) as reopened:
+        assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 1.0)]
+        reopened.ingest([{**WEAK[1], "text": "A later travel memo, revised."}], progress=False)
+        assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 0.35)]
