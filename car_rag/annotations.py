@@ -15,6 +15,7 @@ from car_rag.graph import Edge
 from car_rag.layout import (
     CAR_ANCHOR_ID,
     CAR_CONTESTED_BY,
+    CAR_DISPUTED_BY,
     CAR_HIDDEN_SUPERSEDER,
     CAR_POLICY,
     CAR_QUERY,
@@ -79,6 +80,7 @@ def annotations_for(item: RetrievedRecord, result: RetrievalResult) -> dict[str,
         CAR_VOIDED_BY: [_link(result, e.superseder, e) for e in item.voided_by],
         CAR_VOIDS: [_link(result, e.target, e) for e in item.voids],
         CAR_CONTESTED_BY: [_link(result, e.superseder, e) for e in item.contested_by],
+        CAR_DISPUTED_BY: [_link(result, e.superseder, e) for e in item.disputed_by],
         CAR_HIDDEN_SUPERSEDER: item.hidden_superseder,
         CAR_STAGE1_RANK: hit.rank if hit else None,
         CAR_STAGE1_SCORE: next(iter(hit.channel_scores.values()), None) if hit else None,
@@ -92,7 +94,8 @@ def unresolved_annotations(query: str, policy: Policy | None) -> dict[str, Any]:
     """The ``car_*`` metadata of an item passed through unresolved (no car-rag metadata)."""
     return {
         CAR_STATUS: UNRESOLVED, CAR_RANK: None, CAR_ROLE: "anchor", CAR_ANCHOR_ID: None, CAR_SUPERSEDED_BY: [],
-        CAR_RULE: None, CAR_VOIDED_BY: [], CAR_VOIDS: [], CAR_CONTESTED_BY: [], CAR_HIDDEN_SUPERSEDER: False,
+        CAR_RULE: None, CAR_VOIDED_BY: [], CAR_VOIDS: [], CAR_CONTESTED_BY: [], CAR_DISPUTED_BY: [],
+        CAR_HIDDEN_SUPERSEDER: False,
         CAR_STAGE1_RANK: None, CAR_STAGE1_SCORE: None, CAR_STAGE1_CHANNEL: None,
         CAR_POLICY: policy.name if policy else None, CAR_QUERY: query,
     }
@@ -133,6 +136,7 @@ def _annotated(record: Record, meta: Mapping[str, Any], rank: int) -> RetrievedR
         voided_by=_edges(meta.get(CAR_VOIDED_BY), record.doc_id, incoming=True),
         voids=_edges(meta.get(CAR_VOIDS), record.doc_id, incoming=False),
         contested_by=_edges(meta.get(CAR_CONTESTED_BY), record.doc_id, incoming=True),
+        disputed_by=_edges(meta.get(CAR_DISPUTED_BY), record.doc_id, incoming=True),
         hidden_superseder=bool(meta.get(CAR_HIDDEN_SUPERSEDER)),
     )
 
@@ -161,8 +165,8 @@ def result_from_annotations(
             continue
         ranked.append(_annotated(record, meta, len(ranked) + 1))
         if CAR_STATUS in meta:
-            links += [link for key in (CAR_VOIDED_BY, CAR_VOIDS, CAR_CONTESTED_BY) for link in meta.get(key) or ()
-                      if isinstance(link, Mapping)]
+            keys = (CAR_VOIDED_BY, CAR_VOIDS, CAR_CONTESTED_BY, CAR_DISPUTED_BY)
+            links += [link for key in keys for link in meta.get(key) or () if isinstance(link, Mapping)]
     if linked:
         shown = {r.doc_id for r in ranked}
         for link in links:

@@ -29,6 +29,7 @@ __all__ = [
     "CAR_ANCHOR_ID",
     "CAR_ANNOTATION_KEYS",
     "CAR_CONTESTED_BY",
+    "CAR_DISPUTED_BY",
     "CAR_HIDDEN_SUPERSEDER",
     "CAR_POLICY",
     "CAR_PREFIX",
@@ -75,6 +76,9 @@ CAR_VOIDS = "car_voids"
 CAR_CONTESTED_BY = "car_contested_by"
 """Records in the result that void this one only with too little confidence to count, as links
 like :data:`CAR_VOIDED_BY`'s with their ``confidence``: the record is active, possibly superseded."""
+CAR_DISPUTED_BY = "car_disputed_by"
+"""Records in the result that void this one by one relation while it voids them by another
+(Definition 10), as links like :data:`CAR_VOIDED_BY`'s: neither voids the other."""
 CAR_HIDDEN_SUPERSEDER = "car_hidden_superseder"
 """True when the record is voided by one the caller may not read (never named)."""
 CAR_STAGE1_RANK = "car_stage1_rank"
@@ -90,7 +94,8 @@ CAR_QUERY = "car_query"
 
 CAR_ANNOTATION_KEYS = (
     CAR_STATUS, CAR_ROLE, CAR_RANK, CAR_ANCHOR_ID, CAR_SUPERSEDED_BY, CAR_RULE, CAR_VOIDED_BY, CAR_VOIDS,
-    CAR_CONTESTED_BY, CAR_HIDDEN_SUPERSEDER, CAR_STAGE1_RANK, CAR_STAGE1_SCORE, CAR_STAGE1_CHANNEL, CAR_POLICY, CAR_QUERY,
+    CAR_CONTESTED_BY, CAR_DISPUTED_BY, CAR_HIDDEN_SUPERSEDER, CAR_STAGE1_RANK, CAR_STAGE1_SCORE, CAR_STAGE1_CHANNEL,
+    CAR_POLICY, CAR_QUERY,
 )
 
 _LISTS = ("supersedes", "allowed_principals")

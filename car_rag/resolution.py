@@ -79,6 +79,9 @@ class RetrievedRecord:
     contested_by: list[Edge] = field(default_factory=list)
     """Records in this result that void it only through edges below the query's
     ``min_confidence``, each with the confidence of its surest path: they do not void it."""
+    disputed_by: list[Edge] = field(default_factory=list)
+    """Records in this result that void it by one relation while it voids them by another
+    (a hierarchy against chronology, Definition 10): neither voids the other."""
     hidden_superseder: bool = False
     """Voided by a record the caller may not read (never named): stale, though nothing shown says why."""
     scope_probability: float | None = None
@@ -113,6 +116,7 @@ class RetrievedRecord:
             "voided_by": [_edge_json(e.superseder, e) for e in self.voided_by],
             "voids": [_edge_json(e.target, e) for e in self.voids],
             "contested_by": [_edge_json(e.superseder, e) for e in self.contested_by],
+            "disputed_by": [_edge_json(e.superseder, e) for e in self.disputed_by],
             "hidden_superseder": self.hidden_superseder,
             "scope": self.record.scope,
             "scope_probability": None if self.scope_probability is None else round(self.scope_probability, 4),
@@ -265,6 +269,13 @@ def resolve_authority(
     for doc_id, (group, _, _) in list(members.items()):
         for sup in _chain_above(graph, doc_id, resolution):
             admit(sup, group, "superseder", doc_id)
+    if resolution == "rules":
+        # A record that claims authority over a member by a relation the member's own claim
+        # contradicts (Definition 10) is shown beside it, with what controls it.
+        for doc_id, (group, _, _) in list(members.items()):
+            for claim in graph.disputes(doc_id):
+                for other in (claim.superseder, *graph.ancestors(claim.superseder)):
+                    admit(other, group, "superseder", doc_id)
 
     if resolution == "rules":
         rssg = graph.rssg(members, min_confidence)
@@ -296,6 +307,8 @@ def resolve_authority(
                 voided_by=[Edge(s, doc_id, r, rssg.path_confidence.get((s, doc_id), 1.0)) for s, r in sorted(voided.items())],
                 voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
+                disputed_by=sorted((e for e in graph.disputes(doc_id) if e.superseder in members),
+                                   key=lambda e: e.superseder) if resolution == "rules" else [],
                 hidden_superseder=doc_id in hidden and not controlling,
             )
         )

@@ -160,6 +160,9 @@ class CARStore:
                 superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
                 confidence REAL NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target));
             CREATE INDEX IF NOT EXISTS edges_by_target ON edges (target);
+            CREATE TABLE IF NOT EXISTS disputed_edges (
+                superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
+                confidence REAL NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target));
             """
         )
         if "confidence" not in {row[1] for row in self._db.execute("PRAGMA table_info(edges)")}:
@@ -265,8 +268,11 @@ class CARStore:
                                  "re-ingest it corrected into a new store") from None
         self._next_seq = (self._db.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0) + 1
         self.graph = AuthorityGraph(self.policy)
-        edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule, confidence FROM edges")]
-        self.graph.load_edges(records, edges)
+        edges, disputed = (
+            [Edge(*row) for row in self._db.execute(f"SELECT superseder, target, rule, confidence FROM {table}")]
+            for table in ("edges", "disputed_edges")
+        )
+        self.graph.load_edges(records, edges, disputed)
         # Vectors are written before records, so ids in Chroma that the records table lacks
         # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
         self._orphans: set[str] = set()
@@ -467,14 +473,21 @@ class CARStore:
             for chunk in range(0, len(ids), 500):
                 part = ids[chunk : chunk + 500]
                 marks = ",".join("?" * len(part))
-                self._db.execute(f"DELETE FROM edges WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
-            edges = {
-                (e.superseder, e.target): e for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)
-            }
-            self._db.executemany(
-                "INSERT INTO edges (superseder, target, rule, confidence) VALUES (?, ?, ?, ?)",
-                [(e.superseder, e.target, e.rule, e.confidence) for e in edges.values()],
-            )
+                for table in ("edges", "disputed_edges"):
+                    self._db.execute(f"DELETE FROM {table} WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
+            graph = self.graph
+            edges = {(e.superseder, e.target): e for d in ids for e in graph.superseders(d) + graph.superseded_by(d)}
+            # A disputed pair's two claims: over each record, and its own over the other.
+            claims = [
+                c for d in ids for e in graph.disputes(d)
+                for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
+            ]
+            disputed = {(c.superseder, c.target): c for c in claims}
+            for table, rows in (("edges", edges), ("disputed_edges", disputed)):
+                self._db.executemany(
+                    f"INSERT INTO {table} (superseder, target, rule, confidence) VALUES (?, ?, ?, ?)",
+                    [(e.superseder, e.target, e.rule, e.confidence) for e in rows.values()],
+                )
         timings["records"] = time.perf_counter() - tick
         tick = time.perf_counter()
         if self.lexical.supports_add and not replaces:
@@ -509,5 +522,5 @@ def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:
     between stored ones, whose scope is stored with them)."""
     words = {"description", "verb"}
     rules = [r.model_dump(exclude=words) for r in built.rules], [r.model_dump(exclude=words) for r in wanted.rules]
-    fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys")
+    fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys", "hierarchies")
     return [f for f in fields if getattr(built, f) != getattr(wanted, f)] + (["rules"] if rules[0] != rules[1] else [])

@@ -169,6 +169,12 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         el.add(_relation("superseded-by", packet, link, refs.get(link.doc_id), compact))
     for link in ep.possibly_superseded_by:
         el.add(_relation("possibly-superseded-by", packet, link, refs.get(link.doc_id), compact))
+    for link in ep.disputed_by:
+        ref = refs.get(link.doc_id)
+        el.add(Element("disputed-by", {
+            "doc-id": None if ref and compact else link.doc_id, "packet-ref": ref, "rule": link.rule,
+        }, f"{link.label() if not (ref and compact) else ref} claims to supersede it by rule {link.rule}; "
+           "it claims the reverse by another relation: disputed, neither is applied."))
     if ep.conflict_indicators.hidden_superseder:
         # Never an id, a type or a rule of the hidden record: only that it exists.
         el.add(Element("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))
@@ -221,9 +227,39 @@ def _stated_by_links(packets: Sequence[EvidencePacket], members: list[int]) -> b
     )
 
 
+def _dispute_groups(packets: Sequence[EvidencePacket]) -> list[Element]:
+    """A group per disputed pair shown (two relations order it both ways), naming both relations."""
+    ids = {p.doc_id: p for p in packets}
+    out, seen = [], set()
+    for p in packets:
+        for link in p.epistemic_metadata.disputed_by:
+            other = ids.get(link.doc_id)
+            if other is None or frozenset((p.doc_id, other.doc_id)) in seen:
+                continue
+            seen.add(frozenset((p.doc_id, other.doc_id)))
+            back = next((b for b in other.epistemic_metadata.disputed_by if b.doc_id == p.doc_id), None)
+            shared = {k: v for k, v in p.scope.items() if other.scope.get(k) == v}
+            group = Element("conflict-group", {"kind": "disputed-authority", "scope": format_scope(shared) if shared else None})
+            for member in (p, other):
+                group.add(Element("member", {"packet-ref": member.evidence_packet_id, "doc-id": member.doc_id,
+                                             "status": member.status}))
+            claims = [(other, p, link)] + ([(p, other, back)] if back is not None else [])
+            for sup, tgt, claim in claims:
+                group.add(Element("relation", {"rule": claim.rule, "superseder": sup.evidence_packet_id,
+                                               "target": tgt.evidence_packet_id}))
+            words = "; ".join(
+                f"by rule {claim.rule}" + (f" ({claim.rule_description.strip().rstrip('.')})" if claim.rule_description else "")
+                + f" {sup.label()} supersedes {tgt.label()}" for sup, tgt, claim in claims
+            )
+            group.add(Element("note", text=f"authority disputed: {words}. Neither is applied: both are shown."))
+            out.append(group)
+    return out
+
+
 def _conflict_groups(packets: Sequence[EvidencePacket], compact: bool = False) -> list[Element]:
     """Records of one scope (equal scope, or linked by supersession) whose statuses disagree;
-    ``compact`` leaves out groups that only restate their members' supersession links."""
+    ``compact`` leaves out groups that only restate their members' supersession links. Then a
+    group per disputed pair."""
     out = []
     for members in scope_groups(packets):
         statuses = {packets[i].status for i in members}
@@ -243,7 +279,7 @@ def _conflict_groups(packets: Sequence[EvidencePacket], compact: bool = False) -
         ]
         group.add(Element("note", text=f"{len(members)} records{where} disagree in status: " + "; ".join(parts) + "."))
         out.append(group)
-    return out
+    return out + _dispute_groups(packets)
 
 
 def _document(

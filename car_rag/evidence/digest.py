@@ -90,9 +90,18 @@ def authority_digest(
         replaced = [p for p in group if not p.is_active]
         states = {policy.state_of(p.doc_type) if policy else None for p in active}
         state = next(iter(states)) if len(states) == 1 else ("disputed" if active else None)
+        disputes = [(p, link) for p in active for link in p.epistemic_metadata.disputed_by
+                    if any(q.doc_id == link.doc_id and q.is_active for q in active)]
+        if disputes:
+            state = "disputed"
         sentences: list[str] = []
         elsewhere: list[str] = []  # replaced records not among the packets, by packet id
-        if state == "disputed":
+        if disputes:
+            claims = "; ".join(f"by rule {link.rule} the {record_phrase(link.doc_type, link.version)} "
+                               f"({refs.get(link.doc_id, link.doc_id)}) supersedes the "
+                               f"{record_phrase(p.doc_type, p.version)} ({p.evidence_packet_id})" for p, link in disputes)
+            sentences.append(f"{subject}: authority disputed: {claims}. Neither is applied; all are shown as current.")
+        elif state == "disputed":
             parts = [f"{_state_words(policy, policy.state_of(p.doc_type) if policy else None, p)} per the "
                      f"{record_phrase(p.doc_type, p.version)} ({p.evidence_packet_id})" for p in active]
             sentences.append(f"{subject}: disputed: " + "; ".join(parts) + ".")

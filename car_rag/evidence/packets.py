@@ -46,6 +46,7 @@ __all__ = [
     "renderable_packets",
     "build_packets",
     "confidence_words",
+    "disputed_sentence",
     "hidden_only",
     "possibly_superseded_sentence",
     "matching_spans",
@@ -163,6 +164,10 @@ class EpistemicMetadata(_Model):
     possibly_superseded_by: list[AuthorityLink] = Field(
         default_factory=list, description="Records in this result that void it with too little confidence to count "
         "(below the query's min_confidence): it stays active, contested.",
+    )
+    disputed_by: list[AuthorityLink] = Field(
+        default_factory=list, description="Records in this result that void it by one relation (the link's rule) while "
+        "it voids them by another: the authority is disputed, neither voids the other.",
     )
     scope_probability: float | None = Field(
         default=None, description="How probable it is that the question is about this record's scope (latent scope)."
@@ -287,6 +292,14 @@ def confidence_words(confidence: float) -> str:
     return f"confidence {confidence:.2f}"
 
 
+def disputed_sentence(label: str, link: AuthorityLink, reverse: AuthorityLink | None) -> str:
+    """'authority disputed: by rule R ruling Y supersedes ruling X; by rule S ruling X supersedes ruling Y.'"""
+    claims = [f"by rule {link.rule} {link.label()} supersedes {label}"]
+    if reverse is not None:
+        claims.append(f"by rule {reverse.rule} {label} supersedes {link.label()}")
+    return f"authority disputed: {'; '.join(claims)}; neither is applied, both are shown as current."
+
+
 def possibly_superseded_sentence(label: str, link: AuthorityLink) -> str:
     """'ruling X is possibly superseded by overruling Y …, by rule R (confidence 0.60); too unsure to void it.'"""
     return (f"{label} is possibly superseded by {link.label()}{_scope_phrase(link)}{_rule_phrase(link)} "
@@ -380,6 +393,7 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
     hidden = item.hidden_superseder or (item.status == "superseded" and not controlling)
     supersedes = [_link(result, policy, e, towards=e.target) for e in item.voids]
     possibly = [_link(result, policy, e, towards=e.superseder) for e in item.contested_by] if item.status == "active" else []
+    disputed = [_link(result, policy, e, towards=e.superseder) for e in item.disputed_by]
     status: FreshnessStatus = item.status
     label = record_label(record.doc_type, record.version, record.doc_id)
     roles = {
@@ -393,7 +407,8 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
             reasons.append("; ".join(superseded_by_sentence(label, link) for link in superseded_by))
         if hidden:
             reasons.append(hidden_sentence(label))
-    elif possibly:
+    elif possibly or disputed:
+        reasons.extend(disputed_sentence(label, link, _claim_back(result, policy, item, link)) for link in disputed)
         reasons.extend(possibly_superseded_sentence(label, link) for link in possibly)
         reasons.extend(supersedes_sentence(label, link) for link in supersedes)
     else:
@@ -427,13 +442,14 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
         epistemic_metadata=EpistemicMetadata(
             freshness_status=status,
             conflict_indicators=ConflictIndicators(
-                has_contradiction=status == "superseded" or bool(possibly),
-                contradicted_by_ids=[link.doc_id for link in [*superseded_by, *possibly]],
+                has_contradiction=status == "superseded" or bool(possibly or disputed),
+                contradicted_by_ids=[link.doc_id for link in [*superseded_by, *possibly, *disputed]],
                 hidden_superseder=hidden,
             ),
             superseded_by=superseded_by,
             supersedes=supersedes,
             possibly_superseded_by=possibly,
+            disputed_by=disputed,
             scope_probability=item.scope_probability,
         ),
         citation_coordinates=CitationCoordinates(
@@ -455,6 +471,15 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
             relevance_rationale="; ".join(reasons),
         ),
     )
+
+
+def _claim_back(
+    result: RetrievalResult, policy: Policy | None, item: RetrievedRecord, link: AuthorityLink
+) -> AuthorityLink | None:
+    """``item``'s own claim over the record ``link`` names, the other side of their dispute."""
+    other = result.get(link.doc_id)
+    edge = next((e for e in other.disputed_by if e.superseder == item.doc_id), None) if other else None
+    return _link(result, policy, edge, towards=edge.target) if edge is not None else None
 
 
 def _is_active(result: RetrievalResult, doc_id: str) -> bool:
@@ -503,7 +528,7 @@ def scope_groups(packets: Sequence[EvidencePacket]) -> list[list[int]]:
             by_scope.setdefault(tuple(sorted(p.scope.items())), []).append(i)
     for i, p in enumerate(packets):
         ep = p.epistemic_metadata
-        for link in [*ep.supersedes, *ep.superseded_by, *ep.possibly_superseded_by]:
+        for link in [*ep.supersedes, *ep.superseded_by, *ep.possibly_superseded_by, *ep.disputed_by]:
             for j in by_id.get(link.doc_id, ()):
                 parent[find(j)] = find(i)
     for members in by_scope.values():

@@ -96,12 +96,15 @@ def render_plain(
     hidden: set[str] = set()  # voided only by records the caller may not read: nothing shown says so
     guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
     possibly: dict[str, list[tuple[str, float]]] = {}  # contested doc_id -> (its weak voider's label, confidence)
+    disputed: dict[str, list[str]] = {}  # doc_id -> the records disputing its authority, with their rule
     if hasattr(evidence, "top"):
         result = cast("RetrievalResult", evidence)
         shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
         # Named by label, not by document number: a token budget can renumber the documents.
         possibly = {r.doc_id: [(_label(result, e.superseder), e.confidence) for e in r.contested_by]
                     for r in shown if r.contested}
+        disputed = {r.doc_id: [f"{_label(result, e.superseder)} (rule {e.rule})" for e in r.disputed_by]
+                    for r in shown if r.disputed_by}
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]
@@ -116,6 +119,8 @@ def render_plain(
         note = f"; {HIDDEN_REPLACER_NOTE}" if rec.doc_id in hidden else ""
         for voider, confidence in possibly.get(rec.doc_id, ()):
             note += f"; possibly superseded by {voider} ({confidence_words(confidence)})"
+        if rec.doc_id in disputed:
+            note += f"; authority disputed by {', '.join(disputed[rec.doc_id])}"
         if rec.doc_id in guessed:
             about = subject_phrase(rec.scope) or "its subject"
             note += f"; probability {guessed[rec.doc_id]} that the question is about {about}"

@@ -627,3 +627,22 @@ def test_a_store_from_before_edge_confidence_opens_with_certain_edges(tmp_path, 
         assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 1.0)]
         reopened.ingest([{**WEAK[1], "text": "A later travel memo, revised."}], progress=False)
         assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 0.35)]
+
+
+def test_disputed_pairs_are_persisted_and_read_back(tmp_path, embedder):
+    from car_rag.policy import load_policy
+
+    policy = load_policy("legal-precedent")
+    rulings = [
+        {"doc_id": "supreme-2001", "text": "The supreme court holds X.", "doc_type": "ruling", "published_at": "2001-01-01",
+         "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "supreme"}},
+        {"doc_id": "district-2010", "text": "The district court holds not X.", "doc_type": "ruling",
+         "published_at": "2010-01-01", "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "district"}},
+    ]
+    with CARStore.open(tmp_path / "store", policy, embedder=embedder) as store:
+        store.ingest(rulings, progress=False)
+        disputed = sorted(store.graph.disputed_edges(), key=lambda e: e.superseder)
+        assert [(e.superseder, e.target) for e in disputed] == [("district-2010", "supreme-2001"), ("supreme-2001", "district-2010")]
+    with CARStore.open(tmp_path / "store", embedder=embedder) as reopened:
+        assert sorted(reopened.graph.disputed_edges(), key=lambda e: e.superseder) == disputed
+        assert reopened.graph.edges() == []
