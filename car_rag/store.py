@@ -203,6 +203,8 @@ class CARStore:
                 raise StoreError(f"{config_file}: unsupported store format {config.get('format_version')!r}")
             if wanted is not None and (built := Policy.model_validate(config["policy"])) != wanted:
                 differ = _resolution_differences(built, wanted)
+                if differ and _adds_level_rules_only(built, wanted):
+                    return cls._adopt_level_rules(path, config, wanted, embedder)
                 if differ:
                     raise StoreError(
                         f"store {path} was built with policy {built.name!r}; the policy given ({wanted.name!r}) "
@@ -237,6 +239,24 @@ class CARStore:
             return store
         store = cls(path, config, embedder=embedder)
         log.info("opened store %s: %d records, policy %r", path, len(store), store.policy.name)
+        return store
+
+    @classmethod
+    def _adopt_level_rules(cls, path: Path, config: dict[str, Any], wanted: Policy, embedder: Embedder | None) -> CARStore:
+        """Open a store under a policy that only adds hierarchies and the rules ordered by
+        them (a built-in policy upgraded to multi-authority): where no stored record has a
+        level those rules can read, they make no edge among stored records, so the store
+        takes the new policy for what it ingests next; otherwise it must be rebuilt."""
+        store = cls(path, config, embedder=embedder)
+        added = [h for name, h in wanted.hierarchies.items() if name not in store.policy.hierarchies]
+        if any(h.default is not None or any(h.field in r.metadata for r in store.records.values()) for h in added):
+            store.close()
+            raise StoreError(f"store {path} holds records with levels the policy {wanted.name!r} now orders by: "
+                             "ingest into a new store")
+        store.config = {**config, "policy": json.loads(wanted.model_dump_json())}
+        store.policy = store.graph.policy = wanted
+        (path / CONFIG_FILE).write_text(json.dumps(store.config, indent=2, ensure_ascii=False))
+        log.info("store %s: policy %r now orders by hierarchies %s", path, wanted.name, sorted(wanted.hierarchies))
         return store
 
     def _connect_chroma(self) -> Any:
@@ -514,6 +534,15 @@ class CARStore:
         index.build(ordered, [self.graph.records[d].text for d in ordered])
         self.lexical = index
         self.flush()
+
+
+def _adds_level_rules_only(built: Policy, wanted: Policy) -> bool:
+    """Whether ``wanted`` is ``built`` plus hierarchies and rules ordered by them, and nothing else
+    that decides edges."""
+    own = [r for r in wanted.rules if r.hierarchy is None]
+    narrowed = wanted.model_copy(update={"rules": tuple(own), "hierarchies": built.hierarchies})
+    kept = all(wanted.hierarchies.get(name) == h for name, h in built.hierarchies.items())
+    return kept and len(own) < len(wanted.rules) and not _resolution_differences(built, narrowed)
 
 
 def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:

@@ -636,7 +636,7 @@ def test_disputed_pairs_are_persisted_and_read_back(tmp_path, embedder):
     rulings = [
         {"doc_id": "supreme-2001", "text": "The supreme court holds X.", "doc_type": "ruling", "published_at": "2001-01-01",
          "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "supreme"}},
-        {"doc_id": "district-2010", "text": "The district court holds not X.", "doc_type": "ruling",
+        {"doc_id": "district-2010", "text": "The district court overrules X.", "doc_type": "overruling",
          "published_at": "2010-01-01", "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "district"}},
     ]
     with CARStore.open(tmp_path / "store", policy, embedder=embedder) as store:
@@ -646,3 +646,22 @@ def test_disputed_pairs_are_persisted_and_read_back(tmp_path, embedder):
     with CARStore.open(tmp_path / "store", embedder=embedder) as reopened:
         assert sorted(reopened.graph.disputed_edges(), key=lambda e: e.superseder) == disputed
         assert reopened.graph.edges() == []
+
+
+def test_a_store_built_before_the_court_hierarchy_opens_under_the_upgraded_policy(tmp_path, embedder):
+    """Adding hierarchy rules changes no edge among records without levels: the store takes the
+    new policy; one whose records carry a level must be rebuilt."""
+    from car_rag.policy import load_policy
+
+    upgraded = load_policy("legal-precedent")
+    before = upgraded.model_copy(update={"rules": upgraded.rules[:-1], "hierarchies": {}})
+    ruling = {"doc_id": "r1", "text": "A ruling.", "doc_type": "ruling", "scope": {"case": "c1", "question_id": "Q1"}}
+    with CARStore.open(tmp_path / "plain", before, embedder=embedder) as store:
+        store.ingest([ruling], progress=False)
+    with CARStore.open(tmp_path / "plain", upgraded, embedder=embedder) as store:
+        assert store.policy == upgraded and len(store) == 1
+    assert json.loads((tmp_path / "plain" / "car-store.json").read_text())["policy"]["hierarchies"]
+    with CARStore.open(tmp_path / "levels", before, embedder=embedder) as store:
+        store.ingest([{**ruling, "metadata": {"court_level": "district"}}], progress=False)
+    with pytest.raises(StoreError, match="holds records with levels"):
+        CARStore.open(tmp_path / "levels", upgraded, embedder=embedder)
