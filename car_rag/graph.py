@@ -247,6 +247,10 @@ class AuthorityGraph:
         relation while doc_id ⊳ other by another): neither is linked."""
         return list(self._disputes.get(doc_id, {}).values())
 
+    def has_disputes(self) -> bool:
+        """Whether any pair is disputed (queries skip the dispute step where none is)."""
+        return bool(self._disputes)
+
     def disputed_edges(self) -> list[Edge]:
         """Every claim of every disputed pair (both directions)."""
         return [e for claims in self._disputes.values() for e in claims.values()]
@@ -339,7 +343,7 @@ class RSSG:
         towards it, and whether any edge on the way was less than certain."""
         if doc_id in self._memo:
             return self._memo[doc_id]
-        graph = self._graph
+        graph, weak, exceptions = self._graph, self._graph._weak, self._exceptions
         found: dict[str, str] = {}
         first_rule: dict[str, str] = {}
         uncertain = False
@@ -347,11 +351,13 @@ class RSSG:
         while stack:
             node = stack.pop()
             for sup, rule in graph._up.get(node, {}).items():
-                confidence = graph._weak.get((sup, node), 1.0)
-                uncertain = uncertain or confidence < 1.0
-                if confidence < self._tau or sup in first_rule:
+                if weak and (sup, node) in weak:
+                    uncertain = True
+                    if weak[(sup, node)] < self._tau:
+                        continue
+                if sup in first_rule:
                     continue
-                if rule in self._exceptions:
+                if exceptions and rule in exceptions:
                     if self._suspends(sup, doc_id, node):
                         first_rule[sup] = found[sup] = rule
                     continue

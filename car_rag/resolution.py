@@ -269,7 +269,8 @@ def resolve_authority(
     for doc_id, (group, _, _) in list(members.items()):
         for sup in _chain_above(graph, doc_id, resolution):
             admit(sup, group, "superseder", doc_id)
-    if resolution == "rules":
+    disputed = resolution == "rules" and graph.has_disputes()
+    if disputed:
         # A record that claims authority over a member by a relation the member's own claim
         # contradicts (Definition 10) is shown beside it, with what controls it.
         for doc_id, (group, _, _) in list(members.items()):
@@ -308,7 +309,7 @@ def resolve_authority(
                 voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
                 disputed_by=sorted((e for e in graph.disputes(doc_id) if e.superseder in members),
-                                   key=lambda e: e.superseder) if resolution == "rules" else [],
+                                   key=lambda e: e.superseder) if disputed else [],
                 hidden_superseder=doc_id in hidden and not controlling,
             )
         )
