@@ -14,6 +14,8 @@ from typing import Any
 from car_rag.graph import Edge
 from car_rag.layout import (
     CAR_ANCHOR_ID,
+    CAR_CONTESTED_BY,
+    CAR_DISPUTED_BY,
     CAR_HIDDEN_SUPERSEDER,
     CAR_POLICY,
     CAR_QUERY,
@@ -51,17 +53,18 @@ def status_rule(item: RetrievedRecord, result: RetrievalResult) -> str | None:
     return item.voided_by[0].rule if item.voided_by else None
 
 
-def _link(result: RetrievalResult, doc_id: str, rule: str) -> dict[str, Any]:
+def _link(result: RetrievalResult, doc_id: str, edge: Edge) -> dict[str, Any]:
     """One supersession edge as metadata: the record at the other end, enough to cite it."""
     other = result.get(doc_id)
-    return {
+    link = {
         "doc_id": doc_id,
-        "rule": rule,
+        "rule": edge.rule,
         "doc_type": other.record.doc_type if other else None,
         "version": other.record.version if other else None,
         "scope": dict(other.record.scope) if other else {},
         "status": other.status if other else None,
     }
+    return link if edge.confidence >= 1.0 else {**link, "confidence": edge.confidence}
 
 
 def annotations_for(item: RetrievedRecord, result: RetrievalResult) -> dict[str, Any]:
@@ -74,8 +77,10 @@ def annotations_for(item: RetrievedRecord, result: RetrievalResult) -> dict[str,
         CAR_ANCHOR_ID: item.anchor_id,
         CAR_SUPERSEDED_BY: list(item.superseded_by),
         CAR_RULE: status_rule(item, result),
-        CAR_VOIDED_BY: [_link(result, e.superseder, e.rule) for e in item.voided_by],
-        CAR_VOIDS: [_link(result, e.target, e.rule) for e in item.voids],
+        CAR_VOIDED_BY: [_link(result, e.superseder, e) for e in item.voided_by],
+        CAR_VOIDS: [_link(result, e.target, e) for e in item.voids],
+        CAR_CONTESTED_BY: [_link(result, e.superseder, e) for e in item.contested_by],
+        CAR_DISPUTED_BY: [_link(result, e.superseder, e) for e in item.disputed_by],
         CAR_HIDDEN_SUPERSEDER: item.hidden_superseder,
         CAR_STAGE1_RANK: hit.rank if hit else None,
         CAR_STAGE1_SCORE: next(iter(hit.channel_scores.values()), None) if hit else None,
@@ -89,8 +94,10 @@ def unresolved_annotations(query: str, policy: Policy | None) -> dict[str, Any]:
     """The ``car_*`` metadata of an item passed through unresolved (no car-rag metadata)."""
     return {
         CAR_STATUS: UNRESOLVED, CAR_RANK: None, CAR_ROLE: "anchor", CAR_ANCHOR_ID: None, CAR_SUPERSEDED_BY: [],
-        CAR_RULE: None, CAR_VOIDED_BY: [], CAR_VOIDS: [], CAR_HIDDEN_SUPERSEDER: False, CAR_STAGE1_RANK: None,
-        CAR_STAGE1_SCORE: None, CAR_STAGE1_CHANNEL: None, CAR_POLICY: policy.name if policy else None, CAR_QUERY: query,
+        CAR_RULE: None, CAR_VOIDED_BY: [], CAR_VOIDS: [], CAR_CONTESTED_BY: [], CAR_DISPUTED_BY: [],
+        CAR_HIDDEN_SUPERSEDER: False,
+        CAR_STAGE1_RANK: None, CAR_STAGE1_SCORE: None, CAR_STAGE1_CHANNEL: None,
+        CAR_POLICY: policy.name if policy else None, CAR_QUERY: query,
     }
 
 
@@ -99,7 +106,9 @@ def _edges(links: Any, doc_id: str, *, incoming: bool) -> list[Edge]:
     for link in links or ():
         if isinstance(link, Mapping) and "doc_id" in link and "rule" in link:
             other, rule = str(link["doc_id"]), str(link["rule"])
-            out.append(Edge(other, doc_id, rule) if incoming else Edge(doc_id, other, rule))
+            value = link.get("confidence", 1.0)
+            sure = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
+            out.append(Edge(other, doc_id, rule, sure) if incoming else Edge(doc_id, other, rule, sure))
     return out
 
 
@@ -126,6 +135,8 @@ def _annotated(record: Record, meta: Mapping[str, Any], rank: int) -> RetrievedR
         superseded_by=[str(d) for d in meta.get(CAR_SUPERSEDED_BY) or []],
         voided_by=_edges(meta.get(CAR_VOIDED_BY), record.doc_id, incoming=True),
         voids=_edges(meta.get(CAR_VOIDS), record.doc_id, incoming=False),
+        contested_by=_edges(meta.get(CAR_CONTESTED_BY), record.doc_id, incoming=True),
+        disputed_by=_edges(meta.get(CAR_DISPUTED_BY), record.doc_id, incoming=True),
         hidden_superseder=bool(meta.get(CAR_HIDDEN_SUPERSEDER)),
     )
 
@@ -154,7 +165,8 @@ def result_from_annotations(
             continue
         ranked.append(_annotated(record, meta, len(ranked) + 1))
         if CAR_STATUS in meta:
-            links += [link for key in (CAR_VOIDED_BY, CAR_VOIDS) for link in meta.get(key) or () if isinstance(link, Mapping)]
+            keys = (CAR_VOIDED_BY, CAR_VOIDS, CAR_CONTESTED_BY, CAR_DISPUTED_BY)
+            links += [link for key in keys for link in meta.get(key) or () if isinstance(link, Mapping)]
     if linked:
         shown = {r.doc_id for r in ranked}
         for link in links:

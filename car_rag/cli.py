@@ -25,6 +25,7 @@ from car_rag import __version__
 from car_rag.channels.lexical import BACKENDS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError
+from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
@@ -94,6 +95,17 @@ def _count(text: str) -> int:
     return value
 
 
+def _confidence(text: str) -> float:
+    """``--min-confidence``: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value
+
+
 def _caller(args: argparse.Namespace) -> CallerContext | None:
     from car_rag.eligibility import CallerContext
 
@@ -111,7 +123,10 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
     for rec in shown + provenance:
         stage1 = str(rec.stage1.rank) if rec.stage1 else "-"
         scope_p = "-" if rec.scope_probability is None else f"{rec.scope_probability:.2f}"
-        if rec.voids:
+        if rec.contested:
+            why = "possibly superseded by " + ", ".join(
+                f"{e.superseder} ({e.rule}, confidence {e.confidence:.2f})" for e in rec.contested_by)
+        elif rec.voids:
             why = "supersedes " + ", ".join(f"{e.target} ({e.rule})" for e in rec.voids)
         elif rec.superseded_by:
             rules = sorted({e.rule for e in rec.voided_by})
@@ -181,7 +196,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     with CARStore.open(args.store) as store:
         retriever = ControllingAuthorityRetriever(
             store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution,
-            fusion=args.fusion, latent_scope=args.latent_scope,
+            fusion=args.fusion, latent_scope=args.latent_scope, min_confidence=args.min_confidence,
         )
         if not batch:
             result = retriever.retrieve(args.text, caller=caller)
@@ -405,6 +420,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "cover the probable scopes; records then carry no scope probability")
     query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"],
                        help="rules: the policy's rules; timestamp: the paper's later-in-scope baseline")
+    query.add_argument("--min-confidence", type=_confidence, default=DEFAULT_MIN_CONFIDENCE,
+                       help="τ: an edge voids only at this confidence or above; a record voided only by weaker edges "
+                            f"stays active, marked possibly superseded (default {DEFAULT_MIN_CONFIDENCE}: an edge voids "
+                            "once it is more likely true than false)")
     query.add_argument("--format", choices=["table", "json", "evidence", "reader", "xml"],
                        help="json: records with status and edges; evidence: what an LLM reads by default (the records "
                             "as numbered plain documents); reader: the reader-first form (authority digest, packets); "

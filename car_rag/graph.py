@@ -5,10 +5,21 @@ only between records the entity index puts in the same scope bucket, so adding a
 costs a few index lookups, not a corpus scan. Queries over the graph (superseders,
 authority closure, active frontier, the per-query RSSG) follow edges upwards, from a
 voided record to what voids it.
+
+An edge carries a confidence (Definition 9: a rule's, or an explicit edge's own; 1.0 when
+certain). A path is as sure as its weakest edge, so the closure at a threshold τ is the
+closure over the edges at τ or above, and raising τ can only shrink it.
+
+Under several relations (Definition 10) a pair that a hierarchy rule orders one way and
+another relation the other way is *disputed*: neither edge is linked, both records keep
+their authority, and the pair is kept apart (:meth:`AuthorityGraph.disputes`) to be shown.
+An exception rule's edge suspends its target only while the exception is itself active,
+and supersession does not pass through it.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,11 +33,13 @@ __all__ = ["Edge", "AuthorityGraph", "SupersessionCycleError", "RSSG"]
 
 @dataclass(frozen=True)
 class Edge:
-    """``superseder`` voids ``target`` by ``rule`` (a policy rule name, or 'explicit')."""
+    """``superseder`` voids ``target`` by ``rule`` (a policy rule name, or 'explicit'), with
+    ``confidence`` (1.0: certain; for a path, its weakest edge's)."""
 
     superseder: str
     target: str
     rule: str
+    confidence: float = 1.0
 
 
 class SupersessionCycleError(ValueError):
@@ -51,7 +64,9 @@ class AuthorityGraph:
         self._by_type: dict[str, set[str]] = defaultdict(set)
         self._up: dict[str, dict[str, str]] = defaultdict(dict)  # target -> {superseder: rule}
         self._down: dict[str, dict[str, str]] = defaultdict(dict)  # superseder -> {target: rule}
+        self._weak: dict[tuple[str, str], float] = {}  # (superseder, target) -> confidence, for edges below 1
         self._explicit_waiting: dict[str, set[str]] = defaultdict(set)  # absent target -> superseders
+        self._disputes: dict[str, dict[str, Edge]] = defaultdict(dict)  # record -> {other: other's claim over it}
 
     # ------------------------------------------------------------------ building
     def __len__(self) -> int:
@@ -69,13 +84,13 @@ class AuthorityGraph:
         previous = self.records.get(record.doc_id)
         if previous is not None:
             self.remove(record.doc_id)
-        edges = self._edges_for(record)
-        self._insert(record, edges)
+        edges, disputed = self._edges_for(record)
+        self._insert(record, edges, disputed)
         cycle = self._cycle_through(record.doc_id)
         if cycle:
             self.remove(record.doc_id)
             if previous is not None:
-                self._insert(previous, self._edges_for(previous))
+                self._insert(previous, *self._edges_for(previous))
             raise SupersessionCycleError(record.doc_id, cycle, self._path_edges(cycle, edges))
         return edges
 
@@ -86,19 +101,26 @@ class AuthorityGraph:
         self._by_type[record.doc_type].discard(doc_id)
         for sup in self._up.pop(doc_id, {}):
             self._down[sup].pop(doc_id, None)
+            self._weak.pop((sup, doc_id), None)
             if doc_id in self.records[sup].supersedes:
                 self._explicit_waiting[doc_id].add(sup)
         for tgt in self._down.pop(doc_id, {}):
             self._up[tgt].pop(doc_id, None)
+            self._weak.pop((doc_id, tgt), None)
         for tgt in record.supersedes:
             self._explicit_waiting[tgt].discard(doc_id)
+        for other in self._disputes.pop(doc_id, {}):
+            self._disputes[other].pop(doc_id, None)
 
-    def load_edges(self, records: Iterable[Record], edges: Iterable[Edge]) -> None:
-        """Restore a persisted graph without re-running rules or cycle checks."""
+    def load_edges(self, records: Iterable[Record], edges: Iterable[Edge], disputed: Iterable[Edge] = ()) -> None:
+        """Restore a persisted graph without re-running rules or cycle checks (``disputed``:
+        the claims of disputed pairs, both directions)."""
         for record in records:
             self._index(record)
         for edge in edges:
             self._link(edge)
+        for edge in disputed:
+            self._disputes[edge.target][edge.superseder] = edge
         for record in self.records.values():
             for tgt in record.supersedes:
                 if tgt not in self.records:
@@ -111,11 +133,12 @@ class AuthorityGraph:
         self._by_type[record.doc_type].add(record.doc_id)
 
     def _link(self, edge: Edge) -> None:
-        # Keep the first reason found: explicit edges are listed before rules.
-        self._up[edge.target].setdefault(edge.superseder, edge.rule)
-        self._down[edge.superseder].setdefault(edge.target, edge.rule)
+        self._up[edge.target][edge.superseder] = edge.rule
+        self._down[edge.superseder][edge.target] = edge.rule
+        if edge.confidence < 1.0:
+            self._weak[(edge.superseder, edge.target)] = edge.confidence
 
-    def _insert(self, record: Record, edges: list[Edge]) -> None:
+    def _insert(self, record: Record, edges: list[Edge], disputed: list[Edge]) -> None:
         self._index(record)
         for tgt in record.supersedes:
             if tgt not in self.records:
@@ -123,6 +146,8 @@ class AuthorityGraph:
         self._explicit_waiting.pop(record.doc_id, None)
         for edge in edges:
             self._link(edge)
+        for edge in disputed:
+            self._disputes[edge.target][edge.superseder] = edge
 
     def _candidates(self, keys: tuple[str, ...], scope: Mapping[str, str], doc_type: str) -> Iterable[str]:
         if not keys:
@@ -136,29 +161,42 @@ class AuthorityGraph:
         buckets.sort(key=len)
         return buckets[0].intersection(*buckets[1:]) if len(buckets) > 1 else buckets[0]
 
-    def _edges_for(self, record: Record) -> list[Edge]:
-        """Every edge between ``record`` and records already in the graph."""
-        found: dict[tuple[str, str], str] = {}
+    def _edges_for(self, record: Record) -> tuple[list[Edge], list[Edge]]:
+        """Every edge between ``record`` and records already in the graph, and the claims of
+        pairs a hierarchy rule orders against another relation (disputed, not linked)."""
+        found: dict[tuple[str, str], tuple[str, float]] = {}
+        ranked: set[tuple[str, str]] = set()  # pairs a hierarchy rule orders
+        hierarchical = self.policy.hierarchical_rules
 
-        def note(sup: str, tgt: str, rule: str) -> None:
-            found.setdefault((sup, tgt), rule)
+        def note(sup: str, tgt: str, rule: str, confidence: float) -> None:
+            # The surest reason for a pair; on a tie the first found (explicit edges come first).
+            if rule in hierarchical:
+                ranked.add((sup, tgt))
+            if (sup, tgt) not in found or confidence > found[(sup, tgt)][1]:
+                found[(sup, tgt)] = (rule, confidence)
 
         for tgt in record.supersedes:
             if tgt in self.records:
-                note(record.doc_id, tgt, EXPLICIT_RULE)
+                note(record.doc_id, tgt, EXPLICIT_RULE, record.edge_confidence(tgt))
         for sup in self._explicit_waiting.get(record.doc_id, ()):
             if sup in self.records:
-                note(sup, record.doc_id, EXPLICIT_RULE)
-        for rule in self.policy.rules:
+                note(sup, record.doc_id, EXPLICIT_RULE, self.records[sup].edge_confidence(record.doc_id))
+        for rule in self.policy.edge_rules:
+            levels = self.policy.hierarchy_of(rule)
             if rule.trigger in (WILDCARD, record.doc_type):
                 for other in self._candidates(rule.within, record.scope, rule.target):
-                    if other != record.doc_id and rule.fires(record, self.records[other]):
-                        note(record.doc_id, other, rule.name)
+                    if other != record.doc_id and rule.fires(record, self.records[other], levels):
+                        note(record.doc_id, other, rule.name, rule.confidence)
             if rule.target in (WILDCARD, record.doc_type):
                 for other in self._candidates(rule.within, record.scope, rule.trigger):
-                    if other != record.doc_id and rule.fires(self.records[other], record):
-                        note(other, record.doc_id, rule.name)
-        return [Edge(s, t, r) for (s, t), r in found.items()]
+                    if other != record.doc_id and rule.fires(self.records[other], record, levels):
+                        note(other, record.doc_id, rule.name, rule.confidence)
+        edges = {pair: Edge(*pair, *reason) for pair, reason in found.items()}
+        # Ordered both ways, with a hierarchy on one side: two relations disagree (Definition 10).
+        disputed = [e for (s, t), e in edges.items() if (t, s) in edges and ranked & {(s, t), (t, s)}]
+        for e in disputed:
+            del edges[(e.superseder, e.target)]
+        return list(edges.values()), disputed
 
     def _cycle_through(self, doc_id: str) -> list[str]:
         """A path doc_id ⊳ … ⊳ doc_id if one exists (following superseders upwards)."""
@@ -181,32 +219,51 @@ class AuthorityGraph:
         by_pair = {(e.superseder, e.target): e for e in edges}
         out = []
         for sup, tgt in zip(cycle, cycle[1:]):
-            rule = by_pair.get((sup, tgt)) or Edge(sup, tgt, self._up.get(tgt, {}).get(sup, "?"))
+            rule = by_pair.get((sup, tgt)) or Edge(sup, tgt, self._up.get(tgt, {}).get(sup, "?"), self.confidence(sup, tgt))
             out.append(rule)
         return out
 
     # ------------------------------------------------------------------ reading
+    def confidence(self, superseder: str, target: str) -> float:
+        """The confidence of the edge ``superseder`` ⊳ ``target`` (1.0 for a certain one)."""
+        return self._weak.get((superseder, target), 1.0)
+
     def edges(self) -> list[Edge]:
-        return [Edge(s, t, r) for t, sups in self._up.items() for s, r in sups.items()]
+        return [Edge(s, t, r, self.confidence(s, t)) for t, sups in self._up.items() for s, r in sups.items()]
 
     def superseders(self, doc_id: str) -> list[Edge]:
         """Records that directly void ``doc_id``."""
-        return [Edge(s, doc_id, r) for s, r in self._up.get(doc_id, {}).items()]
+        return [Edge(s, doc_id, r, self.confidence(s, doc_id)) for s, r in self._up.get(doc_id, {}).items()]
 
     def superseded_by(self, doc_id: str) -> list[Edge]:
         """Records that ``doc_id`` directly voids."""
-        return [Edge(doc_id, t, r) for t, r in self._down.get(doc_id, {}).items()]
+        return [Edge(doc_id, t, r, self.confidence(doc_id, t)) for t, r in self._down.get(doc_id, {}).items()]
 
     def is_superseded(self, doc_id: str) -> bool:
         return bool(self._up.get(doc_id))
 
-    def ancestors(self, doc_id: str) -> set[str]:
-        """Everything that voids ``doc_id``, transitively."""
+    def disputes(self, doc_id: str) -> list[Edge]:
+        """The claims over ``doc_id`` that a disputed pair makes (other ⊳ doc_id by one
+        relation while doc_id ⊳ other by another): neither is linked."""
+        return list(self._disputes.get(doc_id, {}).values())
+
+    def has_disputes(self) -> bool:
+        """Whether any pair is disputed (queries skip the dispute step where none is)."""
+        return bool(self._disputes)
+
+    def disputed_edges(self) -> list[Edge]:
+        """Every claim of every disputed pair (both directions)."""
+        return [e for claims in self._disputes.values() for e in claims.values()]
+
+    def ancestors(self, doc_id: str, min_confidence: float = 0.0) -> set[str]:
+        """Everything that voids ``doc_id``, transitively, over edges of at least ``min_confidence``."""
         seen: set[str] = set()
         stack = [doc_id]
+        weak = self._weak if min_confidence > 0.0 else {}
         while stack:
-            for sup in self._up.get(stack.pop(), ()):
-                if sup not in seen:
+            node = stack.pop()
+            for sup in self._up.get(node, ()):
+                if sup not in seen and weak.get((sup, node), 1.0) >= min_confidence:
                     seen.add(sup)
                     stack.append(sup)
         return seen
@@ -239,41 +296,101 @@ class AuthorityGraph:
         keys = {k: record.scope[k] for k in self.policy.scope_keys if k in record.scope}
         return self.lookup(keys)
 
-    def rssg(self, doc_ids: Iterable[str]) -> RSSG:
-        """The supersession graph restricted to one query's retrieved set."""
-        return RSSG(self, set(doc_ids))
+    def rssg(self, doc_ids: Iterable[str], min_confidence: float = 0.0) -> RSSG:
+        """The supersession graph restricted to one query's retrieved set, at confidence τ."""
+        return RSSG(self, set(doc_ids), min_confidence)
 
 
 class RSSG:
     """Retrieved-Set Supersession Graph: who voids whom among one query's records.
 
     Supersession through a record outside the set still counts (A ⊳ B ⊳ C with only A and
-    C retrieved: C is voided by A), and is reported with the first rule on the path.
+    C retrieved: C is voided by A), and is reported with the first rule on the path. Only
+    paths whose every edge reaches ``min_confidence`` void (the safe frontier of
+    Definition 9); members reaching a record only through weaker paths are kept in
+    ``contested_by`` with the confidence of their surest path. An exception's edge counts
+    only as a record's own suspension, while no member voids (revokes) the exception.
     """
 
-    def __init__(self, graph: AuthorityGraph, members: set[str]):
+    def __init__(self, graph: AuthorityGraph, members: set[str], min_confidence: float = 0.0):
         self.members = members
+        self._graph, self._tau = graph, min_confidence
+        self._exceptions = graph.policy.exception_rules
+        self._memo: dict[str, tuple[dict[str, str], bool]] = {}
         self.voided_by: dict[str, dict[str, str]] = {}
+        self.contested_by: dict[str, dict[str, tuple[str, float]]] = {}
+        self.path_confidence: dict[tuple[str, str], float] = {}
+        """(voider, target) -> confidence of the surest path, where below 1."""
         for doc_id in members:
-            hits = self._voiders(graph, doc_id)
+            hits, uncertain = self._voiders(doc_id)
             if hits:
                 self.voided_by[doc_id] = hits
+            if not uncertain:
+                continue
+            for sup, (rule, confidence) in self._surest_paths(doc_id).items():
+                if confidence < 1.0:
+                    self.path_confidence[(sup, doc_id)] = confidence
+                if sup not in hits:
+                    self.contested_by.setdefault(doc_id, {})[sup] = (rule, confidence)
 
-    def _voiders(self, graph: AuthorityGraph, doc_id: str) -> dict[str, str]:
-        """Members voiding ``doc_id``, each with the rule of the first hop towards it."""
+    def _suspends(self, exception: str, doc_id: str, node: str) -> bool:
+        """Whether an exception's edge into ``node`` suspends ``doc_id``: only its own (no
+        supersession passes through an exception) and only while no member revokes it."""
+        return node == doc_id and exception in self.members and not self._voiders(exception)[0]
+
+    def _voiders(self, doc_id: str) -> tuple[dict[str, str], bool]:
+        """Members voiding ``doc_id`` at ``min_confidence``, each with the rule of the first hop
+        towards it, and whether any edge on the way was less than certain."""
+        if doc_id in self._memo:
+            return self._memo[doc_id]
+        graph, weak, exceptions = self._graph, self._graph._weak, self._exceptions
         found: dict[str, str] = {}
         first_rule: dict[str, str] = {}
+        uncertain = False
         stack = [doc_id]
         while stack:
             node = stack.pop()
             for sup, rule in graph._up.get(node, {}).items():
+                if weak and (sup, node) in weak:
+                    uncertain = True
+                    if weak[(sup, node)] < self._tau:
+                        continue
                 if sup in first_rule:
+                    continue
+                if exceptions and rule in exceptions:
+                    if self._suspends(sup, doc_id, node):
+                        first_rule[sup] = found[sup] = rule
                     continue
                 first_rule[sup] = rule if node == doc_id else first_rule[node]
                 if sup in self.members:
                     found[sup] = first_rule[sup]
                 stack.append(sup)
-        return found
+        self._memo[doc_id] = (found, uncertain)
+        return found, uncertain
+
+    def _surest_paths(self, doc_id: str) -> dict[str, tuple[str, float]]:
+        """Members voiding ``doc_id`` by any path, each with the first hop's rule and the
+        confidence of its surest path (the widest path: its weakest edge is as strong as can be)."""
+        graph = self._graph
+        best: dict[str, float] = {doc_id: 1.0}
+        first_rule: dict[str, str] = {}
+        heap = [(-1.0, doc_id)]
+        while heap:
+            negative, node = heapq.heappop(heap)
+            if -negative < best[node]:
+                continue
+            for sup, rule in graph._up.get(node, {}).items():
+                width = min(-negative, graph.confidence(sup, node))
+                if width <= best.get(sup, -1.0):
+                    continue
+                if rule in self._exceptions:
+                    if self._suspends(sup, doc_id, node):
+                        best[sup], first_rule[sup] = width, rule
+                    continue
+                best[sup] = width
+                first_rule[sup] = rule if node == doc_id else first_rule[node]
+                heapq.heappush(heap, (-width, sup))
+        return {s: (first_rule[s], best[s]) for s in first_rule if s in self.members}
 
     @property
     def frontier(self) -> set[str]:

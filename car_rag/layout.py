@@ -28,6 +28,8 @@ from car_rag.records import Record
 __all__ = [
     "CAR_ANCHOR_ID",
     "CAR_ANNOTATION_KEYS",
+    "CAR_CONTESTED_BY",
+    "CAR_DISPUTED_BY",
     "CAR_HIDDEN_SUPERSEDER",
     "CAR_POLICY",
     "CAR_PREFIX",
@@ -67,9 +69,16 @@ CAR_SUPERSEDED_BY = "car_superseded_by"
 CAR_RULE = "car_rule"
 """For a superseded record: the rule (or 'explicit') of the edge that set its status."""
 CAR_VOIDED_BY = "car_voided_by"
-"""Every record in the result that voids this one, as links (doc_id, rule, doc_type, version, scope, status)."""
+"""Every record in the result that voids this one, as links (doc_id, rule, doc_type, version, scope, status, and
+``confidence`` where the edge is less than certain)."""
 CAR_VOIDS = "car_voids"
 """Records in the result this one voids, as links like :data:`CAR_VOIDED_BY`'s."""
+CAR_CONTESTED_BY = "car_contested_by"
+"""Records in the result that void this one only with too little confidence to count, as links
+like :data:`CAR_VOIDED_BY`'s with their ``confidence``: the record is active, possibly superseded."""
+CAR_DISPUTED_BY = "car_disputed_by"
+"""Records in the result that void this one by one relation while it voids them by another
+(Definition 10), as links like :data:`CAR_VOIDED_BY`'s: neither voids the other."""
 CAR_HIDDEN_SUPERSEDER = "car_hidden_superseder"
 """True when the record is voided by one the caller may not read (never named)."""
 CAR_STAGE1_RANK = "car_stage1_rank"
@@ -85,15 +94,20 @@ CAR_QUERY = "car_query"
 
 CAR_ANNOTATION_KEYS = (
     CAR_STATUS, CAR_ROLE, CAR_RANK, CAR_ANCHOR_ID, CAR_SUPERSEDED_BY, CAR_RULE, CAR_VOIDED_BY, CAR_VOIDS,
-    CAR_HIDDEN_SUPERSEDER, CAR_STAGE1_RANK, CAR_STAGE1_SCORE, CAR_STAGE1_CHANNEL, CAR_POLICY, CAR_QUERY,
+    CAR_CONTESTED_BY, CAR_DISPUTED_BY, CAR_HIDDEN_SUPERSEDER, CAR_STAGE1_RANK, CAR_STAGE1_SCORE, CAR_STAGE1_CHANNEL,
+    CAR_POLICY, CAR_QUERY,
 )
 
 _LISTS = ("supersedes", "allowed_principals")
 _OPTIONAL = ("published_at", "effective_at", "version", "source", "uri", "authority", "tenant")
 _SCOPE_KEYS, _METADATA_JSON, _LAYOUT = "car_scope_keys", "car_metadata_json", "car_layout"
-LAYOUT_KEYS = frozenset(
-    {"doc_id", "doc_type", *_OPTIONAL, *_LISTS, "car_tenant", "car_public", _SCOPE_KEYS, _METADATA_JSON, _LAYOUT}
-)
+_EDGE_CONFIDENCE = "car_supersedes_confidence"
+"""JSON object: the confidence of each ``supersedes`` id below 1 (the list itself stays ids, so a
+store can still be asked which records name an id)."""
+LAYOUT_KEYS = frozenset({
+    "doc_id", "doc_type", *_OPTIONAL, *_LISTS, "car_tenant", "car_public", _SCOPE_KEYS, _METADATA_JSON, _LAYOUT,
+    _EDGE_CONFIDENCE,
+})
 """Keys the layout uses for record fields: a scope key may not take one of these names."""
 
 
@@ -148,6 +162,8 @@ class RecordLayout(BaseModel):
         for name, values in lists.items():
             if values:  # Chroma rejects empty lists: an absent key reads as empty
                 meta[name] = json.dumps(list(values), ensure_ascii=False) if self.json_lists else list(values)
+        if record.supersedes_confidence:
+            meta[_EDGE_CONFIDENCE] = json.dumps(record.supersedes_confidence, ensure_ascii=False, sort_keys=True)
         meta.update({k: v for k, v in governance_metadata(record).items() if not isinstance(v, list)})
         meta.update(record.scope)
         if record.metadata:
@@ -217,6 +233,11 @@ class RecordLayout(BaseModel):
             "scope": scope,
             **{name: decode_list(meta.get(name)) for name in _LISTS},
         }
+        if meta.get(_EDGE_CONFIDENCE):
+            weak = json.loads(meta[_EDGE_CONFIDENCE])
+            if not isinstance(weak, dict):
+                raise LayoutError(f"field {_EDGE_CONFIDENCE!r}: expected a JSON object of id -> confidence")
+            fields["supersedes"] = [{"id": d, "confidence": weak[d]} if d in weak else d for d in fields["supersedes"]]
         for name in _OPTIONAL:
             value = meta.get(name)
             if value is not None and value != "":

@@ -25,7 +25,7 @@ from car_rag.graph import AuthorityGraph, SupersessionCycleError
 from car_rag.layout import LayoutError, RecordLayout, decode_list
 from car_rag.policy import WILDCARD, Policy
 from car_rag.records import Record
-from car_rag.resolution import Anchor, RetrievalResult, resolve_authority
+from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, RetrievalResult, resolve_authority
 
 __all__ = [
     "AuthorityClosure", "AuthorityStore", "ScopeQuery", "StoredItem", "aresolve_closure", "minimal_queries", "resolve_closure",
@@ -126,9 +126,13 @@ class AuthorityClosure:
     def __init__(
         self, policy: Policy, query: str, *, layout: RecordLayout | None = None,
         scope_lookup_limit: int = 20, max_rounds: int = 32, foreign_keys: frozenset[str] = frozenset(),
+        min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     ):
         if max_rounds < 1:
             raise ValueError("max_rounds must be >= 1")
+        if not 0.0 <= min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
+        self.min_confidence = min_confidence
         self.policy, self.query, self.layout = policy, query, layout or _LAYOUT
         self.scope_lookup_limit, self.max_rounds, self.foreign_keys = scope_lookup_limit, max_rounds, foreign_keys
         self.graph = AuthorityGraph(policy)
@@ -247,7 +251,8 @@ class AuthorityClosure:
     def finish(self, caller: CallerContext | None = None) -> RetrievalResult:
         """Stage 3 over the records found: car-rag's RSSG and active frontier."""
         return resolve_authority(
-            self.graph, self.policy, self.query, self.anchors, caller, scope_lookup_limit=self.scope_lookup_limit
+            self.graph, self.policy, self.query, self.anchors, caller, scope_lookup_limit=self.scope_lookup_limit,
+            min_confidence=self.min_confidence,
         )
 
 

@@ -2,8 +2,17 @@
 
 A rule ``trigger ⊳ target within keys`` says a record of type ``trigger`` voids a record
 of type ``target`` when both agree on every key in ``within`` (an empty ``within`` makes
-the rule global). ``order`` adds a temporal or version condition. Explicit ``supersedes``
-edges on records always count, whatever the policy.
+the rule global). ``order`` adds a temporal, version or hierarchy condition. Explicit
+``supersedes`` edges on records always count, whatever the policy.
+
+Multi-authority (Definition 10): ``[hierarchies.NAME]`` declares ordered levels (a court
+system, federal over state) read from a record's metadata field; a rule ordered
+``higher_level`` fires from a higher level to a lower one, ``level_then_later`` also from
+a later record of the same level. A pair two relations order both ways (a later district
+ruling against an earlier supreme one) is *disputed*: neither voids the other. An
+*exception* rule (``kind = "exception"``) suspends its target while the exception is
+active; a record of its ``revoked_by`` type, later and in the same scope, revokes it and
+the target controls again.
 
 Optional *states* give the domain's own words to what a record of a type asserts while it
 controls (``vulnerable``, ``patched``, ``good law``, ``overruled`` …) and how an answer
@@ -35,7 +44,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from car_rag.records import Record
 
 __all__ = [
-    "Rule", "State", "Policy", "PolicyArg", "PolicyError", "RecordScope", "LLMScopeExtractor",
+    "Hierarchy", "Rule", "State", "Policy", "PolicyArg", "PolicyError", "RecordScope", "LLMScopeExtractor",
     "load_policy", "builtin_policies", "builtin_vocabularies", "EXPLICIT_RULE",
 ]
 
@@ -68,6 +77,49 @@ def version_is_higher(a: str, b: str) -> bool:
     return ka is not None and kb is not None and ka > kb
 
 
+LEVEL_ORDERS = ("higher_level", "level_then_later")
+"""Rule orders that compare records' levels in a hierarchy."""
+
+
+class Hierarchy(BaseModel):
+    """Ordered levels of authority, highest first (``["supreme", "appellate", "district"]``).
+
+    A record's level is the string in its free ``metadata`` under ``field`` (not a scope
+    key: a level says who issued a record, not what it is about, and a scope key would split
+    the entity bucket the rules pair records in); ``default`` is the level of a record that
+    carries none. A record with no level, or one not in ``levels``, is not ordered by it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    levels: tuple[str, ...] = Field(min_length=1, description="Level names, highest authority first.")
+    field: str = Field(min_length=1, description="The record metadata field holding its level.")
+    default: str | None = Field(default=None, description="Level of a record without the field; None: unordered.")
+
+    @field_validator("levels")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({v for v in value if value.count(v) > 1})
+        if repeated:
+            raise ValueError(f"a level may appear once, repeated: {repeated}")
+        return value
+
+    @model_validator(mode="after")
+    def _default_known(self) -> Hierarchy:
+        if self.default is not None and self.default not in self.levels:
+            raise ValueError(f"default: unknown level {self.default!r}; levels: {list(self.levels)}")
+        return self
+
+    @cached_property
+    def _rank(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.levels)}
+
+    def rank(self, record: Record) -> int | None:
+        """0 for the highest level; None for a record the hierarchy does not order."""
+        value = record.metadata.get(self.field, self.default)
+        return self._rank.get(value) if isinstance(value, str) else None
+
+
 class Rule(BaseModel):
     """``trigger ⊳ target`` within the named scope keys, optionally ordered."""
 
@@ -79,15 +131,30 @@ class Rule(BaseModel):
     within: tuple[str, ...] = Field(
         default=(), description="Scope keys both records must share with equal values; empty = global."
     )
-    order: Literal["any", "later", "higher_version"] = Field(
+    order: Literal["any", "later", "higher_version", "higher_level", "level_then_later"] = Field(
         default="any",
-        description="'later': the trigger's date must be strictly later; 'higher_version': its version higher. "
-        "When the compared value is missing on either record the rule does not fire.",
+        description="'later': the trigger's date must be strictly later; 'higher_version': its version higher; "
+        "'higher_level': its level higher in the rule's hierarchy; 'level_then_later': higher, or the same level "
+        "and later. When the compared value is missing on either record the rule does not fire.",
+    )
+    hierarchy: str | None = Field(default=None, description="The hierarchy a level order compares in.")
+    kind: Literal["supersedes", "exception"] = Field(
+        default="supersedes",
+        description="'exception': the trigger suspends the target only while the trigger is itself active; "
+        "a record of type revoked_by revokes it.",
+    )
+    revoked_by: str | None = Field(
+        default=None, description="For an exception: the doc_type whose later record in the same scope revokes it."
     )
     description: str = ""
     verb: str = Field(
         default="", description="What the trigger does to the target, in the domain's words ('fixes', 'overrules'); "
         "the reader digest says 'supersedes' without it."
+    )
+    confidence: float = Field(
+        default=1.0, ge=0.0, le=1.0,
+        description="How sure an edge this rule makes is (Definition 9): below a query's min_confidence it leaves "
+        "the target active and contested instead of superseded.",
     )
 
     @model_validator(mode="after")
@@ -95,16 +162,23 @@ class Rule(BaseModel):
         overlaps = self.trigger == self.target or WILDCARD in (self.trigger, self.target)
         if overlaps and self.order == "any":
             raise ValueError(
-                f"rule {self.name!r}: trigger and target can be the same type, so it needs order "
-                "'later' or 'higher_version' (otherwise two such records would void each other)"
+                f"rule {self.name!r}: trigger and target can be the same type, so it needs an order "
+                "('later', 'higher_version', 'higher_level', 'level_then_later'), or two such records would void each other"
             )
+        if (self.order in LEVEL_ORDERS) != (self.hierarchy is not None):
+            raise ValueError(f"rule {self.name!r}: hierarchy: a level order ({', '.join(LEVEL_ORDERS)}) names "
+                             "the hierarchy it compares in, and only a level order does")
+        if (self.kind == "exception") != (self.revoked_by is not None):
+            raise ValueError(f"rule {self.name!r}: revoked_by: an exception rule names the doc_type that revokes "
+                             "it, and only an exception rule does")
         return self
 
     def matches_types(self, trigger_type: str, target_type: str) -> bool:
         return self.trigger in (WILDCARD, trigger_type) and self.target in (WILDCARD, target_type)
 
-    def fires(self, trigger: Record, target: Record) -> bool:
-        """Whether this rule makes ``trigger`` supersede ``target``."""
+    def fires(self, trigger: Record, target: Record, hierarchy: Hierarchy | None = None) -> bool:
+        """Whether this rule makes ``trigger`` supersede ``target`` (a level order compares in
+        ``hierarchy``, the policy's hierarchy of this rule)."""
         if trigger.doc_id == target.doc_id or not self.matches_types(trigger.doc_type, target.doc_type):
             return False
         for key in self.within:
@@ -119,7 +193,25 @@ class Rule(BaseModel):
                 and target.version is not None
                 and version_is_higher(trigger.version, target.version)
             )
+        if self.order in LEVEL_ORDERS:
+            high, low = (hierarchy.rank(trigger), hierarchy.rank(target)) if hierarchy is not None else (None, None)
+            if high is None or low is None:
+                return False
+            if high != low or self.order == "higher_level":
+                return high < low
+            return trigger.time is not None and target.time is not None and trigger.time > target.time
         return True
+
+    def revocation(self) -> Rule | None:
+        """For an exception rule, the rule by which a later ``revoked_by`` record in the same
+        scope voids the exception (so the target it suspended controls again)."""
+        if self.kind != "exception" or self.revoked_by is None:
+            return None
+        return Rule(
+            name=f"{self.name}_revoked", trigger=self.revoked_by, target=self.trigger, within=self.within,
+            order="later", confidence=self.confidence, verb="revokes",
+            description=f"A later {self.revoked_by.replace('_', ' ')} revokes the exception of rule {self.name}.",
+        )
 
     def label(self) -> str:
         return f"{self.trigger}⊳{self.target}"
@@ -273,6 +365,9 @@ class Policy(BaseModel):
     record_scope: RecordScope = Field(
         default_factory=RecordScope, description="Extractors filling the scope keys records lack, at ingest."
     )
+    hierarchies: dict[str, Hierarchy] = Field(
+        default_factory=dict, description="Name -> ordered levels that rules with a level order compare in."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -308,11 +403,15 @@ class Policy(BaseModel):
 
     @model_validator(mode="after")
     def _keys_known(self) -> Policy:
-        names = [r.name for r in self.rules]
+        names = [r.name for r in self.edge_rules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"rules: rule names must be unique, repeated: {dupes}")
+            raise ValueError(f"rules: rule names must be unique (an exception's revocation is named <rule>_revoked), "
+                             f"repeated: {dupes}")
         for i, rule in enumerate(self.rules):
+            if rule.hierarchy is not None and rule.hierarchy not in self.hierarchies:
+                raise ValueError(f"rules.{i}.hierarchy: rule {rule.name!r} names unknown hierarchy {rule.hierarchy!r}; "
+                                 f"declared: {sorted(self.hierarchies)}")
             unknown = [k for k in rule.within if k not in self.scope_keys]
             if unknown:
                 raise ValueError(
@@ -371,14 +470,40 @@ class Policy(BaseModel):
                 found[key] = values
         return found
 
+    @cached_property
+    def edge_rules(self) -> tuple[Rule, ...]:
+        """The rules that make edges: the policy's own, then each exception's revocation."""
+        return self.rules + tuple(r for rule in self.rules if (r := rule.revocation()) is not None)
+
+    @cached_property
+    def _rules_by_name(self) -> dict[str, Rule]:
+        return {r.name: r for r in self.edge_rules}
+
+    @cached_property
+    def exception_rules(self) -> frozenset[str]:
+        """Names of the exception rules: their edges suspend a target only while the trigger is active."""
+        return frozenset(r.name for r in self.rules if r.kind == "exception")
+
+    @cached_property
+    def hierarchical_rules(self) -> frozenset[str]:
+        """Names of the rules ordered by a hierarchy: where one orders a pair against another rule, it is disputed."""
+        return frozenset(r.name for r in self.rules if r.order in LEVEL_ORDERS)
+
+    def hierarchy_of(self, rule: Rule) -> Hierarchy | None:
+        return self.hierarchies.get(rule.hierarchy) if rule.hierarchy is not None else None
+
+    def fires(self, rule: Rule, trigger: Record, target: Record) -> bool:
+        """Whether ``rule`` of this policy makes ``trigger`` supersede ``target``."""
+        return rule.fires(trigger, target, self.hierarchy_of(rule))
+
     def edges_between(self, trigger: Record, target: Record) -> list[str]:
         """Names of every rule (or the explicit edge) by which ``trigger`` supersedes ``target``."""
         names = [EXPLICIT_RULE] if target.doc_id in trigger.supersedes else []
-        names.extend(r.name for r in self.rules if r.fires(trigger, target))
+        names.extend(r.name for r in self.edge_rules if self.fires(r, trigger, target))
         return names
 
     def rule(self, name: str) -> Rule | None:
-        return next((r for r in self.rules if r.name == name), None)
+        return self._rules_by_name.get(name)
 
 
 def builtin_policies() -> list[str]:

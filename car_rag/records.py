@@ -19,7 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 __all__ = ["PUBLIC_TENANT", "UNDATED", "LoadReport", "Record", "RecordError", "load_records", "parse_records"]
 
@@ -38,6 +48,17 @@ def _shown(value: object, limit: int = 60) -> str:
     """``repr`` of a value for an error message, cut short so a huge one cannot flood the report."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _entry_problem(entry: dict[str, Any]) -> str | None:
+    """What is wrong with a ``supersedes`` entry written as an object (None: nothing)."""
+    extra = sorted(set(entry) - {"id", "confidence"})
+    if extra or not isinstance(entry.get("id"), str) or not entry.get("id"):
+        return f"an edge object needs exactly 'id' (a doc_id) and 'confidence', got {_shown(entry)}"
+    value = entry.get("confidence")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        return f"confidence of the edge to {_shown(entry['id'])} must be a number in [0, 1], got {_shown(value)}"
+    return None
 
 
 def _not_blank(value: str) -> str:
@@ -85,9 +106,52 @@ class Record(BaseModel):
         default_factory=list, description="Principals allowed to read it; empty means every principal."
     )
     supersedes: list[StrictStr] = Field(
-        default_factory=list, description="Explicit supersession edges: ids this record voids."
+        default_factory=list,
+        description="Explicit supersession edges: ids this record voids; an entry {'id': ..., 'confidence': 0.7} "
+        "gives an edge inferred with that confidence (Definition 9), a plain id one that is certain.",
+    )
+    supersedes_confidence: dict[str, float] = Field(
+        default_factory=dict, exclude=True,
+        description="Confidence of each explicit edge below 1, read from the 'supersedes' entries (never given apart).",
     )
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free metadata, carried through.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_confidences(cls, data: Any) -> Any:
+        # One written form: the confidence travels in its ``supersedes`` entry, so the map is
+        # derived here and never taken as input. Malformed entries stay for ``_entries`` to name.
+        if not isinstance(data, dict):
+            return data
+        if "supersedes_confidence" in data:
+            raise ValueError("supersedes_confidence: give an edge's confidence in its supersedes entry instead")
+        entries = data.get("supersedes")
+        if not isinstance(entries, list) or all(isinstance(e, str) for e in entries):
+            return data
+        ids: list[Any] = []
+        confidence: dict[str, float] = {}
+        for entry in entries:
+            if isinstance(entry, dict) and _entry_problem(entry) is None:
+                ids.append(entry["id"])
+                if entry["confidence"] < 1:
+                    confidence[entry["id"]] = float(entry["confidence"])
+            else:
+                ids.append(entry)
+        return {**data, "supersedes": ids, "supersedes_confidence": confidence}
+
+    @field_validator("supersedes", mode="before")
+    @classmethod
+    def _entries(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for i, entry in enumerate(value):
+                if isinstance(entry, dict):
+                    raise ValueError(f"entry {i}: {_entry_problem(entry)}")
+        return value
+
+    @field_serializer("supersedes")
+    def _with_confidences(self, ids: list[str]) -> list[Any]:
+        weak = self.supersedes_confidence
+        return [{"id": d, "confidence": weak[d]} if d in weak else d for d in ids]
 
     @field_validator("metadata")
     @classmethod
@@ -174,6 +238,10 @@ class Record(BaseModel):
     def time(self) -> datetime | None:
         """The date temporal rules compare: when it takes effect, else when published."""
         return self.effective_at or self.published_at
+
+    def edge_confidence(self, target: str) -> float:
+        """The confidence of this record's explicit edge to ``target`` (1.0: certain)."""
+        return self.supersedes_confidence.get(target, 1.0)
 
     def fingerprint(self) -> str:
         """Content hash used to make re-ingest idempotent."""

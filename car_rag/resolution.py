@@ -23,7 +23,13 @@ from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import Policy
 from car_rag.records import Record
 
-__all__ = ["Anchor", "RetrievalResult", "RetrievedRecord", "ResolutionMode", "resolve_authority"]
+__all__ = ["DEFAULT_MIN_CONFIDENCE", "Anchor", "RetrievalResult", "RetrievedRecord", "ResolutionMode", "resolve_authority"]
+
+DEFAULT_MIN_CONFIDENCE = 0.5
+"""τ of the safe frontier (Definition 9): an edge voids only at this confidence or above.
+0.5 is where a calibrated edge becomes more likely true than false; below it, hiding the
+record would more likely hide what controls than show what is stale, so the record stays
+active and contested, naming its weak voiders. Certain edges (1.0) void at every τ."""
 
 ResolutionMode = Literal["rules", "timestamp"]
 """How Stage 3 decides what voids what: the policy's rules, or the later timestamp (the paper's baseline)."""
@@ -70,6 +76,12 @@ class RetrievedRecord:
     """Every record in this result that voids it, each with the rule of the first hop."""
     voids: list[Edge] = field(default_factory=list)
     """Records in this result it voids."""
+    contested_by: list[Edge] = field(default_factory=list)
+    """Records in this result that void it only through edges below the query's
+    ``min_confidence``, each with the confidence of its surest path: they do not void it."""
+    disputed_by: list[Edge] = field(default_factory=list)
+    """Records in this result that void it by one relation while it voids them by another
+    (a hierarchy against chronology, Definition 10): neither voids the other."""
     hidden_superseder: bool = False
     """Voided by a record the caller may not read (never named): stale, though nothing shown says why."""
     scope_probability: float | None = None
@@ -79,6 +91,12 @@ class RetrievedRecord:
     @property
     def doc_id(self) -> str:
         return self.record.doc_id
+
+    @property
+    def contested(self) -> bool:
+        """Active, though records in the result void it with too little confidence to count:
+        possibly superseded (Definition 9's safe frontier keeps it)."""
+        return self.status == "active" and bool(self.contested_by)
 
     @property
     def displaced(self) -> bool:
@@ -95,8 +113,10 @@ class RetrievedRecord:
             "role": self.role,
             "anchor_id": self.anchor_id,
             "superseded_by": self.superseded_by,
-            "voided_by": [{"doc_id": e.superseder, "rule": e.rule} for e in self.voided_by],
-            "voids": [{"doc_id": e.target, "rule": e.rule} for e in self.voids],
+            "voided_by": [_edge_json(e.superseder, e) for e in self.voided_by],
+            "voids": [_edge_json(e.target, e) for e in self.voids],
+            "contested_by": [_edge_json(e.superseder, e) for e in self.contested_by],
+            "disputed_by": [_edge_json(e.superseder, e) for e in self.disputed_by],
             "hidden_superseder": self.hidden_superseder,
             "scope": self.record.scope,
             "scope_probability": None if self.scope_probability is None else round(self.scope_probability, 4),
@@ -110,6 +130,12 @@ class RetrievedRecord:
                 "contributions": self.stage1.channel_contributions,
             },
         }
+
+
+def _edge_json(other: str, edge: Edge) -> dict[str, Any]:
+    """The record at the other end and the rule; the confidence only where the edge is uncertain."""
+    out: dict[str, Any] = {"doc_id": other, "rule": edge.rule}
+    return out if edge.confidence >= 1.0 else {**out, "confidence": edge.confidence}
 
 
 @dataclass
@@ -173,6 +199,8 @@ class _TimestampRSSG(RSSG):
     def __init__(self, records: dict[str, Record], members: set[str], scope_keys: tuple[str, ...]):
         self.members = members
         self.voided_by = {}
+        self.contested_by = {}
+        self.path_confidence = {}
         buckets: dict[tuple[str | None, ...], list[Record]] = {}
         for doc_id in members:
             rec = records[doc_id]
@@ -195,6 +223,7 @@ def resolve_authority(
     scope_lookup_limit: int = 20,
     scope_ids: dict[str, list[str]] | None = None,
     posterior: ScopePosterior | None = None,
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE,
 ) -> RetrievalResult:
     """Stage 2 + 3: authority closure and active frontier for given Stage-1 anchors.
 
@@ -210,7 +239,13 @@ def resolve_authority(
     names (default: the policy's ``scope_patterns`` over the query); with a ``posterior``
     every record carries its scope's probability (its anchor's, where its own scope is not
     in the posterior).
+
+    Only edges of at least ``min_confidence`` void (the safe frontier, Definition 9); Stage 2
+    still follows weaker ones, so a record they alone void is returned active with its
+    weak voiders beside it in ``contested_by``.
     """
+    if not 0.0 <= min_confidence <= 1.0:
+        raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
     started = time.perf_counter()
     hits = [a.hit() if isinstance(a, Anchor) else a for a in anchors]
     readable: Callable[[str], bool] = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
@@ -234,17 +269,27 @@ def resolve_authority(
     for doc_id, (group, _, _) in list(members.items()):
         for sup in _chain_above(graph, doc_id, resolution):
             admit(sup, group, "superseder", doc_id)
+    disputed = resolution == "rules" and graph.has_disputes()
+    if disputed:
+        # A record that claims authority over a member by a relation the member's own claim
+        # contradicts (Definition 10) is shown beside it, with what controls it.
+        for doc_id, (group, _, _) in list(members.items()):
+            for claim in graph.disputes(doc_id):
+                for other in (claim.superseder, *graph.ancestors(claim.superseder)):
+                    admit(other, group, "superseder", doc_id)
 
     if resolution == "rules":
-        rssg = graph.rssg(members)
+        rssg = graph.rssg(members, min_confidence)
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
-    hidden = {d for d in members if caller is not None and not all(map(readable, graph.ancestors(d)))}
+    hidden = {
+        d for d in members if caller is not None and not all(map(readable, graph.ancestors(d, min_confidence)))
+    }
     stage1 = {h.doc_id: h for h in hits}
     voids: dict[str, list[Edge]] = {}
     for target, sups in rssg.voided_by.items():
         for sup, rule in sups.items():
-            voids.setdefault(sup, []).append(Edge(sup, target, rule))
+            voids.setdefault(sup, []).append(Edge(sup, target, rule, rssg.path_confidence.get((sup, target), 1.0)))
 
     items = []
     for doc_id, (_, role, anchor_id) in members.items():
@@ -260,8 +305,11 @@ def resolve_authority(
                 anchor_id=anchor_id,
                 stage1=stage1.get(doc_id),
                 superseded_by=controlling,
-                voided_by=[Edge(s, doc_id, r) for s, r in sorted(voided.items())],
+                voided_by=[Edge(s, doc_id, r, rssg.path_confidence.get((s, doc_id), 1.0)) for s, r in sorted(voided.items())],
                 voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
+                contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
+                disputed_by=sorted((e for e in graph.disputes(doc_id) if e.superseder in members),
+                                   key=lambda e: e.superseder) if disputed else [],
                 hidden_superseder=doc_id in hidden and not controlling,
             )
         )

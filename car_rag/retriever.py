@@ -18,7 +18,7 @@ from car_rag.channels import ChannelHit, FusedHit, LexicalIndex, reciprocal_rank
 from car_rag.channels.fusion import DEFAULT_TEMPERATURES, calibrated_fusion
 from car_rag.eligibility import CallerContext
 from car_rag.latent_scope import ScopePosterior, estimate_scope_posterior, named_scope_ids, select_anchors
-from car_rag.resolution import ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
+from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
 from car_rag.store import CARStore
 
 __all__ = [
@@ -53,6 +53,9 @@ class ControllingAuthorityRetriever:
     the anchors cover the probable scopes (``scope_ties``, ``scope_decay``: see
     :func:`~car_rag.latent_scope.select_anchors`) and every record reports its scope's
     probability; without it the top ``k1`` fused hits are the anchors, as in the paper.
+
+    ``min_confidence`` is τ of the safe frontier: only edges at least that sure void; see
+    :data:`~car_rag.resolution.DEFAULT_MIN_CONFIDENCE` for why 0.5.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class ControllingAuthorityRetriever:
         latent_scope: bool = True,
         scope_ties: float = SCOPE_TIES,
         scope_decay: float = SCOPE_DECAY,
+        min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     ):
         if anchors not in ("bm25", "dense", "hybrid"):
             raise ValueError(f"anchors must be 'bm25', 'dense' or 'hybrid', got {anchors!r}")
@@ -79,6 +83,8 @@ class ControllingAuthorityRetriever:
             raise ValueError(f"need 1 <= k1 <= depth, got k1={k1}, depth={depth}")
         if fusion not in ("calibrated", "rrf"):
             raise ValueError(f"fusion must be 'calibrated' or 'rrf', got {fusion!r}")
+        if not 0.0 <= min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
         if not 0.0 <= scope_ties < 1.0 or not 0.0 < scope_decay <= 1.0:
             raise ValueError(f"need 0 <= scope_ties < 1 and 0 < scope_decay <= 1, got {scope_ties}, {scope_decay}")
         self.temperatures = {**DEFAULT_TEMPERATURES, **(temperatures or {})}
@@ -94,6 +100,7 @@ class ControllingAuthorityRetriever:
         self.depth = depth
         self.resolution = resolution
         self.scope_lookup_limit = scope_lookup_limit
+        self.min_confidence = min_confidence
         self.lexical = lexical
         self._mask_index: tuple[object, int] | None = None
         self._masks: dict[CallerContext, np.ndarray] = {}
@@ -175,7 +182,7 @@ class ControllingAuthorityRetriever:
             return resolve_authority(
                 self.store.graph, self.store.policy, query, anchors, caller,
                 resolution=self.resolution, scope_lookup_limit=self.scope_lookup_limit,
-                scope_ids=scope_ids, posterior=posterior,
+                scope_ids=scope_ids, posterior=posterior, min_confidence=self.min_confidence,
             )
 
     # ------------------------------------------------------------------ all stages

@@ -158,10 +158,17 @@ class CARStore:
                 doc_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, fingerprint TEXT NOT NULL, body TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS edges (
                 superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
-                PRIMARY KEY (superseder, target));
+                confidence REAL NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target));
             CREATE INDEX IF NOT EXISTS edges_by_target ON edges (target);
+            CREATE TABLE IF NOT EXISTS disputed_edges (
+                superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
+                confidence REAL NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target));
             """
         )
+        if "confidence" not in {row[1] for row in self._db.execute("PRAGMA table_info(edges)")}:
+            # A store from before edge confidence: every edge it holds is certain.
+            with self._db:
+                self._db.execute("ALTER TABLE edges ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0")
         self._client = chroma_client or self._connect_chroma()
         collection = self._client.get_or_create_collection(
             config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
@@ -196,6 +203,8 @@ class CARStore:
                 raise StoreError(f"{config_file}: unsupported store format {config.get('format_version')!r}")
             if wanted is not None and (built := Policy.model_validate(config["policy"])) != wanted:
                 differ = _resolution_differences(built, wanted)
+                if differ and _adds_level_rules_only(built, wanted):
+                    return cls._adopt_level_rules(path, config, wanted, embedder)
                 if differ:
                     raise StoreError(
                         f"store {path} was built with policy {built.name!r}; the policy given ({wanted.name!r}) "
@@ -232,6 +241,24 @@ class CARStore:
         log.info("opened store %s: %d records, policy %r", path, len(store), store.policy.name)
         return store
 
+    @classmethod
+    def _adopt_level_rules(cls, path: Path, config: dict[str, Any], wanted: Policy, embedder: Embedder | None) -> CARStore:
+        """Open a store under a policy that only adds hierarchies and the rules ordered by
+        them (a built-in policy upgraded to multi-authority): where no stored record has a
+        level those rules can read, they make no edge among stored records, so the store
+        takes the new policy for what it ingests next; otherwise it must be rebuilt."""
+        store = cls(path, config, embedder=embedder)
+        added = [h for name, h in wanted.hierarchies.items() if name not in store.policy.hierarchies]
+        if any(h.default is not None or any(h.field in r.metadata for r in store.records.values()) for h in added):
+            store.close()
+            raise StoreError(f"store {path} holds records with levels the policy {wanted.name!r} now orders by: "
+                             "ingest into a new store")
+        store.config = {**config, "policy": json.loads(wanted.model_dump_json())}
+        store.policy = store.graph.policy = wanted
+        (path / CONFIG_FILE).write_text(json.dumps(store.config, indent=2, ensure_ascii=False))
+        log.info("store %s: policy %r now orders by hierarchies %s", path, wanted.name, sorted(wanted.hierarchies))
+        return store
+
     def _connect_chroma(self) -> Any:
         chromadb = require("chromadb", "store", "the store's vector index")
         from chromadb.config import Settings
@@ -261,8 +288,11 @@ class CARStore:
                                  "re-ingest it corrected into a new store") from None
         self._next_seq = (self._db.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0) + 1
         self.graph = AuthorityGraph(self.policy)
-        edges = [Edge(*row) for row in self._db.execute("SELECT superseder, target, rule FROM edges")]
-        self.graph.load_edges(records, edges)
+        edges, disputed = (
+            [Edge(*row) for row in self._db.execute(f"SELECT superseder, target, rule, confidence FROM {table}")]
+            for table in ("edges", "disputed_edges")
+        )
+        self.graph.load_edges(records, edges, disputed)
         # Vectors are written before records, so ids in Chroma that the records table lacks
         # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
         self._orphans: set[str] = set()
@@ -463,11 +493,21 @@ class CARStore:
             for chunk in range(0, len(ids), 500):
                 part = ids[chunk : chunk + 500]
                 marks = ",".join("?" * len(part))
-                self._db.execute(f"DELETE FROM edges WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
-            edges = {
-                (e.superseder, e.target): e.rule for d in ids for e in self.graph.superseders(d) + self.graph.superseded_by(d)
-            }
-            self._db.executemany("INSERT INTO edges VALUES (?, ?, ?)", [(s, t, r) for (s, t), r in edges.items()])
+                for table in ("edges", "disputed_edges"):
+                    self._db.execute(f"DELETE FROM {table} WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
+            graph = self.graph
+            edges = {(e.superseder, e.target): e for d in ids for e in graph.superseders(d) + graph.superseded_by(d)}
+            # A disputed pair's two claims: over each record, and its own over the other.
+            claims = [
+                c for d in ids for e in graph.disputes(d)
+                for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
+            ]
+            disputed = {(c.superseder, c.target): c for c in claims}
+            for table, rows in (("edges", edges), ("disputed_edges", disputed)):
+                self._db.executemany(
+                    f"INSERT INTO {table} (superseder, target, rule, confidence) VALUES (?, ?, ?, ?)",
+                    [(e.superseder, e.target, e.rule, e.confidence) for e in rows.values()],
+                )
         timings["records"] = time.perf_counter() - tick
         tick = time.perf_counter()
         if self.lexical.supports_add and not replaces:
@@ -496,11 +536,20 @@ class CARStore:
         self.flush()
 
 
+def _adds_level_rules_only(built: Policy, wanted: Policy) -> bool:
+    """Whether ``wanted`` is ``built`` plus hierarchies and rules ordered by them, and nothing else
+    that decides edges."""
+    own = [r for r in wanted.rules if r.hierarchy is None]
+    narrowed = wanted.model_copy(update={"rules": tuple(own), "hierarchies": built.hierarchies})
+    kept = all(wanted.hierarchies.get(name) == h for name, h in built.hierarchies.items())
+    return kept and len(own) < len(wanted.rules) and not _resolution_differences(built, narrowed)
+
+
 def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:
     """The fields of two policies that decide edges and scopes and differ (empty: only words or
     ``record_scope`` differ; extractors decide the scope of records ingested next, not an edge
     between stored ones, whose scope is stored with them)."""
     words = {"description", "verb"}
     rules = [r.model_dump(exclude=words) for r in built.rules], [r.model_dump(exclude=words) for r in wanted.rules]
-    fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys")
+    fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys", "hierarchies")
     return [f for f in fields if getattr(built, f) != getattr(wanted, f)] + (["rules"] if rules[0] != rules[1] else [])

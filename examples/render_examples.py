@@ -37,10 +37,12 @@ class Example:
     query: str
     controlling: str
     """The record that must come out active although the query does not match it."""
-    stale: str
-    """The record the query matches, which must come out superseded."""
+    stale: str = ""
+    """The record the query matches, which must come out superseded (empty: none)."""
     caller: CallerContext | None = None
     title: str = ""
+    disputed: str = ""
+    """A record that must come out active with its authority disputed (multi-authority)."""
 
 
 @dataclass
@@ -147,6 +149,18 @@ SCENARIOS: dict[str, Scenario] = {
                 "doc_type": "ruling",
                 "scope": {"case": "pemberton_v_larkspur", "question_id": "Q-fair-use"},
                 "published_at": "2015-03-03",
+                "source": "U.S. Supreme Court",
+                "metadata": {"court_level": "supreme"},
+            },
+            {
+                "doc_id": "pemberton-remand-2019",
+                "text": "On remand the district court declines to follow the earlier holding and finds that the "
+                "commentary defence does not reach a sequel sold as a substitute for the original.",
+                "doc_type": "overruling",
+                "scope": {"case": "pemberton_v_larkspur", "question_id": "Q-fair-use"},
+                "published_at": "2019-06-11",
+                "source": "S.D.N.Y.",
+                "metadata": {"court_level": "district"},
             },
         ],
         examples=[
@@ -154,7 +168,13 @@ SCENARIOS: dict[str, Scenario] = {
                 "Are officers who taser a passively resisting suspect entitled to qualified immunity under Harlan v. Mercer?",
                 controlling="ca8-en-banc-2022",
                 stale="harlan-v-mercer-2014",
-            )
+            ),
+            Example(
+                "Is parody of a novel fair use under Pemberton v. Larkspur Press?",
+                controlling="pemberton-v-larkspur-2015",
+                disputed="pemberton-remand-2019",
+                title="Disputed authority: a later district decision against a Supreme Court ruling",
+            ),
         ],
     ),
     "sec-204a1": Scenario(
@@ -352,8 +372,11 @@ def render_policy(name: str, scenario: Scenario, folder: Path) -> tuple[str, lis
         status = {r.doc_id: r.status for r in result}
         if example.controlling and status.get(example.controlling) != "active":
             problems.append(f"{name}: {example.controlling} is {status.get(example.controlling, 'missing')}, expected active")
-        if status.get(example.stale) != "superseded":
+        if example.stale and status.get(example.stale) != "superseded":
             problems.append(f"{name}: {example.stale} is {status.get(example.stale, 'missing')}, expected superseded")
+        item = result.get(example.disputed) if example.disputed else None
+        if example.disputed and (item is None or item.status != "active" or not item.disputed_by):
+            problems.append(f"{name}: {example.disputed} is not active and disputed")
         lines += ["", f"## {example.title}" if example.title else "## Query", ""]
         if example.title:
             lines += ["**Query**", ""]

@@ -68,6 +68,7 @@ def demo_policy(security_policy: Policy, legal_policy: Policy) -> Policy:
         name="demo",
         scope_keys=sec.scope_keys + leg.scope_keys,
         rules=sec.rules + leg.rules,
+        hierarchies=leg.hierarchies,
         scope_patterns=sec.scope_patterns,
         case_insensitive_keys=sec.case_insensitive_keys,
     )

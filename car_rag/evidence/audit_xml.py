@@ -40,7 +40,9 @@ from car_rag.evidence.packets import (
     AuthorityLink,
     EvidencePacket,
     SupersededMode,
+    confidence_words,
     hidden_only,
+    possibly_superseded_sentence,
     record_label,
     renderable_packets,
     scope_groups,
@@ -115,6 +117,14 @@ def compact_relation_text(link: AuthorityLink, ref: str | None, *, voids: bool) 
 
 def _relation(tag: str, packet: EvidencePacket, link: AuthorityLink, ref: str | None, compact: bool) -> Element:
     voids = tag == "supersedes"
+    if tag == "possibly-superseded-by":
+        target = f"{ref} ({(link.doc_type or 'record').replace('_', ' ')})" if ref and compact else link.label()
+        text = (f"possibly superseded by {target} ({confidence_words(link.confidence)}); too unsure to void it."
+                if compact else possibly_superseded_sentence(packet.label(), link))
+        return Element(tag, {
+            "doc-id": None if ref and compact else link.doc_id, "packet-ref": ref, "rule": link.rule,
+            "confidence": short_number(link.confidence),
+        }, text)
     if not compact:
         attrs = {"doc-id": link.doc_id, "packet-ref": ref, "doc-type": link.doc_type, "rule": link.rule,
                  "scope": format_scope(link.scope) if link.scope else None}
@@ -123,6 +133,8 @@ def _relation(tag: str, packet: EvidencePacket, link: AuthorityLink, ref: str | 
         attrs = {"doc-id": None if ref else link.doc_id, "packet-ref": ref, "rule": link.rule,
                  "scope": format_scope(link.scope) if link.scope and link.scope != packet.scope else None}
         text = compact_relation_text(link, ref, voids=voids)
+    if link.confidence < 1.0:
+        attrs["confidence"] = short_number(link.confidence)
     if not voids:
         attrs["controlling"] = "true" if link.controlling else "false"
         if compact and link.controlling:
@@ -155,6 +167,14 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         el.add(_relation("supersedes", packet, link, refs.get(link.doc_id), compact))
     for link in ep.superseded_by:
         el.add(_relation("superseded-by", packet, link, refs.get(link.doc_id), compact))
+    for link in ep.possibly_superseded_by:
+        el.add(_relation("possibly-superseded-by", packet, link, refs.get(link.doc_id), compact))
+    for link in ep.disputed_by:
+        ref = refs.get(link.doc_id)
+        el.add(Element("disputed-by", {
+            "doc-id": None if ref and compact else link.doc_id, "packet-ref": ref, "rule": link.rule,
+        }, f"{link.label() if not (ref and compact) else ref} claims to supersede it by rule {link.rule}; "
+           "it claims the reverse by another relation: disputed, neither is applied."))
     if ep.conflict_indicators.hidden_superseder:
         # Never an id, a type or a rule of the hidden record: only that it exists.
         el.add(Element("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))
@@ -207,9 +227,39 @@ def _stated_by_links(packets: Sequence[EvidencePacket], members: list[int]) -> b
     )
 
 
+def _dispute_groups(packets: Sequence[EvidencePacket]) -> list[Element]:
+    """A group per disputed pair shown (two relations order it both ways), naming both relations."""
+    ids = {p.doc_id: p for p in packets}
+    out, seen = [], set()
+    for p in packets:
+        for link in p.epistemic_metadata.disputed_by:
+            other = ids.get(link.doc_id)
+            if other is None or frozenset((p.doc_id, other.doc_id)) in seen:
+                continue
+            seen.add(frozenset((p.doc_id, other.doc_id)))
+            back = next((b for b in other.epistemic_metadata.disputed_by if b.doc_id == p.doc_id), None)
+            shared = {k: v for k, v in p.scope.items() if other.scope.get(k) == v}
+            group = Element("conflict-group", {"kind": "disputed-authority", "scope": format_scope(shared) if shared else None})
+            for member in (p, other):
+                group.add(Element("member", {"packet-ref": member.evidence_packet_id, "doc-id": member.doc_id,
+                                             "status": member.status}))
+            claims = [(other, p, link)] + ([(p, other, back)] if back is not None else [])
+            for sup, tgt, claim in claims:
+                group.add(Element("relation", {"rule": claim.rule, "superseder": sup.evidence_packet_id,
+                                               "target": tgt.evidence_packet_id}))
+            words = "; ".join(
+                f"by rule {claim.rule}" + (f" ({claim.rule_description.strip().rstrip('.')})" if claim.rule_description else "")
+                + f" {sup.label()} supersedes {tgt.label()}" for sup, tgt, claim in claims
+            )
+            group.add(Element("note", text=f"authority disputed: {words}. Neither is applied: both are shown."))
+            out.append(group)
+    return out
+
+
 def _conflict_groups(packets: Sequence[EvidencePacket], compact: bool = False) -> list[Element]:
     """Records of one scope (equal scope, or linked by supersession) whose statuses disagree;
-    ``compact`` leaves out groups that only restate their members' supersession links."""
+    ``compact`` leaves out groups that only restate their members' supersession links. Then a
+    group per disputed pair."""
     out = []
     for members in scope_groups(packets):
         statuses = {packets[i].status for i in members}
@@ -229,7 +279,7 @@ def _conflict_groups(packets: Sequence[EvidencePacket], compact: bool = False) -
         ]
         group.add(Element("note", text=f"{len(members)} records{where} disagree in status: " + "; ".join(parts) + "."))
         out.append(group)
-    return out
+    return out + _dispute_groups(packets)
 
 
 def _document(

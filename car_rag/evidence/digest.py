@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from car_rag.evidence.packets import AuthorityLink, EvidencePacket, scope_groups, uncertain_scope
+from car_rag.evidence.packets import AuthorityLink, EvidencePacket, confidence_words, scope_groups, uncertain_scope
 from car_rag.policy import Policy
 
 __all__ = ["DigestLine", "authority_digest", "record_phrase", "subject_phrase"]
@@ -90,9 +90,18 @@ def authority_digest(
         replaced = [p for p in group if not p.is_active]
         states = {policy.state_of(p.doc_type) if policy else None for p in active}
         state = next(iter(states)) if len(states) == 1 else ("disputed" if active else None)
+        disputes = [(p, link) for p in active for link in p.epistemic_metadata.disputed_by
+                    if any(q.doc_id == link.doc_id and q.is_active for q in active)]
+        if disputes:
+            state = "disputed"
         sentences: list[str] = []
         elsewhere: list[str] = []  # replaced records not among the packets, by packet id
-        if state == "disputed":
+        if disputes:
+            claims = "; ".join(f"by rule {link.rule} the {record_phrase(link.doc_type, link.version)} "
+                               f"({refs.get(link.doc_id, link.doc_id)}) supersedes the "
+                               f"{record_phrase(p.doc_type, p.version)} ({p.evidence_packet_id})" for p, link in disputes)
+            sentences.append(f"{subject}: authority disputed: {claims}. Neither is applied; all are shown as current.")
+        elif state == "disputed":
             parts = [f"{_state_words(policy, policy.state_of(p.doc_type) if policy else None, p)} per the "
                      f"{record_phrase(p.doc_type, p.version)} ({p.evidence_packet_id})" for p in active]
             sentences.append(f"{subject}: disputed: " + "; ".join(parts) + ".")
@@ -113,6 +122,13 @@ def authority_digest(
                     elsewhere.append(f"{ref}, not shown")
                 where = " (not in the evidence)" if ref is None else ""
                 sentences.append(f"{lead} {verb} the {record_phrase(link.doc_type, link.version)}{where}.")
+            for p in active:
+                for link in p.epistemic_metadata.possibly_superseded_by:
+                    sentences.append(
+                        f"The {record_phrase(p.doc_type, p.version)} is possibly superseded by the "
+                        f"{record_phrase(link.doc_type, link.version)} ({confidence_words(link.confidence)}); "
+                        "too unsure to void it, so it is shown as current."
+                    )
         for p in replaced:
             replacers = p.epistemic_metadata.superseded_by
             controllers = [link for link in replacers if link.controlling and refs.get(link.doc_id) not in shown]

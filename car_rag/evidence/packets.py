@@ -45,7 +45,10 @@ __all__ = [
     "SupersededMode",
     "renderable_packets",
     "build_packets",
+    "confidence_words",
+    "disputed_sentence",
     "hidden_only",
+    "possibly_superseded_sentence",
     "matching_spans",
     "record_label",
     "scope_groups",
@@ -133,15 +136,18 @@ class AuthorityLink(_Model):
     controlling: bool = Field(
         default=True, description="For a superseded packet: whether this superseder is itself active (it controls)."
     )
+    confidence: float = Field(
+        default=1.0, ge=0.0, le=1.0, description="How sure the edge (or the surest path through others) is; 1.0: certain."
+    )
 
     def label(self) -> str:
         return record_label(self.doc_type, self.version, self.doc_id)
 
 
 class ConflictIndicators(_Model):
-    has_contradiction: bool = Field(description="Whether any record voids this one (visible or not).")
+    has_contradiction: bool = Field(description="Whether any record voids this one (visible or not), however surely.")
     contradicted_by_ids: list[str] = Field(
-        default_factory=list, description="Visible records in this result that void it."
+        default_factory=list, description="Visible records in this result that void it, possibly (contested) or not."
     )
     hidden_superseder: bool = Field(
         default=False, description="Voided by a record the caller may not read (never named)."
@@ -155,6 +161,14 @@ class EpistemicMetadata(_Model):
         default_factory=list, description="Records in this result that void it; 'controlling' marks the active ones."
     )
     supersedes: list[AuthorityLink] = Field(default_factory=list, description="Records in this result it voids.")
+    possibly_superseded_by: list[AuthorityLink] = Field(
+        default_factory=list, description="Records in this result that void it with too little confidence to count "
+        "(below the query's min_confidence): it stays active, contested.",
+    )
+    disputed_by: list[AuthorityLink] = Field(
+        default_factory=list, description="Records in this result that void it by one relation (the link's rule) while "
+        "it voids them by another: the authority is disputed, neither voids the other.",
+    )
     scope_probability: float | None = Field(
         default=None, description="How probable it is that the question is about this record's scope (latent scope)."
     )
@@ -228,6 +242,11 @@ class EvidencePacket(_Model):
     def is_active(self) -> bool:
         return self.status == "active"
 
+    @property
+    def contested(self) -> bool:
+        """Active, though some record voids it with too little confidence to count."""
+        return self.is_active and bool(self.epistemic_metadata.possibly_superseded_by)
+
     def label(self) -> str:
         """Short human name: 'patch release 4.17.12', else '<type> <doc_id>'."""
         return record_label(self.doc_type, self.version, self.doc_id)
@@ -252,16 +271,39 @@ def record_label(doc_type: str | None, version: str | None, doc_id: str) -> str:
 
 
 def supersedes_sentence(label: str, link: AuthorityLink) -> str:
-    return f"{label} supersedes {link.label()}{_scope_phrase(link)}{_rule_phrase(link)}."
+    return f"{label} supersedes {link.label()}{_scope_phrase(link)}{_rule_phrase(link)}{_sureness(link)}."
 
 
 def superseded_by_sentence(label: str, link: AuthorityLink) -> str:
     tail = "" if link.controlling else "; that record is itself superseded"
-    return f"{label} is superseded by {link.label()}{_scope_phrase(link)}{_rule_phrase(link)}{tail}."
+    return f"{label} is superseded by {link.label()}{_scope_phrase(link)}{_rule_phrase(link)}{_sureness(link)}{tail}."
+
+
+def _sureness(link: AuthorityLink) -> str:
+    return f" ({confidence_words(link.confidence)})" if link.confidence < 1.0 else ""
 
 
 def hidden_sentence(label: str) -> str:
     return f"{label} is {HIDDEN_SUPERSEDER_TEXT}."
+
+
+def confidence_words(confidence: float) -> str:
+    """'confidence 0.60': how sure an uncertain edge is, as every rendering says it."""
+    return f"confidence {confidence:.2f}"
+
+
+def disputed_sentence(label: str, link: AuthorityLink, reverse: AuthorityLink | None) -> str:
+    """'authority disputed: by rule R ruling Y supersedes ruling X; by rule S ruling X supersedes ruling Y.'"""
+    claims = [f"by rule {link.rule} {link.label()} supersedes {label}"]
+    if reverse is not None:
+        claims.append(f"by rule {reverse.rule} {label} supersedes {link.label()}")
+    return f"authority disputed: {'; '.join(claims)}; neither is applied, both are shown as current."
+
+
+def possibly_superseded_sentence(label: str, link: AuthorityLink) -> str:
+    """'ruling X is possibly superseded by overruling Y …, by rule R (confidence 0.60); too unsure to void it.'"""
+    return (f"{label} is possibly superseded by {link.label()}{_scope_phrase(link)}{_rule_phrase(link)} "
+            f"({confidence_words(link.confidence)}); too unsure to void it, so it stays active.")
 
 
 def _scope_phrase(link: AuthorityLink) -> str:
@@ -334,6 +376,7 @@ def _link(
         rule_description=rule.description if rule is not None else "",
         scope=scope,
         controlling=controlling,
+        confidence=edge.confidence,
     )
 
 
@@ -349,6 +392,8 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
     # Superseded with no active superseder in view: what controls is a record the caller may not read.
     hidden = item.hidden_superseder or (item.status == "superseded" and not controlling)
     supersedes = [_link(result, policy, e, towards=e.target) for e in item.voids]
+    possibly = [_link(result, policy, e, towards=e.superseder) for e in item.contested_by] if item.status == "active" else []
+    disputed = [_link(result, policy, e, towards=e.superseder) for e in item.disputed_by]
     status: FreshnessStatus = item.status
     label = record_label(record.doc_type, record.version, record.doc_id)
     roles = {
@@ -362,6 +407,10 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
             reasons.append("; ".join(superseded_by_sentence(label, link) for link in superseded_by))
         if hidden:
             reasons.append(hidden_sentence(label))
+    elif possibly or disputed:
+        reasons.extend(disputed_sentence(label, link, _claim_back(result, policy, item, link)) for link in disputed)
+        reasons.extend(possibly_superseded_sentence(label, link) for link in possibly)
+        reasons.extend(supersedes_sentence(label, link) for link in supersedes)
     else:
         reasons.append("active: no retrieved record supersedes it")
         reasons.extend(supersedes_sentence(label, link) for link in supersedes)
@@ -393,12 +442,14 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
         epistemic_metadata=EpistemicMetadata(
             freshness_status=status,
             conflict_indicators=ConflictIndicators(
-                has_contradiction=status == "superseded",
-                contradicted_by_ids=[link.doc_id for link in superseded_by],
+                has_contradiction=status == "superseded" or bool(possibly or disputed),
+                contradicted_by_ids=[link.doc_id for link in [*superseded_by, *possibly, *disputed]],
                 hidden_superseder=hidden,
             ),
             superseded_by=superseded_by,
             supersedes=supersedes,
+            possibly_superseded_by=possibly,
+            disputed_by=disputed,
             scope_probability=item.scope_probability,
         ),
         citation_coordinates=CitationCoordinates(
@@ -420,6 +471,15 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
             relevance_rationale="; ".join(reasons),
         ),
     )
+
+
+def _claim_back(
+    result: RetrievalResult, policy: Policy | None, item: RetrievedRecord, link: AuthorityLink
+) -> AuthorityLink | None:
+    """``item``'s own claim over the record ``link`` names, the other side of their dispute."""
+    other = result.get(link.doc_id)
+    edge = next((e for e in other.disputed_by if e.superseder == item.doc_id), None) if other else None
+    return _link(result, policy, edge, towards=edge.target) if edge is not None else None
 
 
 def _is_active(result: RetrievalResult, doc_id: str) -> bool:
@@ -468,7 +528,7 @@ def scope_groups(packets: Sequence[EvidencePacket]) -> list[list[int]]:
             by_scope.setdefault(tuple(sorted(p.scope.items())), []).append(i)
     for i, p in enumerate(packets):
         ep = p.epistemic_metadata
-        for link in [*ep.supersedes, *ep.superseded_by]:
+        for link in [*ep.supersedes, *ep.superseded_by, *ep.possibly_superseded_by, *ep.disputed_by]:
             for j in by_id.get(link.doc_id, ()):
                 parent[find(j)] = find(i)
     for members in by_scope.values():

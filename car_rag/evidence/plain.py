@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.digest import subject_phrase
-from car_rag.evidence.packets import SupersededMode, uncertain_scope
+from car_rag.evidence.packets import SupersededMode, confidence_words, record_label, uncertain_scope
 from car_rag.evidence.xml_tree import iso_date
 
 if TYPE_CHECKING:
@@ -66,6 +66,11 @@ def oldest_first(records: Iterable[Record]) -> list[Record]:
     return undated + sorted((r for r in records if r.time is not None), key=lambda r: r.time)  # type: ignore[arg-type,return-value]
 
 
+def _label(result: RetrievalResult, doc_id: str) -> str:
+    other = result.get(doc_id)
+    return record_label(other.record.doc_type, other.record.version, doc_id) if other else doc_id
+
+
 def render_plain(
     evidence: RetrievalResult | Sequence[Record],
     *,
@@ -90,8 +95,16 @@ def render_plain(
         raise TypeError("render_plain takes a RetrievalResult or Record objects, not text")
     hidden: set[str] = set()  # voided only by records the caller may not read: nothing shown says so
     guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
+    possibly: dict[str, list[tuple[str, float]]] = {}  # contested doc_id -> (its weak voider's label, confidence)
+    disputed: dict[str, list[str]] = {}  # doc_id -> the records disputing its authority, with their rule
     if hasattr(evidence, "top"):
-        shown = [r for r in evidence.top(k) if superseded == "include" or r.status == "active"]
+        result = cast("RetrievalResult", evidence)
+        shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
+        # Named by label, not by document number: a token budget can renumber the documents.
+        possibly = {r.doc_id: [(_label(result, e.superseder), e.confidence) for e in r.contested_by]
+                    for r in shown if r.contested}
+        disputed = {r.doc_id: [f"{_label(result, e.superseder)} (rule {e.rule})" for e in r.disputed_by]
+                    for r in shown if r.disputed_by}
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]
@@ -104,6 +117,10 @@ def render_plain(
     def doc(i: int, rec: Record, text: str) -> str:
         when = f", {iso_date(rec.time) or 'date unknown'}" if dated else ""
         note = f"; {HIDDEN_REPLACER_NOTE}" if rec.doc_id in hidden else ""
+        for voider, confidence in possibly.get(rec.doc_id, ()):
+            note += f"; possibly superseded by {voider} ({confidence_words(confidence)})"
+        if rec.doc_id in disputed:
+            note += f"; authority disputed by {', '.join(disputed[rec.doc_id])}"
         if rec.doc_id in guessed:
             about = subject_phrase(rec.scope) or "its subject"
             note += f"; probability {guessed[rec.doc_id]} that the question is about {about}"

@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.digest import authority_digest, record_phrase, subject_phrase
-from car_rag.evidence.packets import EvidencePacket, SupersededMode, hidden_only, renderable_packets, uncertain_scope
+from car_rag.evidence.packets import (
+    EvidencePacket,
+    SupersededMode,
+    confidence_words,
+    hidden_only,
+    renderable_packets,
+    uncertain_scope,
+)
 from car_rag.evidence.xml_tree import Element, iso_date
 
 if TYPE_CHECKING:
@@ -73,11 +80,15 @@ def _packet(packet: EvidencePacket, refs: dict[str, str], policy: Policy | None,
     replaced_by = [refs.get(link.doc_id, link.doc_id) for link in ep.superseded_by if link.controlling]
     if ep.conflict_indicators.hidden_superseder and not replaced_by:
         replaced_by = [HIDDEN_REPLACER]
+    possibly = [f"{refs.get(link.doc_id, link.doc_id)} ({confidence_words(link.confidence)})"
+                for link in ep.possibly_superseded_by]
     when = packet.provenance.effective_at or packet.provenance.published_at
     return Element("packet", {
         "id": packet.evidence_packet_id,
         "status": "current" if packet.is_active else "replaced",
         "replaced-by": ", ".join(replaced_by) if not packet.is_active else None,
+        "possibly-replaced-by": ", ".join(possibly) or None,
+        "disputed-with": ", ".join(refs.get(link.doc_id, link.doc_id) for link in ep.disputed_by) or None,
         "type": record_phrase(packet.doc_type),
         "subject": subject_phrase(packet.scope, policy) or None,
         "subject-probability": uncertain_scope(ep.scope_probability),

@@ -583,3 +583,85 @@ def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, sec
     db.close()
     with pytest.raises(StoreError, match=r"stored record 'old' no longer validates \(scope"):
         CARStore.open(tmp_path / "s", security_policy, embedder=embedder)
+
+
+# --------------------------------------------------------------------------- edge confidence
+WEAK = [
+    {"doc_id": "memo-1", "text": "The first travel memo.", "doc_type": "memo"},
+    {"doc_id": "memo-2", "text": "A later travel memo.", "doc_type": "memo",
+     "supersedes": [{"id": "memo-1", "confidence": 0.35}]},
+]
+
+
+def test_edge_confidence_is_persisted_and_read_back(tmp_path, demo_policy, embedder):
+    path = tmp_path / "store"
+    with CARStore.open(path, demo_policy, embedder=embedder) as store:
+        report = store.ingest(WEAK, progress=False)
+        assert report.new_edges == [Edge("memo-2", "memo-1", "explicit", 0.35)]
+    with CARStore.open(path, embedder=embedder) as reopened:
+        assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 0.35)]
+        assert reopened.records["memo-2"].supersedes_confidence == {"memo-1": 0.35}
+
+
+def test_a_store_from_before_edge_confidence_opens_with_certain_edges(tmp_path, demo_policy, embedder):
+    """Its edges table has no confidence column: the store adds it, every old edge certain."""
+    import sqlite3
+
+    path = tmp_path / "store"
+    certain = [WEAK[0], {**WEAK[1], "supersedes": ["memo-1"]}]
+    with CARStore.open(path, demo_policy, embedder=embedder) as store:
+        store.ingest(certain, progress=False)
+    db = sqlite3.connect(path / "records.sqlite")
+    with db:
+        db.executescript(
+            """
+            CREATE TABLE old_edges (superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
+                                    PRIMARY KEY (superseder, target));
+            INSERT INTO old_edges SELECT superseder, target, rule FROM edges;
+            DROP TABLE edges;
+            ALTER TABLE old_edges RENAME TO edges;
+            """
+        )
+    db.close()
+    with CARStore.open(path, embedder=embedder) as reopened:
+        assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 1.0)]
+        reopened.ingest([{**WEAK[1], "text": "A later travel memo, revised."}], progress=False)
+        assert reopened.graph.superseders("memo-1") == [Edge("memo-2", "memo-1", "explicit", 0.35)]
+
+
+def test_disputed_pairs_are_persisted_and_read_back(tmp_path, embedder):
+    from car_rag.policy import load_policy
+
+    policy = load_policy("legal-precedent")
+    rulings = [
+        {"doc_id": "supreme-2001", "text": "The supreme court holds X.", "doc_type": "ruling", "published_at": "2001-01-01",
+         "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "supreme"}},
+        {"doc_id": "district-2010", "text": "The district court overrules X.", "doc_type": "overruling",
+         "published_at": "2010-01-01", "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "district"}},
+    ]
+    with CARStore.open(tmp_path / "store", policy, embedder=embedder) as store:
+        store.ingest(rulings, progress=False)
+        disputed = sorted(store.graph.disputed_edges(), key=lambda e: e.superseder)
+        assert [(e.superseder, e.target) for e in disputed] == [("district-2010", "supreme-2001"), ("supreme-2001", "district-2010")]
+    with CARStore.open(tmp_path / "store", embedder=embedder) as reopened:
+        assert sorted(reopened.graph.disputed_edges(), key=lambda e: e.superseder) == disputed
+        assert reopened.graph.edges() == []
+
+
+def test_a_store_built_before_the_court_hierarchy_opens_under_the_upgraded_policy(tmp_path, embedder):
+    """Adding hierarchy rules changes no edge among records without levels: the store takes the
+    new policy; one whose records carry a level must be rebuilt."""
+    from car_rag.policy import load_policy
+
+    upgraded = load_policy("legal-precedent")
+    before = upgraded.model_copy(update={"rules": upgraded.rules[:-1], "hierarchies": {}})
+    ruling = {"doc_id": "r1", "text": "A ruling.", "doc_type": "ruling", "scope": {"case": "c1", "question_id": "Q1"}}
+    with CARStore.open(tmp_path / "plain", before, embedder=embedder) as store:
+        store.ingest([ruling], progress=False)
+    with CARStore.open(tmp_path / "plain", upgraded, embedder=embedder) as store:
+        assert store.policy == upgraded and len(store) == 1
+    assert json.loads((tmp_path / "plain" / "car-store.json").read_text())["policy"]["hierarchies"]
+    with CARStore.open(tmp_path / "levels", before, embedder=embedder) as store:
+        store.ingest([{**ruling, "metadata": {"court_level": "district"}}], progress=False)
+    with pytest.raises(StoreError, match="holds records with levels"):
+        CARStore.open(tmp_path / "levels", upgraded, embedder=embedder)
