@@ -253,6 +253,10 @@ def _harness(module: str, extra: str) -> ModuleType:
 def _cmd_bench(args: argparse.Namespace) -> int:
     if not args.suite and not (args.corpus and args.queries and args.policy):
         raise UsageError("give --suite NAME, or --corpus, --queries and --policy")
+    if args.base_url and not args.ablation:
+        raise UsageError("--base-url is for --ablation (its query rewrite and HyDE variants)")
+    if args.base_url and not args.model:
+        raise UsageError("--base-url needs --model")
     bench = _harness("car_rag_evals.bench", "bench")
     suites = _harness("car_rag_evals.suites", "bench")
 
@@ -263,7 +267,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag bench ..."
     if args.ablation:
         ablation = _harness("car_rag_evals.ablation", "bench")
-        result = ablation.run_ablation(suite, stores_dir=args.stores, depth=args.depth)
+        client = None
+        if args.base_url:
+            llm = _harness("car_rag_evals.llm", "llm")
+            cache = llm.AnswerCache(args.cache or args.out / f"{suite.name}-ablation.cache.jsonl")
+            client = llm.ChatClient(args.base_url, args.model, cache=cache, timeout=args.timeout, max_retries=args.retries,
+                                    max_tokens=args.max_tokens)
+        result = ablation.run_ablation(suite, stores_dir=args.stores, depth=args.depth, client=client,
+                                       concurrency=args.concurrency)
         for path in ablation.write_ablation(result, args.out, command):
             print(f"wrote {path}")
         print(ablation.markdown(result, command))
@@ -358,6 +369,18 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_options(parser: argparse.ArgumentParser, cache_default: str, purpose: str = "") -> None:
+    """The chat-model options ``eval-llm`` and ``bench --ablation`` share: one spelling, one meaning."""
+    parser.add_argument("--base-url", help=f"{purpose}OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 "
+                                           "(key: $OPENAI_API_KEY or 'sk-local')")
+    parser.add_argument("--model", help="model name on that server")
+    parser.add_argument("--max-tokens", type=_count, default=512, help="answer length cap per model call")
+    parser.add_argument("--concurrency", type=_count, default=4, help="model calls in flight")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
+    parser.add_argument("--retries", type=int, default=4, help="retries per model call")
+    parser.add_argument("--cache", type=Path, help=f"answer cache JSONL, keyed by model and prompt (default: {cache_default})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``car-rag`` argument parser (every subcommand carries its own parser as ``args.parser``)."""
     verbosity = argparse.ArgumentParser(add_help=False)
@@ -441,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = command("bench", "benchmark retrieval systems side by side on a suite",
                     ("car-rag bench --suite ghsa-freeform --k 5 --out evals/results",
+                     "car-rag bench --suite ghsa-freeform --ablation --base-url http://127.0.0.1:8080/v1 --model NAME",
                      "car-rag bench --corpus corpus.jsonl --queries queries.jsonl --policy security-advisory --out runs/mine"))
     bench.add_argument("--suite", help="built-in suite (see car_rag_evals.suites.SUITES)")
     bench.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
@@ -452,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--systems", help="comma-separated subset of systems (default: all)")
     bench.add_argument("--ablation", action="store_true",
                        help="the legal-RAG ablation matrix V0-V9 and car-rag's stages instead (SUITE-ablation.json/.md)")
+    _model_options(bench, "OUT/SUITE-ablation.cache.jsonl", "with --ablation: the query rewrite and HyDE variants' ")
     bench.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     bench.add_argument("--out", type=Path, default=Path("evals/results"), help="results folder")
     bench.set_defaults(func=_cmd_bench)
@@ -462,9 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--suite", required=True, help="built-in suite (see car_rag_evals.suites.SUITES)")
     evalllm.add_argument("--answers", type=Path,
                          help="JSONL of query_id, condition, answer[, controlling_in_context]: classify only")
-    evalllm.add_argument("--base-url",
-                         help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (key: $OPENAI_API_KEY or 'sk-local')")
-    evalllm.add_argument("--model", help="model name on that server")
+    _model_options(evalllm, "OUT/cache.jsonl")
     evalllm.add_argument("--conditions",
                          help="comma-separated, of car_rag_evals.llm.CONDITIONS (default: its DEFAULT_CONDITIONS)")
     evalllm.add_argument("--k", type=_count, default=5, help="records in each context")
@@ -475,13 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="each context fitted to this many tokens by leaving out whole records, least useful first")
     evalllm.add_argument("--max-doc-chars", type=_count,
                          help="also cut each record's text to this many characters, in every condition (default: whole)")
-    evalllm.add_argument("--max-tokens", type=_count, default=512, help="answer length cap per model call")
     evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact",
                          help="XML evidence rendering (render_xml compact=)")
-    evalllm.add_argument("--concurrency", type=_count, default=4, help="model calls in flight")
-    evalllm.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
-    evalllm.add_argument("--retries", type=int, default=4, help="retries per model call")
-    evalllm.add_argument("--cache", type=Path, help="answer cache JSONL (default: OUT/cache.jsonl)")
     evalllm.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     evalllm.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     evalllm.add_argument("--out", type=Path, required=True, help="run folder: report, labels, answers, cache")

@@ -19,7 +19,7 @@ from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore
 from car_rag_evals.framework_systems import FRAMEWORK_LABELS, langchain_ensemble_retriever, llamaindex_fusion_retriever
 
-__all__ = ["FRAMEWORK_SYSTEMS", "SystemOutput", "System", "SYSTEMS", "build_system", "rank_bm25_index"]
+__all__ = ["FRAMEWORK_SYSTEMS", "SystemOutput", "System", "SYSTEMS", "build_system", "embedding_system", "rank_bm25_index"]
 
 
 @dataclass
@@ -59,23 +59,24 @@ class _Lexical(System):
 
 
 class _Dense(System):
-    def __init__(self, name: str, label: str, store: CARStore, depth: int):
+    """MiniLM nearest neighbours of the query's vector: the query's embedding, or what
+    ``embed`` makes of the query (the ablation's rewrite and HyDE)."""
+
+    def __init__(self, name: str, label: str, store: CARStore, depth: int, embed: Callable[[str], Any] | None = None):
         super().__init__(name, label)
         self.store, self.depth = store, depth
+        self.embed = embed or (lambda query: store.embedder.encode([query])[0])
 
     def _rank(self, query: str) -> tuple[list[str], None]:
-        vector = self.store.embedder.encode([query])[0]
-        return [h.doc_id for h in self.store.dense.search(vector, self.depth)], None
+        return [h.doc_id for h in self.store.dense.search(self.embed(query), self.depth)], None
 
 
-class _Hybrid(System):
-    def __init__(self, name: str, label: str, store: CARStore, depth: int):
-        super().__init__(name, label)
-        self.store, self.depth = store, depth
+class _Hybrid(_Dense):
+    """BM25 on the query's words and the dense ranking of its vector, fused by RRF."""
 
     def _rank(self, query: str) -> tuple[list[str], None]:
-        vector = self.store.embedder.encode([query])[0]
-        runs = {"bm25": self.store.lexical.search(query, self.depth), "dense": self.store.dense.search(vector, self.depth)}
+        dense = self.store.dense.search(self.embed(query), self.depth)
+        runs = {"bm25": self.store.lexical.search(query, self.depth), "dense": dense}
         return [h.doc_id for h in reciprocal_rank_fusion(runs, k=self.depth)], None
 
 
@@ -160,3 +161,12 @@ def build_system(name: str, store: CARStore, depth: int = 100) -> System:
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; choose from {sorted(SYSTEMS)}")
     return SYSTEMS[name](store, depth)
+
+
+def embedding_system(base: str, name: str, label: str, store: CARStore, depth: int, embed: Callable[[str], Any]) -> System:
+    """The ``dense`` or ``hybrid`` system with the query's vector made by ``embed`` (the
+    ablation's query rewrite and HyDE); a hybrid's BM25 still reads the question itself."""
+    kinds: dict[str, type[_Dense]] = {"dense": _Dense, "hybrid": _Hybrid}
+    if base not in kinds:
+        raise ValueError(f"no query vector to replace in system {base!r}; choose from {sorted(kinds)}")
+    return kinds[base](name, label, store, depth, embed)

@@ -26,6 +26,8 @@ Modules: :mod:`~car_rag_evals.llm.conditions` (the conditions and the job per qu
 condition), :mod:`~car_rag_evals.llm.client` (the chat client), :mod:`~car_rag_evals.llm.cache`
 (the answer cache), :mod:`~car_rag_evals.llm.runner` (jobs through the model, guard and
 repair, the command) and :mod:`~car_rag_evals.llm.report` (classify, count, pair, write).
+:mod:`~car_rag_evals.llm.expansion` puts the same client and cache to ``bench --ablation``'s
+query rewrite and HyDE.
 """
 
 from car_rag_evals.llm.cache import AnswerCache, cache_key
