@@ -51,8 +51,10 @@ __all__ = [
     "decode_list",
 ]
 
-LAYOUT_VERSION = 1
-"""Written as ``car_layout`` on every record; a reader refuses metadata from a newer layout."""
+LAYOUT_VERSION = 2
+"""Written as ``car_layout`` on every record; a reader refuses metadata from a newer layout.
+2 added ``car_supersedes_confidence``: a reader of layout 1 would take a weak edge as certain,
+so it must refuse such records rather than read them; records of layout 1 read as before."""
 CAR_PREFIX = "car_"
 """car-rag's own metadata keys (layout and annotations) start with this; never free metadata."""
 

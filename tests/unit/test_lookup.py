@@ -185,3 +185,14 @@ def test_a_neutral_anchor_is_fused_by_the_core_not_by_the_caller():
     hit = Anchor("d", 3, 0.7, "dense").hit()
     assert (hit.rank, hit.channel_scores, hit.channel_ranks) == (3, {"dense": 0.7}, {"dense": 3})
     assert hit.score == pytest.approx(1 / 63)
+
+
+def test_a_layout_1_record_still_reads_and_layout_2_carries_edge_confidence():
+    layout = RecordLayout()
+    old = {"doc_id": "d", "doc_type": "patch_release", "car_layout": 1, "package": "p", "cve_id": "CVE-1", "supersedes": '["x"]'}
+    assert list(layout.record(old, "text", SEC).supersedes) == ["x"]
+    weak = Record(doc_id="w", text="t", doc_type="patch_release", scope={"package": "p", "cve_id": "CVE-1"},
+                  supersedes=[{"id": "x", "confidence": 0.4}])
+    meta = layout.metadata(weak)
+    assert meta["car_layout"] == LAYOUT_VERSION == 2
+    assert layout.record(meta, "t", SEC).supersedes_confidence == {"x": 0.4}
