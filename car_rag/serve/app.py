@@ -387,7 +387,7 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
             raise HTTPException(403, f"key {key.name!r} may not write records")
         try:
             data = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser goes
             return JSONResponse(RecordsRejected(detail=f"the body is not JSON: {exc}", errors=[]).model_dump(), 422)
         items = data if isinstance(data, list) else [data]
         if not items:

@@ -207,6 +207,9 @@ def test_a_batch_with_a_bad_record_is_refused_whole_with_the_record_and_field_na
     malformed = httpx.post(f"{url}/records", content=b'{"doc_id": ', headers={**auth("k-owner"),
                            "Content-Type": "application/json"})
     assert malformed.status_code == 422 and "not JSON" in malformed.json()["detail"]
+    deep = httpx.post(f"{url}/records", content=b"[" * 100_000 + b"]" * 100_000, headers={**auth("k-owner"),
+                      "Content-Type": "application/json"})
+    assert deep.status_code == 422 and "not JSON" in deep.json()["detail"]
 
 
 def test_writes_need_a_writer_key_for_their_own_tenant(url, store):
