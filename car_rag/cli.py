@@ -19,12 +19,12 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from car_rag import __version__
 from car_rag.channels.lexical import BACKENDS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
-from car_rag.extras import MissingExtraError
+from car_rag.extras import MissingExtraError, require
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from car_rag.store import CONFIG_FILE
 
@@ -39,7 +39,7 @@ car-rag: Controlling Authority Retrieval. Retrieves the records a question is ab
 the records that supersede them under a policy's rules, and ranks the active (controlling)
 ones first with the superseded ones kept as marked provenance.
 
-store commands:   ingest, query, policies, demo
+store commands:   ingest, query, serve, policies, demo
 harness commands: bench, eval-llm, guard, report, fanin (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
 
 EPILOG = """\
@@ -194,10 +194,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     caller = _caller(args)
     with CARStore.open(args.store) as store:
-        retriever = ControllingAuthorityRetriever(
-            store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution,
-            fusion=args.fusion, latent_scope=args.latent_scope, min_confidence=args.min_confidence,
-        )
+        retriever = ControllingAuthorityRetriever(store, anchors=args.anchors, **_retriever_options(args))
         if not batch:
             result = retriever.retrieve(args.text, caller=caller)
             if fmt == "json":
@@ -228,6 +225,73 @@ def _cmd_query(args: argparse.Namespace) -> int:
             if out is not sys.stdout:
                 out.close()
     return 0
+
+
+def _retriever_arguments(parser: argparse.ArgumentParser) -> None:
+    """The retriever's options, as ``query`` and ``serve`` take them."""
+    parser.add_argument("--k1", type=_count, default=10, help="Stage-1 anchors")
+    parser.add_argument("--depth", type=_count, default=50, help="per-channel Stage-1 depth before fusion")
+    parser.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"], help="Stage-1 channels")
+    parser.add_argument("--fusion", default="calibrated", choices=["calibrated", "rrf"],
+                        help="calibrated: per-channel softmax over the query's scores; rrf: reciprocal rank fusion")
+    parser.add_argument("--no-latent-scope", dest="latent_scope", action="store_false",
+                        help="take the top k1 fused hits as anchors (the paper's two-stage) instead of anchors that "
+                             "cover the probable scopes; records then carry no scope probability")
+    parser.add_argument("--resolution", default="rules", choices=["rules", "timestamp"],
+                        help="rules: the policy's rules; timestamp: the paper's later-in-scope baseline")
+    parser.add_argument("--min-confidence", type=_confidence, default=DEFAULT_MIN_CONFIDENCE,
+                        help="τ: an edge voids only at this confidence or above; a record voided only by weaker edges "
+                             f"stays active, marked possibly superseded (default {DEFAULT_MIN_CONFIDENCE}: an edge voids "
+                             "once it is more likely true than false)")
+
+
+def _retriever_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of :class:`ControllingAuthorityRetriever` (but ``anchors``) from those options."""
+    return {"k1": args.k1, "depth": max(args.depth, args.k1), "resolution": args.resolution, "fusion": args.fusion,
+            "latent_scope": args.latent_scope, "min_confidence": args.min_confidence}
+
+
+UNRESTRICTED_WARNING = (
+    "car-rag serve: WARNING: no --api-keys: every client reads every record and may write records. "
+    "Serve on loopback only, or behind a proxy that authenticates; pass --api-keys FILE for tenancy."
+)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.workers != 1:
+        raise UsageError(
+            f"--workers {args.workers}: one process serves a store (its authority graph and BM25 index live in that "
+            "process's memory, and the BM25 index is saved by it), so workers cannot share one yet; one worker "
+            "answers queries and inserts from many threads"
+        )
+    for module in ("fastapi", "uvicorn", "prometheus_client"):
+        require(module, "serve", "car-rag serve")
+    import uvicorn
+
+    from car_rag.serve.app import Service, create_app
+    from car_rag.serve.keys import load_api_keys
+    from car_rag.store import CARStore
+
+    if not (args.store / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
+    keys = load_api_keys(args.api_keys) if args.api_keys is not None else None
+    if keys is None:
+        print(UNRESTRICTED_WARNING, file=sys.stderr)
+    with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s) as store:
+        service = Service(store, api_keys=keys, timeout_ms=args.timeout_ms, anchors=args.anchors, **_retriever_options(args))
+        app = create_app(service, max_body_bytes=int(args.max_body_mb * 2**20))
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    return 0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -433,20 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--queries", type=Path, help="JSONL query set (query_id, query); one JSON line out per query")
     query.add_argument("--out", type=Path, help="with --queries: write here instead of stdout")
     query.add_argument("--k", type=_count, default=5, help="records to return")
-    query.add_argument("--k1", type=_count, default=10, help="Stage-1 anchors")
-    query.add_argument("--depth", type=_count, default=50, help="per-channel Stage-1 depth before fusion")
-    query.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"], help="Stage-1 channels")
-    query.add_argument("--fusion", default="calibrated", choices=["calibrated", "rrf"],
-                       help="calibrated: per-channel softmax over the query's scores; rrf: reciprocal rank fusion")
-    query.add_argument("--no-latent-scope", dest="latent_scope", action="store_false",
-                       help="take the top k1 fused hits as anchors (the paper's two-stage) instead of anchors that "
-                            "cover the probable scopes; records then carry no scope probability")
-    query.add_argument("--resolution", default="rules", choices=["rules", "timestamp"],
-                       help="rules: the policy's rules; timestamp: the paper's later-in-scope baseline")
-    query.add_argument("--min-confidence", type=_confidence, default=DEFAULT_MIN_CONFIDENCE,
-                       help="τ: an edge voids only at this confidence or above; a record voided only by weaker edges "
-                            f"stays active, marked possibly superseded (default {DEFAULT_MIN_CONFIDENCE}: an edge voids "
-                            "once it is more likely true than false)")
+    _retriever_arguments(query)
     query.add_argument("--format", choices=["table", "json", "evidence", "reader", "xml"],
                        help="json: records with status and edges; evidence: what an LLM reads by default (the records "
                             "as numbered plain documents); reader: the reader-first form (authority digest, packets); "
@@ -455,6 +506,29 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
     query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
     query.set_defaults(func=_cmd_query)
+
+    serve = command(
+        "serve", "answer /retrieve and /records over HTTP (needs car-rag[serve])",
+        ("car-rag serve --store ./store --api-keys keys.toml",
+         "car-rag serve --store ./store --port 8080 --timeout-ms 500 --anchors bm25"),
+        "Serve a store over HTTP (FastAPI + uvicorn): POST /retrieve, POST /records, GET /healthz, /readyz, /metrics; "
+        "OpenAPI at /docs. With --api-keys each request's key decides its tenant and principals (401 without one); "
+        "without it the server is unrestricted. A dense channel slower than 3/4 of --timeout-ms is left out of the "
+        "answer, which says so (diagnostics.degraded).",
+    )
+    serve.add_argument("--store", type=Path, required=True, help="store directory, made by car-rag ingest")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
+    serve.add_argument("--workers", type=_count, default=1, help="server processes (only 1: a store has one owner)")
+    serve.add_argument("--api-keys", type=Path,
+                       help="TOML or JSON keys file: each key's SHA-256, tenant, principals, write (default: no keys, "
+                            "every client reads everything)")
+    serve.add_argument("--timeout-ms", type=_positive, default=2000.0, help="deadline of a /retrieve request")
+    serve.add_argument("--chroma-timeout-s", type=_positive, default=30.0,
+                       help="bound on each call to a Chroma server (a store made with --chroma-url)")
+    serve.add_argument("--max-body-mb", type=_positive, default=16.0, help="larger request bodies are refused (413)")
+    _retriever_arguments(serve)
+    serve.set_defaults(func=_cmd_serve)
 
     demo = command("demo", "dense-only vs BM25-only vs car-rag on the packaged demo corpus",
                    ("car-rag demo", "car-rag demo --k 3 --store ./demo-store"))

@@ -43,25 +43,34 @@ def is_identifier(token: str) -> bool:
     return any(ch.isdigit() for ch in token) or (token.isalpha() and token.isupper() and len(token) <= 5)
 
 
-def named_scope_ids(query: str, policy: Policy, graph: AuthorityGraph) -> dict[str, list[str]]:
+def named_scope_ids(
+    query: str, policy: Policy, graph: AuthorityGraph, readable: Callable[[Record], bool] | None = None
+) -> dict[str, list[str]]:
     """Scope values the question names: the policy's ``scope_patterns``; where they find none,
     identifier-like tokens the store holds as scope values, when together they name every
     scope key of some stored record (a lone ticker is not a scope: it would pull in every
-    record of the ticker)."""
+    record of the ticker). With ``readable``, only records the caller may read count, so the
+    result never tells a caller that a value exists in records it may not see."""
     named = policy.scope_ids_in(query)
     if named:
         return named
+
+    def held(scope: dict[str, str]) -> bool:
+        if readable is None:
+            return bool(graph.lookup(scope))
+        return any(readable(r) for r in graph.lookup(scope))
+
     linked: dict[str, list[str]] = {}
     for match in _TOKEN.finditer(query):
         token = match.group(0)
         if not is_identifier(token):
             continue
         for key in policy.scope_keys:
-            if graph.holds(key, token) and token not in linked.setdefault(key, []):
+            if graph.holds(key, token) and token not in linked.setdefault(key, []) and held({key: token}):
                 linked[key].append(token)
     keys = policy.scope_keys
     if all(linked.get(key) for key in keys) and any(
-        graph.lookup(dict(zip(keys, values))) for values in itertools.product(*(linked[k] for k in keys))
+        held(dict(zip(keys, values))) for values in itertools.product(*(linked[k] for k in keys))
     ):
         return linked
     return {}

@@ -148,7 +148,7 @@ class ControllingAuthorityRetriever:
             return candidates[: self.k1], None, None
         graph, policy = self.store.graph, self.store.policy
         readable = (lambda _r: True) if caller is None else caller.can_read
-        named = named_scope_ids(query, policy, graph)
+        named = named_scope_ids(query, policy, graph, None if caller is None else caller.can_read)
         posterior = estimate_scope_posterior(candidates, graph, policy, named, readable)
         anchors = select_anchors(
             candidates, posterior, graph, policy, self.k1, ties=self.scope_ties, decay=self.scope_decay, readable=readable

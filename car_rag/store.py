@@ -132,9 +132,11 @@ class CARStore:
         *,
         embedder: Embedder | None = None,
         chroma_client: Any = None,
+        chroma_timeout_s: float | None = None,
     ):
         self.path = path
         self.config = config
+        self.chroma_timeout_s = chroma_timeout_s
         self.policy = Policy.model_validate(config["policy"])
         self.embedder = embedder or Embedder(config["embedding_model"])
         if embedder is not None and embedder.model_name != config["embedding_model"]:
@@ -187,12 +189,15 @@ class CARStore:
         embedder: Embedder | None = None,
         bm25_backend: str = "bm25-incremental",
         hnsw: dict[str, Any] | None = None,
+        chroma_timeout_s: float | None = None,
     ) -> CARStore:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
 
         ``chroma_url`` (``http://host:port``) keeps the vectors in a Chroma server instead of
         the embedded database; it is remembered in the store's configuration, as are
         ``bm25_backend`` and the Chroma ``hnsw`` index settings (see ``DEFAULT_HNSW``).
+        ``chroma_timeout_s`` bounds every call to that server (default: none, chromadb's own),
+        so a server that stops answering fails a query or an insert instead of hanging it.
         """
         path = Path(path)
         config_file = path / CONFIG_FILE
@@ -231,13 +236,13 @@ class CARStore:
                 "hnsw": {**DEFAULT_HNSW, **(hnsw or {})},
             }
             try:
-                store = cls(path, config, embedder=embedder)  # connect before the location is pinned
+                store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s)  # connect before pinning
             except Exception as exc:
                 raise StoreError(f"cannot create a store at {path}: {exc}") from exc
             config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False))
             log.info("created store %s (policy %r, vectors in %s)", path, wanted.name, chroma_url or "embedded Chroma")
             return store
-        store = cls(path, config, embedder=embedder)
+        store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s)
         log.info("opened store %s: %d records, policy %r", path, len(store), store.policy.name)
         return store
 
@@ -269,9 +274,12 @@ class CARStore:
             parsed = urlparse(url)
             if parsed.scheme not in ("http", "https") or not parsed.hostname:
                 raise StoreError(f"chroma_url must look like http://host:port, got {url!r}")
-            return chromadb.HttpClient(
+            client = chromadb.HttpClient(
                 host=parsed.hostname, port=parsed.port or 8000, ssl=parsed.scheme == "https", settings=settings
             )
+            if self.chroma_timeout_s is not None:
+                _bound_http_calls(client, self.chroma_timeout_s)
+            return client
         return chromadb.PersistentClient(path=str(self.path / "chroma"), settings=settings)
 
     def _load(self) -> None:
@@ -356,6 +364,7 @@ class CARStore:
         progress: bool = True,
         embeddings: Mapping[str, Sequence[float]] | None = None,
         strict: bool = False,
+        atomic: bool = False,
     ) -> IngestReport:
         """Add or replace records from a JSONL path or an iterable; bad records are reported.
 
@@ -369,6 +378,9 @@ class CARStore:
         record. ``strict`` stores nothing when there is such a record or an extractor matched
         nothing (``report.strict_refused``): a corpus either goes in with every rule able to
         fire, or not at all, and what was stored before is untouched either way.
+
+        ``atomic`` stores nothing when any record is rejected (``report.errors``): a batch goes in
+        whole or not at all, as a service's clients expect of one request.
         """
         started = time.perf_counter()
         label = str(source) if isinstance(source, (str, Path)) else "<records>"
@@ -398,6 +410,8 @@ class CARStore:
         if strict and (report.missing_scope or report.warnings):
             report.strict_refused = True
             changed = []
+        if atomic and report.errors:
+            changed = []
         if not changed:
             self._log_ingest(label, report)
             return report
@@ -409,17 +423,24 @@ class CARStore:
             accepted: list[Record] = []
             try:
                 tick = time.perf_counter()
+                replaced: list[Record | None] = []  # what each accepted record replaced in the graph
                 for record in changed:
                     if fingerprints.get(record.doc_id) == record.fingerprint():
                         report.unchanged += 1
                         continue
+                    previous = self.graph.records.get(record.doc_id)
                     try:
                         report.new_edges.extend(self.graph.add(record))
                     except SupersessionCycleError as exc:
                         line = loaded.lines.get(record.doc_id)
                         report.errors.append(RecordError(label, line, record.doc_id, "supersedes", str(exc)))
+                        if atomic:
+                            self._undo(accepted, replaced, report)
+                            accepted = []
+                            break
                         continue
                     accepted.append(record)
+                    replaced.append(previous)
                     (report.updated if record.doc_id in fingerprints else report.added).append(record.doc_id)
                 report.timings_s["graph"] = time.perf_counter() - tick
                 if accepted:
@@ -432,6 +453,15 @@ class CARStore:
                 raise
         self._log_ingest(label, report)
         return report
+
+    def _undo(self, accepted: list[Record], replaced: list[Record | None], report: IngestReport) -> None:
+        """Take an atomic batch's records back out of the graph, newest first, restoring what each
+        replaced; nothing of the batch has been written yet."""
+        for record, previous in zip(reversed(accepted), reversed(replaced)):
+            self.graph.remove(record.doc_id)
+            if previous is not None:
+                self.graph.add(previous)
+        report.added, report.updated, report.new_edges = [], [], []
 
     def _log_ingest(self, label: str, report: IngestReport) -> None:
         log.info("%s: ingested %s: %s; %d records held", self.path, label, report.summary(), len(self))
@@ -543,6 +573,20 @@ def _adds_level_rules_only(built: Policy, wanted: Policy) -> bool:
     narrowed = wanted.model_copy(update={"rules": tuple(own), "hierarchies": built.hierarchies})
     kept = all(wanted.hierarchies.get(name) == h for name, h in built.hierarchies.items())
     return kept and len(own) < len(wanted.rules) and not _resolution_differences(built, narrowed)
+
+
+def _bound_http_calls(client: Any, seconds: float) -> None:
+    """Give a Chroma HTTP client's calls a timeout. chromadb (1.5) builds its httpx session with
+    ``timeout=None`` and offers no setting, so a server that accepts and never answers would hang
+    a query or an insert for ever, holding the store's lock; the session is reached through the
+    client's private ``_server``, and a chromadb without it is named in a warning."""
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if not isinstance(session, httpx.Client):
+        log.warning("cannot bound Chroma's HTTP calls to %s s: this chromadb keeps its HTTP session elsewhere", seconds)
+        return
+    session.timeout = httpx.Timeout(seconds)
 
 
 def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:

@@ -3,77 +3,20 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
+from servers import HOST, chroma_http_client, chroma_run, free_port
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 
 pytestmark = pytest.mark.server
 
-HOST = "127.0.0.1"
-
-
-def _chroma_cli() -> str:
-    beside = Path(sys.executable).parent / "chroma"
-    if beside.is_file():
-        return str(beside)
-    found = shutil.which("chroma")
-    if found is None:
-        pytest.fail(f"the `chroma` CLI (from chromadb) is neither at {beside} nor on PATH")
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def _http_client(port: int):
-    import chromadb
-    from chromadb.config import Settings
-
-    return chromadb.HttpClient(host=HOST, port=port, settings=Settings(anonymized_telemetry=False))
-
 
 @pytest.fixture(scope="module")
 def chroma_server(tmp_path_factory):
     """`chroma run` on a free loopback port; yields (url, port)."""
-    folder = tmp_path_factory.mktemp("chroma-server")
-    port = _free_port()
-    log = (folder / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [_chroma_cli(), "run", "--host", HOST, "--port", str(port), "--path", str(folder / "data")],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"chroma run exited with {proc.returncode}: {(folder / 'server.log').read_text()[-2000:]}")
-            try:
-                _http_client(port).heartbeat()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"chroma run did not answer within 30 s: {(folder / 'server.log').read_text()[-2000:]}")
-                time.sleep(0.25)
-        yield f"http://{HOST}:{port}", port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
+    with chroma_run(tmp_path_factory.mktemp("chroma-server")) as (url, port, _):
+        yield url, port
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +75,7 @@ def test_reopening_without_url_reuses_the_server(server_store_path, chroma_serve
 def test_records_are_visible_through_a_fresh_http_client(server_store_path, chroma_server, demo_records):
     _, port = chroma_server
     name = json.loads((server_store_path / "car-store.json").read_text())["collection"]
-    client = _http_client(port)
+    client = chroma_http_client(port)
     assert name in [c.name for c in client.list_collections()]
     collection = client.get_collection(name)
     assert collection.count() == 45
@@ -150,7 +93,7 @@ def test_records_are_visible_through_a_fresh_http_client(server_store_path, chro
 def test_failed_create_against_an_unreachable_server_can_be_retried(chroma_server, tmp_path, demo_policy, embedder):
     url, _ = chroma_server
     path = tmp_path / "store"
-    dead = f"http://{HOST}:{_free_port()}"
+    dead = f"http://{HOST}:{free_port()}"
     with pytest.raises((StoreError, ValueError), match="(?i)connect"):
         CARStore.open(path, demo_policy, chroma_url=dead, embedder=embedder)
     store = CARStore.open(path, demo_policy, chroma_url=url, embedder=embedder)

@@ -359,6 +359,28 @@ def test_replacement_closing_a_cycle_keeps_the_previous_version(fresh_store):
     assert again.unchanged == 1 and again.updated == [] and again.new_edges == []
 
 
+
+def test_an_atomic_batch_with_a_rejected_record_stores_none_of_it(fresh_store):
+    store = fresh_store
+    edges, before, vectors = edge_set(store), dict(store.records), store.dense.collection.count()
+    amended = {**store.get(ZIP_FIRST_FIX).model_dump(mode="json"), "text": "2.3.1 (amended notes)"}
+    fresh = {"doc_id": "sec-axios-cve-2099-10111-disclosure", "text": "CVE-2099-10111: axios leaks proxy credentials.",
+             "doc_type": "vulnerability_disclosure", "scope": {"package": "axios", "cve_id": "CVE-2099-10111"}}
+    cyclic = {"doc_id": "sec-axios-cve-2099-10003-reopened", "text": "CVE-2099-10003 reopened: the 1.7.4 fix is incomplete.",
+              "doc_type": "vulnerability_disclosure", "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
+              "supersedes": [AXIOS_PATCH]}
+    bad_field = {**fresh, "doc_id": "sec-bad-date", "published_at": 2024}
+
+    for batch, field in (([amended, fresh, cyclic], "supersedes"), ([fresh, bad_field, amended], "published_at")):
+        report = store.ingest(batch, progress=False, atomic=True)
+        assert [e.field for e in report.errors] == [field]
+        assert report.added == report.updated == report.new_edges == []
+        assert dict(store.records) == before and edge_set(store) == edges
+        assert store.dense.collection.count() == vectors and fresh["doc_id"] not in store.lexical.doc_ids
+
+    report = store.ingest([amended, fresh], progress=False, atomic=True)  # without the bad record: all of it
+    assert report.errors == [] and report.updated == [ZIP_FIRST_FIX] and report.added == [fresh["doc_id"]]
+
 # --------------------------------------------------------------------------- Chroma batches
 def _generated(n_pairs: int, offset: int = 0) -> list[dict]:
     out = []

@@ -45,7 +45,7 @@ def test_a_closed_stdout_ends_quietly() -> None:
 def test_every_option_has_help_with_its_default_and_every_command_an_example() -> None:
     parser = build_parser()
     commands = _subparsers(parser)
-    assert set(commands) == {"ingest", "query", "demo", "bench", "eval-llm", "guard", "report", "fanin", "policies"}
+    assert set(commands) == {"ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "report", "fanin", "policies"}
     for name, sub in {"": parser, **commands}.items():
         text = sub.format_help()
         if name:
@@ -61,7 +61,7 @@ def test_every_option_has_help_with_its_default_and_every_command_an_example() -
 
 def test_top_level_help_names_every_command_and_the_exit_codes() -> None:
     text = build_parser().format_help()
-    for name in ("ingest", "query", "demo", "bench", "eval-llm", "guard", "policies"):
+    for name in ("ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "policies"):
         assert name in text.split("options:")[0]
     assert "1 runtime error" in text and "2 usage error" in text and "--version" in text
 

@@ -184,3 +184,14 @@ def test_a_certain_scope_adds_no_words():
     assert {r.scope_probability for r in result} == {1.0}
     for text in (render_reader(result, policy=SEC), render_xml(result, policy=SEC), render_plain(result)):
         assert "probability" not in text
+
+
+def test_a_scope_held_only_by_records_the_caller_may_not_read_is_not_named():
+    graph = graph_of(
+        Record(doc_id="ok", text="Compliance approved EMP030-Harris's request to trade C.", doc_type="pre_clearance_approved",
+               scope={"employee": "EMP030-Harris", "ticker": "C"}, tenant="acme"),
+        policy=FIN,
+    )
+    question = "Does EMP030-Harris's C transaction pass compliance review?"
+    assert named_scope_ids(question, FIN, graph, CallerContext("other").can_read) == {}
+    assert named_scope_ids(question, FIN, graph, CallerContext("acme").can_read) == {"employee": ["EMP030-Harris"], "ticker": ["C"]}

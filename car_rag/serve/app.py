@@ -1,0 +1,425 @@
+"""``car-rag serve``: the retriever over HTTP (FastAPI), with API-key tenancy, a per-request
+deadline that answers from BM25 when the dense channel is slow, and Prometheus metrics.
+
+One process owns the store and serves queries and inserts from many threads (the store's
+readers-writer lock keeps each query on one state of it). The dense channel (the query
+embedding, then Chroma) runs beside BM25 in a small pool of its own: when it has not answered
+within three quarters of the deadline the answer is fused from BM25 alone and says so
+(``diagnostics.degraded``); a request never waits past its deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import anyio
+from fastapi import Depends, FastAPI, HTTPException, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from car_rag import __version__
+from car_rag.channels import ChannelHit
+from car_rag.eligibility import CallerContext
+from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
+from car_rag.records import Record
+from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
+from car_rag.serve.keys import ApiKey, ApiKeys
+from car_rag.serve.schema import (
+    Candidate,
+    ChannelEvidence,
+    Diagnostics,
+    EdgeOut,
+    EvidencePack,
+    RankedRecord,
+    RecordProblem,
+    RecordsRejected,
+    RecordsResponse,
+    RetrieveRequest,
+    RetrieveResponse,
+    ScopeProbability,
+)
+from car_rag.store import CARStore
+
+__all__ = ["Service", "create_app", "DENSE_SHARE", "DENSE_THREADS"]
+
+log = logging.getLogger(__name__)
+
+DENSE_SHARE = 0.75
+"""Of a request's deadline, how long the dense channel may take; the rest is for fusion, Stages 2-3
+and rendering from what arrived."""
+DENSE_THREADS = 4
+"""Dense searches in flight at once; more wait (and, past their share of the deadline, are left out),
+so a stalled vector store ties up these threads, not the server's."""
+_PATHS = frozenset({"/retrieve", "/records", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
+_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Unavailable(RuntimeError):
+    """What the service cannot do now (not ready, the vector store down): a 503 that says why."""
+
+
+class Metrics:
+    """Prometheus metrics of one server, in a registry of its own. No label carries a tenant,
+    a key or anything from a request but its path and status."""
+
+    def __init__(self, store: CARStore):
+        self.registry = CollectorRegistry()
+        self.requests = Histogram("car_rag_http_request_seconds", "HTTP requests by path and status", ["path", "status"],
+                                  buckets=_SECONDS, registry=self.registry)
+        self.stages = Histogram("car_rag_retrieve_stage_seconds", "Time per /retrieve stage", ["stage"],
+                                buckets=_SECONDS, registry=self.registry)
+        self.degraded = Counter("car_rag_degraded_answers", "Answers that left a channel out", ["channel"],
+                                registry=self.registry)
+        self.ingested = Counter("car_rag_records_ingested", "Records posted, by outcome", ["outcome"], registry=self.registry)
+        Gauge("car_rag_store_records", "Records in the store", registry=self.registry).set_function(lambda: len(store))
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Service:
+    """What the HTTP layer calls: retrieval under a deadline, atomic inserts, readiness."""
+
+    def __init__(
+        self,
+        store: CARStore,
+        *,
+        api_keys: ApiKeys | None = None,
+        timeout_ms: float = 2000,
+        anchors: AnchorMode = "hybrid",
+        **retriever_options: Any,
+    ):
+        if timeout_ms <= 0:
+            raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
+        self.store = store
+        self.api_keys = api_keys
+        self.timeout_s = timeout_ms / 1000
+        self.anchors = anchors
+        self._options = retriever_options
+        self.not_ready: str | None = "loading the retriever (and the embedding model)"
+        self.metrics = Metrics(store)
+        self._dense_pool = ThreadPoolExecutor(DENSE_THREADS, thread_name_prefix="car-rag-dense")
+        self._resolver: ControllingAuthorityRetriever | None = None
+        self._bm25: ControllingAuthorityRetriever | None = None
+        self._dense: ControllingAuthorityRetriever | None = None
+
+    def load(self) -> None:
+        """Build the retrievers (loading MiniLM for a dense channel); /readyz answers 200 after."""
+        try:
+            make = ControllingAuthorityRetriever
+            self._resolver = make(self.store, anchors=self.anchors, **self._options)
+            if self.anchors != "dense":
+                self._bm25 = make(self.store, anchors="bm25", **self._options)
+            if self.anchors != "bm25":
+                self._dense = make(self.store, anchors="dense", **self._options)
+            self.not_ready = None
+        except Exception as exc:
+            log.exception("the retriever could not be built")
+            self.not_ready = f"the retriever could not be built: {type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        self._dense_pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ retrieval
+    def answer(self, request: RetrieveRequest, caller: CallerContext | None) -> RetrieveResponse:
+        resolver = self._resolver
+        if resolver is None or self.not_ready:
+            raise Unavailable(f"not ready: {self.not_ready}")
+        query = request.query
+        started = time.perf_counter()
+        dense = self._dense_pool.submit(_timed, self._dense.channel_runs, query, caller) if self._dense else None
+        runs: dict[str, list[ChannelHit]] = {}
+        timings: dict[str, float] = {}
+        degraded: list[str] = []
+        if self._bm25 is not None:
+            got, timings["bm25"] = _timed(self._bm25.channel_runs, query, caller)
+            runs.update(got)
+        if dense is not None:
+            self._collect_dense(dense, started + self.timeout_s * DENSE_SHARE, runs, timings, degraded)
+        result = resolver.resolve_runs(query, runs, caller, started=started)
+        tick = time.perf_counter()
+        k, policy = request.k, self.store.policy
+        if request.format == "json":
+            evidence = EvidencePack(format="json", packets=build_packets(result, policy, k))
+        elif request.format == "xml":
+            evidence = EvidencePack(format="xml", text=render_xml(result, policy=policy, k=k, token_budget=request.token_budget))
+        elif request.format == "reader":
+            evidence = EvidencePack(format="reader",
+                                    text=render_reader(result, policy=policy, k=k, token_budget=request.token_budget))
+        else:
+            evidence = EvidencePack(format="plain", text=render_plain(result, k=k, token_budget=request.token_budget))
+        timings.update(result.timings_ms)
+        timings["evidence"] = (time.perf_counter() - tick) * 1000
+        anchors = {h.doc_id for h in result.anchors}
+        candidates = [
+            Candidate(
+                doc_id=hit.doc_id, rank=hit.rank, score=hit.score, anchor=hit.doc_id in anchors,
+                channels={
+                    name: ChannelEvidence(score=score, rank=hit.channel_ranks[name],
+                                          contribution=hit.channel_contributions.get(name))
+                    for name, score in hit.channel_scores.items()
+                },
+            )
+            for hit in resolver.fuse(runs)
+        ]
+        posterior = result.scope_posterior
+        for stage, ms in timings.items():
+            self.metrics.stages.labels(stage).observe(ms / 1000)
+        return RetrieveResponse(
+            query=query,
+            k=k,
+            candidates=candidates,
+            reranked=[
+                RankedRecord.model_validate({**rec.to_dict(), "text": rec.record.text if request.with_text else None})
+                for rec in result.top(k)
+            ],
+            evidence_pack=evidence,
+            diagnostics=Diagnostics(
+                timings_ms={name: round(ms, 3) for name, ms in timings.items()},
+                channel_hits={name: len(hits) for name, hits in runs.items()},
+                anchors=len(result.anchors),
+                scope_ids=result.scope_ids,
+                scope_posterior=None if posterior is None else [ScopeProbability.model_validate(p) for p in posterior.to_dict()],
+                degraded=degraded,
+            ),
+        )
+
+    def _collect_dense(
+        self,
+        future: Future[tuple[dict[str, list[ChannelHit]], float]],
+        deadline: float,
+        runs: dict[str, list[ChannelHit]],
+        timings: dict[str, float],
+        degraded: list[str],
+    ) -> None:
+        """The dense run if it arrives by ``deadline``; else the reason it is left out."""
+        try:
+            got, timings["dense"] = future.result(timeout=max(0.0, deadline - time.perf_counter()))
+            runs.update(got)
+            return
+        except FutureTimeout:
+            future.cancel()  # still queued behind stalled searches: never started
+            reason = f"timeout after {self.timeout_s * DENSE_SHARE * 1000:.0f} ms"
+        except Exception as exc:  # the vector store refused or failed: answer without it
+            log.warning("dense channel failed: %s: %s", type(exc).__name__, exc)
+            reason = f"unavailable ({type(exc).__name__})"
+        degraded.append(f"dense: {reason}")
+        self.metrics.degraded.labels("dense").inc()
+
+    # ------------------------------------------------------------------ inserts
+    def insert(self, items: list[Any], key: ApiKey | None) -> RecordsResponse | RecordsRejected:
+        """Ingest a batch whole or not at all; what it voided, as far as ``key`` may read."""
+        try:
+            report = self.store.ingest(items, progress=False, atomic=True)
+        except Exception as exc:
+            log.warning("insert failed: %s: %s", type(exc).__name__, exc)
+            self.metrics.ingested.labels("failed").inc(len(items))
+            raise Unavailable(f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry") \
+                from exc
+        if report.errors:
+            self.metrics.ingested.labels("rejected").inc(len(items))
+            return RecordsRejected(
+                detail=f"{len({e.line for e in report.errors})} of {len(items)} records rejected; nothing was stored",
+                errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in report.errors],
+            )
+        for outcome, count in (("added", len(report.added)), ("updated", len(report.updated)), ("unchanged", report.unchanged)):
+            self.metrics.ingested.labels(outcome).inc(count)
+        with self.store.lock.read():
+            records = self.store.records
+            readable: Callable[[str], bool] = (lambda _d: True) if key is None else (
+                lambda d: d in records and key.caller.can_read(records[d]))
+            edges = [e for e in report.new_edges if readable(e.superseder) and readable(e.target)]
+        return RecordsResponse(
+            added=report.added, updated=report.updated, unchanged=report.unchanged,
+            newly_superseded=sorted({e.target for e in edges}),
+            new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in edges],
+            warnings=[str(m) for m in report.missing_scope] + report.warnings,
+        )
+
+
+def _timed(
+    run: Callable[[str, CallerContext | None], dict[str, list[ChannelHit]]], query: str, caller: CallerContext | None
+) -> tuple[dict[str, list[ChannelHit]], float]:
+    tick = time.perf_counter()
+    return run(query, caller), (time.perf_counter() - tick) * 1000
+
+
+# ---------------------------------------------------------------------- HTTP
+class _TooLarge(Exception):
+    pass
+
+
+class _Edge:
+    """Outermost ASGI layer: refuses bodies over ``max_body`` bytes (413), times every request
+    into the metrics and marks every response ``nosniff`` (a JSON string holding retrieved text
+    is never read as HTML)."""
+
+    def __init__(self, app: Any, metrics: Metrics, max_body: int):
+        self.app, self.metrics, self.max_body = app, metrics, max_body
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), [500]
+
+        async def marked(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-content-type-options", b"nosniff")]
+            await send(message)
+
+        received = 0
+
+        async def limited() -> Any:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_body:
+                raise _TooLarge
+            return message
+
+        try:
+            length = dict(scope["headers"]).get(b"content-length")
+            if length is not None and int(length) > self.max_body:
+                raise _TooLarge
+            await self.app(scope, limited, marked)
+        except _TooLarge:
+            await JSONResponse({"detail": f"the body is larger than {self.max_body} bytes"}, 413)(scope, receive, marked)
+        except ValueError:  # a Content-Length that is not a number
+            await JSONResponse({"detail": "bad Content-Length header"}, 400)(scope, receive, marked)
+        finally:
+            path = scope["path"] if scope["path"] in _PATHS else "other"
+            self.metrics.requests.labels(path, str(status[0])).observe(time.perf_counter() - started)
+
+
+_RECORDS_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "one record, or a list of them, in the neutral format (README, Records)",
+        "content": {"application/json": {"schema": {"anyOf": [
+            Record.model_json_schema(), {"type": "array", "items": Record.model_json_schema()}]}}},
+    }
+}
+
+
+_BEARER = HTTPBearer(auto_error=False, description="an API key of the server's keys file")
+
+
+def _authenticate(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
+) -> ApiKey | None:
+    """The key a request presents (None on a server without keys); 401 without a known one."""
+    keys: ApiKeys | None = request.app.state.service.api_keys
+    if keys is None:
+        return None
+    if credentials is None:
+        raise HTTPException(401, "missing API key: send 'Authorization: Bearer KEY'", {"WWW-Authenticate": "Bearer"})
+    key = keys.lookup(credentials.credentials)
+    if key is None:
+        raise HTTPException(401, "unknown API key", {"WWW-Authenticate": "Bearer"})
+    return key
+
+
+Key = Annotated[ApiKey | None, Depends(_authenticate)]
+
+
+def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
+    """The ASGI application over ``service`` (the retriever is built when the app starts, so the
+    port opens at once and /readyz says when it can answer)."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        threading.Thread(target=service.load, name="car-rag-load", daemon=True).start()
+        yield
+        service.close()
+
+    app = FastAPI(
+        title="car-rag", version=__version__, lifespan=lifespan,
+        description="Controlling Authority Retrieval: the records a question is about, the ones that void them, "
+                    "and which control.",
+    )
+    app.state.service = service
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's default echoes each bad value ("input"): a 100k-character query, or text, back.
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, 422)
+
+    @app.exception_handler(Unavailable)
+    async def unavailable(_: Request, exc: Unavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, 503)
+
+    @app.post("/retrieve", response_model=RetrieveResponse, responses={
+        400: {"description": "a caller in the body of a server with API keys"}, 401: {"description": "no or unknown key"},
+        503: {"description": "not ready, or no answer within the deadline"}})
+    async def retrieve(body: RetrieveRequest, key: Key) -> RetrieveResponse:
+        """Rank the controlling records for a question: candidates, the final ranking, the evidence, diagnostics."""
+        if key is not None and body.caller is not None:
+            raise HTTPException(400, "this server takes the caller from the API key: leave 'caller' out of the body")
+        caller = key.caller if key is not None else (
+            None if body.caller is None else CallerContext(body.caller.tenant, frozenset(body.caller.principals)))
+        try:
+            with anyio.fail_after(service.timeout_s):
+                return await anyio.to_thread.run_sync(service.answer, body, caller, abandon_on_cancel=True)
+        except TimeoutError:
+            raise HTTPException(503, f"no answer within {service.timeout_s * 1000:.0f} ms: the store is busy") from None
+
+    @app.post("/records", response_model=RecordsResponse, openapi_extra=_RECORDS_BODY, responses={
+        401: {"description": "no or unknown key"}, 403: {"description": "the key may not write these records"},
+        413: {"description": "body too large"}, 422: {"model": RecordsRejected, "description": "nothing was stored"},
+        503: {"description": "the store did not take the batch; nothing was stored"}})
+    async def records(request: Request, key: Key) -> Any:
+        """Add or replace records (idempotent by doc_id), all or none; says what they voided."""
+        if key is not None and not key.write:
+            raise HTTPException(403, f"key {key.name!r} may not write records")
+        try:
+            data = json.loads(await request.body())
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser goes
+            return JSONResponse(RecordsRejected(detail=f"the body is not JSON: {exc}", errors=[]).model_dump(), 422)
+        items = data if isinstance(data, list) else [data]
+        if not items:
+            return JSONResponse(RecordsRejected(detail="no records in the body", errors=[]).model_dump(), 422)
+        if key is not None and key.tenant is not None:
+            for number, item in enumerate(items, start=1):
+                if not isinstance(item, dict) or item.get("tenant") != key.tenant:
+                    doc_id = item.get("doc_id") if isinstance(item, dict) else None
+                    raise HTTPException(403, f"key {key.name!r} writes records of tenant {key.tenant!r} only: record {number} "
+                                             f"({doc_id!r}) is not one; nothing was stored")
+        outcome = await anyio.to_thread.run_sync(service.insert, items, key)
+        if isinstance(outcome, RecordsRejected):
+            return JSONResponse(outcome.model_dump(), 422)
+        return outcome
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """The process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: {"description": "not ready, and why"}})
+    async def readyz() -> JSONResponse:
+        """The store is open and the retriever (with its model) is loaded."""
+        body = {"ready": service.not_ready is None, "records": len(service.store), "anchors": service.anchors,
+                "auth": "api-keys" if service.api_keys is not None else "none"}
+        if service.not_ready:
+            body["reason"] = service.not_ready
+        return JSONResponse(body, 200 if service.not_ready is None else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus text: request latency by path and status, /retrieve stages, degraded answers, store size."""
+        return Response(service.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+
+    return _Edge(app, service.metrics, max_body_bytes)

@@ -1,0 +1,111 @@
+"""API keys for ``car-rag serve``: each key maps to the caller a request is made for.
+
+The caller context (tenant, principals) comes from the key alone, never from the request
+body, so no request can read as another tenant. The keys file (TOML or JSON) holds each key
+as its SHA-256, never in clear::
+
+    [[keys]]
+    name = "acme-analysts"      # what logs say; never the key
+    sha256 = "5e88..."          # printf %s "$KEY" | sha256sum
+    tenant = "acme"             # omitted: the key reads public records only
+    principals = ["analyst"]
+    write = false               # true: may POST /records, for its own tenant only
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from car_rag.eligibility import CallerContext
+from car_rag.records import PUBLIC_TENANT
+
+__all__ = ["ApiKey", "ApiKeys", "KeysFileError", "hash_key", "load_api_keys"]
+
+
+class KeysFileError(ValueError):
+    """A keys file that cannot be read as one; the message names the entry and field."""
+
+
+def hash_key(key: str) -> str:
+    """The SHA-256 (hex) a keys file stores for ``key``."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class ApiKey(BaseModel):
+    """One entry of the keys file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 of the key, hex")
+    tenant: str | None = None
+    principals: tuple[str, ...] = ()
+    write: bool = False
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value == PUBLIC_TENANT):
+            raise ValueError(f"must be a tenant name (not blank, not {PUBLIC_TENANT!r})")
+        return value
+
+    @field_validator("principals")
+    @classmethod
+    def _principals(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not p.strip() for p in value):
+            raise ValueError("principal names must not be blank")
+        return value
+
+    @property
+    def caller(self) -> CallerContext:
+        return CallerContext(self.tenant, frozenset(self.principals))
+
+
+@dataclass(frozen=True)
+class ApiKeys:
+    """The keys a server accepts, looked up by the SHA-256 of what a request presents."""
+
+    by_hash: dict[str, ApiKey]
+
+    def lookup(self, presented: str) -> ApiKey | None:
+        return self.by_hash.get(hash_key(presented))
+
+
+def load_api_keys(path: str | Path) -> ApiKeys:
+    """Read a keys file (``.toml``, else JSON: ``{"keys": [...]}``); every problem is a
+    :class:`KeysFileError` naming the file, the entry and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise KeysFileError(f"{path}: cannot read the keys file: {exc}") from None
+    entries = data.get("keys") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise KeysFileError(f"{path}: expected a non-empty list 'keys' ([[keys]] tables in TOML)")
+    if set(data) != {"keys"}:
+        raise KeysFileError(f"{path}: unknown top-level entries {sorted(set(data) - {'keys'})}")
+    by_hash: dict[str, ApiKey] = {}
+    names: set[str] = set()
+    for number, entry in enumerate(entries):
+        try:
+            key = ApiKey.model_validate(entry)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors())
+            raise KeysFileError(f"{path}: keys[{number}]: {problems}") from None
+        if key.sha256 in by_hash or key.name in names:
+            raise KeysFileError(f"{path}: keys[{number}] ({key.name!r}) repeats the name or the sha256 of an earlier key")
+        by_hash[key.sha256] = key
+        names.add(key.name)
+    return ApiKeys(by_hash)

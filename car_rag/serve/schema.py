@@ -1,0 +1,154 @@
+"""The request and response bodies of ``car-rag serve`` (the RFC seed's §11 contract: candidates
+with per-channel scores, the final ranking, the evidence pack, diagnostics). FastAPI turns
+them into the OpenAPI document at ``/openapi.json`` and ``/docs``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from car_rag.evidence import EvidencePacket
+
+__all__ = [
+    "Format", "Caller", "RetrieveRequest", "ChannelEvidence", "Candidate", "Link", "Stage1", "RankedRecord",
+    "EvidencePack", "ScopeProbability", "Diagnostics", "RetrieveResponse", "EdgeOut", "RecordsResponse", "RecordProblem",
+    "RecordsRejected", "MAX_QUERY_CHARS",
+]
+
+Format = Literal["json", "xml", "reader", "plain"]
+MAX_QUERY_CHARS = 4096
+"""Longer questions are refused: MiniLM reads 256 tokens, and BM25 time grows with the query."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Caller(_Strict):
+    """Who to read as, on a server without API keys (with keys, the key decides)."""
+
+    tenant: str | None = None
+    principals: list[str] = []
+
+
+class RetrieveRequest(_Strict):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    k: int = Field(5, ge=1, le=100, description="records in the ranking and the evidence")
+    format: Format = Field("json", description="evidence pack: json packets, or the xml (audit), reader or plain rendering")
+    with_text: bool = Field(False, description="each ranked record carries its text")
+    token_budget: float | None = Field(None, gt=0, description="fit the rendered evidence to this many tokens")
+    caller: Caller | None = Field(None, description="only on a server without API keys")
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query must not be blank")
+        return value
+
+
+class ChannelEvidence(_Strict):
+    score: float
+    rank: int
+    contribution: float | None = None
+
+
+class Candidate(_Strict):
+    """A fused Stage-1 candidate; ``anchor`` when the latent-scope step made it an anchor."""
+
+    doc_id: str
+    rank: int
+    score: float
+    anchor: bool
+    channels: dict[str, ChannelEvidence]
+
+
+class Link(_Strict):
+    doc_id: str
+    rule: str
+
+
+class Stage1(_Strict):
+    rank: int
+    score: float
+    channels: dict[str, float]
+    contributions: dict[str, float]
+
+
+class RankedRecord(_Strict):
+    """One record of the final ranking (the shape of ``car-rag query --format json``)."""
+
+    rank: int
+    doc_id: str
+    doc_type: str
+    status: Literal["active", "superseded"]
+    role: Literal["anchor", "superseder", "scope_match"]
+    anchor_id: str | None
+    superseded_by: list[str]
+    voided_by: list[Link]
+    voids: list[Link]
+    hidden_superseder: bool
+    scope: dict[str, str]
+    scope_probability: float | None
+    published_at: str | None
+    stage1: Stage1 | None
+    text: str | None = None
+
+
+class EvidencePack(_Strict):
+    """``packets`` for format json; ``text`` (the rendering) for xml, reader and plain."""
+
+    format: Format
+    packets: list[EvidencePacket] | None = None
+    text: str | None = None
+
+
+class ScopeProbability(_Strict):
+    scope: dict[str, str]
+    probability: float
+
+
+class Diagnostics(_Strict):
+    timings_ms: dict[str, float] = Field(description="bm25, dense (with the query embedding), stage1 .. total, evidence")
+    channel_hits: dict[str, int]
+    anchors: int
+    scope_ids: dict[str, list[str]] = Field(description="scope values the question names")
+    scope_posterior: list[ScopeProbability] | None
+    degraded: list[str] = Field(description="channels left out of this answer, and why (e.g. 'dense: timeout after 750 ms')")
+
+
+class RetrieveResponse(_Strict):
+    query: str
+    k: int
+    candidates: list[Candidate]
+    reranked: list[RankedRecord]
+    evidence_pack: EvidencePack
+    diagnostics: Diagnostics
+
+
+class EdgeOut(_Strict):
+    superseder: str
+    target: str
+    rule: str
+
+
+class RecordsResponse(_Strict):
+    added: list[str]
+    updated: list[str]
+    unchanged: int
+    newly_superseded: list[str] = Field(description="records this batch voided (those the key may read)")
+    new_edges: list[EdgeOut]
+    warnings: list[str] = Field(description="rules that cannot fire for some record of the batch, for want of a scope key")
+
+
+class RecordProblem(_Strict):
+    item: int | None = Field(description="1-based position in the batch")
+    doc_id: str | None
+    field: str | None
+    message: str
+
+
+class RecordsRejected(_Strict):
+    detail: str
+    errors: list[RecordProblem]

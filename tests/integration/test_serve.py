@@ -1,0 +1,326 @@
+"""`car-rag serve` end to end: a real uvicorn server on loopback over a real store (MiniLM,
+embedded Chroma or a `chroma run` server), reached with httpx. Retrieval in every format,
+inserts, API-key tenancy, bad input, metrics, OpenAPI, and a degraded answer when the
+vector store stalls or dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+from servers import HOST, chroma_run, free_port
+
+from car_rag import CARStore
+from car_rag.cli import main
+from car_rag.serve.app import DENSE_SHARE, Service, create_app
+from car_rag.serve.keys import hash_key, load_api_keys
+
+SECRET = "ACME-INTERNAL-7731"
+ACME_PATCH = {
+    "doc_id": "sec-serialbox-9.9.9-acme-release", "doc_type": "patch_release", "tenant": "acme",
+    "text": f"Release 9.9.9 ({SECRET}): type tags in serialized payloads are checked before objects are rebuilt.",
+    "scope": {"package": "serialbox", "cve_id": "CVE-2099-10010"}, "published_at": "2025-04-01",
+}
+SERIALBOX = "sec-serialbox-cve-2099-10010-disclosure"
+KEYS = {  # key -> entry of the keys file
+    "k-acme": {"name": "acme-analysts", "tenant": "acme", "principals": ["analyst"]},
+    "k-acme-writer": {"name": "acme-writer", "tenant": "acme", "write": True},
+    "k-globex": {"name": "globex", "tenant": "globex"},
+    "k-owner": {"name": "owner", "write": True},
+}
+
+
+def keys_file(folder):
+    path = folder / "keys.json"
+    path.write_text(json.dumps({"keys": [{**entry, "sha256": hash_key(key)} for key, entry in KEYS.items()]}))
+    return path
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@contextmanager
+def serving(service: Service, **options):
+    """The app on a free loopback port in a uvicorn thread, ready; stopped at the end."""
+    server = uvicorn.Server(uvicorn.Config(create_app(service, **options), host=HOST, port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://{HOST}:{server.config.port}"
+    deadline = time.monotonic() + 60
+    while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not get ready within 60 s"
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, demo_policy, embedder, demo_corpus_path):
+    store = CARStore.open(tmp_path_factory.mktemp("serve-store"), demo_policy, embedder=embedder)
+    assert store.ingest(demo_corpus_path, progress=False).errors == []
+    assert store.ingest([ACME_PATCH], progress=False).newly_superseded == [SERIALBOX]
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def url(store, tmp_path_factory):
+    service = Service(store, api_keys=load_api_keys(keys_file(tmp_path_factory.mktemp("keys"))), timeout_ms=20_000)
+    with serving(service, max_body_bytes=2**20) as base:
+        yield base
+
+
+def retrieve(url: str, key: str | None, **body) -> httpx.Response:
+    return httpx.post(f"{url}/retrieve", json=body, headers=auth(key) if key else {}, timeout=60)
+
+
+# --------------------------------------------------------------------------- retrieval
+@pytest.mark.parametrize("fmt", ["json", "xml", "reader", "plain"])
+def test_retrieve_answers_the_contract_in_every_format(url, fmt, demo_queries):
+    question = demo_queries[0]
+    got = retrieve(url, "k-globex", query=question["query"], k=10, format=fmt, with_text=True)
+    assert got.status_code == 200, got.text
+    assert got.headers["x-content-type-options"] == "nosniff"
+    body = got.json()
+    gold = question["gold_doc_ids"][0]
+    ranked = {r["doc_id"]: r for r in body["reranked"]}
+    assert ranked[gold]["status"] == "active" and ranked[gold]["text"]
+    voided = ranked[question["anchor_doc_ids"][0]]
+    assert voided["status"] == "superseded" and voided["superseded_by"] == [gold]
+    assert voided["voided_by"] == [{"doc_id": gold, "rule": "patch_fixes_disclosure"}]
+    assert all(r["scope_probability"] is not None for r in body["reranked"])
+    candidates = body["candidates"]
+    assert candidates and any(c["anchor"] for c in candidates)
+    assert {"bm25", "dense"} <= set().union(*(c["channels"] for c in candidates))
+    first = candidates[0]["channels"]
+    assert sum(ch["contribution"] for ch in first.values()) == pytest.approx(candidates[0]["score"])
+    diag = body["diagnostics"]
+    assert diag["degraded"] == [] and diag["channel_hits"]["bm25"] > 0 and diag["channel_hits"]["dense"] > 0
+    assert {"bm25", "dense", "stage1", "latent_scope", "stage23", "total", "evidence"} <= set(diag["timings_ms"])
+    assert diag["scope_ids"] == {"cve_id": ["CVE-2099-10001"]} and diag["scope_posterior"][0]["probability"] > 0
+    pack = body["evidence_pack"]
+    assert pack["format"] == fmt
+    if fmt == "json":
+        assert pack["text"] is None and [p["corpus_object_id"] for p in pack["packets"]][:1] == [body["reranked"][0]["doc_id"]]
+    else:
+        assert pack["packets"] is None and "4.17.12" in pack["text"]
+        if fmt in ("xml", "reader"):
+            ET.fromstring(pack["text"])
+
+
+def test_openapi_describes_the_api_and_docs_are_served(url):
+    spec = httpx.get(f"{url}/openapi.json").json()
+    assert {"/retrieve", "/records", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
+    assert {"RetrieveRequest", "RetrieveResponse", "RecordsResponse", "RecordsRejected"} <= set(spec["components"]["schemas"])
+    body = spec["paths"]["/records"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "doc_id" in body["anyOf"][0]["properties"]
+    assert "HTTPBearer" in spec["components"]["securitySchemes"]
+    docs = httpx.get(f"{url}/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{url}/readyz").json()
+    assert ready["ready"] and ready["auth"] == "api-keys" and ready["records"] >= 46
+
+
+# --------------------------------------------------------------------------- tenancy
+@pytest.mark.parametrize("headers", [{}, auth("nope"), {"Authorization": "Basic azphY21l"}, auth(hash_key("k-acme"))])
+def test_no_key_or_an_unknown_one_gets_401_and_no_data(url, headers):
+    for got in (httpx.post(f"{url}/retrieve", json={"query": "serialbox"}, headers=headers),
+                httpx.post(f"{url}/records", json=[ACME_PATCH], headers=headers)):
+        assert got.status_code == 401 and got.headers["www-authenticate"] == "Bearer"
+        assert set(got.json()) == {"detail"} and "serialbox" not in got.text
+
+
+def test_a_body_cannot_choose_its_caller(url):
+    got = retrieve(url, "k-globex", query="serialbox", caller={"tenant": "acme"})
+    assert got.status_code == 400 and "API key" in got.json()["detail"]
+
+
+def test_a_key_reads_as_its_tenant(url):
+    question = "Is serialbox still exposed to CVE-2099-10010?"
+    acme = retrieve(url, "k-acme", query=question, k=10, format="plain").json()
+    assert {r["doc_id"]: r["status"] for r in acme["reranked"]}[SERIALBOX] == "superseded"
+    assert SECRET in acme["evidence_pack"]["text"]
+    globex = retrieve(url, "k-globex", query=question, format="json", with_text=True)
+    disclosure = next(r for r in globex.json()["reranked"] if r["doc_id"] == SERIALBOX)
+    assert disclosure["hidden_superseder"] and disclosure["superseded_by"] == []
+    assert SECRET not in globex.text and ACME_PATCH["doc_id"] not in globex.text
+
+
+def test_randomized_requests_never_show_a_tenant_another_tenants_record(url, demo_queries):
+    rng = random.Random(19)
+    questions = [q["query"] for q in demo_queries] + ["Is serialbox still exposed to CVE-2099-10010?", "serialbox 9.9.9"]
+    headers = [{}, auth("k-globex"), auth("k-owner"), auth("wrong"), auth("k-acm"), auth("K-ACME"), {"Authorization": "Bearer"}]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for _ in range(200):
+            got = client.post("/retrieve", json={"query": rng.choice(questions), "format": rng.choice(["json", "xml", "reader",
+                              "plain"]), "with_text": True, "k": rng.randint(1, 10)}, headers=rng.choice(headers))
+            assert got.status_code in (200, 401), got.text
+            assert SECRET not in got.text and ACME_PATCH["doc_id"] not in got.text
+        assert SECRET not in client.get("/metrics").text and "acme" not in client.get("/metrics").text
+
+
+# --------------------------------------------------------------------------- inserts
+def test_an_insert_is_seen_by_the_next_retrieve_and_says_what_it_voided(url):
+    patch = {"doc_id": "sec-mdrender-2.0.1-acme-release", "doc_type": "patch_release", "tenant": "acme",
+             "text": "mdrender 2.0.1: raw HTML in link titles is escaped before rendering.",
+             "scope": {"package": "mdrender", "cve_id": "CVE-2099-10009"}, "published_at": "2025-03-01"}
+    got = httpx.post(f"{url}/records", json=patch, headers=auth("k-acme-writer"), timeout=60)
+    assert got.status_code == 200, got.text
+    assert got.json()["added"] == [patch["doc_id"]]
+    assert got.json()["newly_superseded"] == ["sec-mdrender-cve-2099-10009-disclosure"]
+    assert got.json()["new_edges"] == [{"superseder": patch["doc_id"], "target": "sec-mdrender-cve-2099-10009-disclosure",
+                                        "rule": "patch_fixes_disclosure"}]
+    again = httpx.post(f"{url}/records", json=[patch], headers=auth("k-acme-writer"), timeout=60).json()
+    assert again["unchanged"] == 1 and again["added"] == [] and again["newly_superseded"] == []  # idempotent by doc_id
+    answer = retrieve(url, "k-acme", query="Is mdrender still vulnerable to CVE-2099-10009?", k=10).json()
+    statuses = {r["doc_id"]: (r["status"], r["superseded_by"]) for r in answer["reranked"]}
+    assert statuses["sec-mdrender-cve-2099-10009-disclosure"] == ("superseded", [patch["doc_id"]])
+
+
+def test_a_batch_with_a_bad_record_is_refused_whole_with_the_record_and_field_named(url, store):
+    good = {"doc_id": "sec-tarstream-5.0.0-release", "doc_type": "patch_release", "text": "tarstream 5.0.0",
+            "scope": {"package": "tarstream", "cve_id": "CVE-2099-10103"}}
+    bad = {**good, "doc_id": "sec-bad", "published_at": 2024}
+    got = httpx.post(f"{url}/records", json=[good, bad], headers=auth("k-owner"), timeout=60)
+    assert got.status_code == 422
+    assert got.json()["errors"] == [{"item": 2, "doc_id": "sec-bad", "field": "published_at", "message": got.json()["errors"][0]
+                                     ["message"]}]
+    assert "nothing was stored" in got.json()["detail"]
+    assert good["doc_id"] not in store.records and "sec-bad" not in store.records
+    malformed = httpx.post(f"{url}/records", content=b'{"doc_id": ', headers={**auth("k-owner"),
+                           "Content-Type": "application/json"})
+    assert malformed.status_code == 422 and "not JSON" in malformed.json()["detail"]
+    deep = httpx.post(f"{url}/records", content=b"[" * 100_000 + b"]" * 100_000, headers={**auth("k-owner"),
+                      "Content-Type": "application/json"})
+    assert deep.status_code == 422 and "not JSON" in deep.json()["detail"]
+
+
+def test_writes_need_a_writer_key_for_their_own_tenant(url, store):
+    record = {**ACME_PATCH, "doc_id": "sec-serialbox-9.9.10-release", "tenant": "globex"}
+    reader = httpx.post(f"{url}/records", json=record, headers=auth("k-globex"))
+    assert reader.status_code == 403 and "may not write" in reader.json()["detail"]
+    other = httpx.post(f"{url}/records", json=record, headers=auth("k-acme-writer"))
+    assert other.status_code == 403 and "tenant 'acme' only: record 1" in other.json()["detail"]
+    assert record["doc_id"] not in store.records
+
+
+def test_bad_requests_get_a_clear_4xx_and_no_echo(url):
+    long = retrieve(url, "k-globex", query="x" * 100_000)
+    assert long.status_code == 422 and "4096" in long.text and len(long.text) < 1000
+    assert retrieve(url, "k-globex", query="q", format="html").status_code == 422
+    assert retrieve(url, "k-globex", query="   ").status_code == 422
+    assert retrieve(url, "k-globex", query="q", k=0).status_code == 422
+    assert retrieve(url, "k-globex", query="q", filters={"sources": ["x"]}).status_code == 422
+    bad_json = httpx.post(f"{url}/retrieve", content=b"{", headers={**auth("k-globex"), "Content-Type": "application/json"})
+    assert bad_json.status_code == 422
+    big = httpx.post(f"{url}/records", content=b"[" + b" " * (2**20 + 10) + b"]", headers={**auth("k-owner"),
+                     "Content-Type": "application/json"}, timeout=60)
+    assert big.status_code == 413 and "larger than" in big.json()["detail"]
+
+
+def test_metrics_are_prometheus_text_with_stages_and_store_size(url, store):
+    retrieve(url, "k-globex", query="Is lodash still vulnerable?")
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
+    stages = {s.labels["stage"] for s in families["car_rag_retrieve_stage_seconds"].samples}
+    assert {"bm25", "dense", "stage1", "latent_scope", "stage23", "total", "evidence"} <= stages
+    [size] = families["car_rag_store_records"].samples
+    assert size.value == len(store)
+    paths = {(s.labels["path"], s.labels["status"]) for s in families["car_rag_http_request_seconds"].samples}
+    assert ("/retrieve", "200") in paths
+    assert any(s.labels["outcome"] == "added" for s in families["car_rag_records_ingested"].samples)
+
+
+# --------------------------------------------------------------------------- degraded
+def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the_deadline(tmp_path, demo_policy, embedder,
+                                                                                         demo_corpus_path):
+    timeout_ms = 1500
+    with chroma_run(tmp_path) as (chroma_url, _, chroma):
+        store = CARStore.open(tmp_path / "store", demo_policy, chroma_url=chroma_url, embedder=embedder, chroma_timeout_s=3)
+        try:
+            assert store.ingest(demo_corpus_path, progress=False).errors == []
+            service = Service(store, api_keys=load_api_keys(keys_file(tmp_path)), timeout_ms=timeout_ms)
+            with serving(service) as url:
+                question = "Is lodash still vulnerable to CVE-2099-10001?"
+                assert retrieve(url, "k-acme", query=question).json()["diagnostics"]["degraded"] == []
+                os.kill(chroma.pid, signal.SIGSTOP)  # accepts connections, never answers
+                try:
+                    # globex's eligibility filter is not cached yet: its dense search asks Chroma
+                    tick = time.monotonic()
+                    got = retrieve(url, "k-globex", query=question)
+                    elapsed = time.monotonic() - tick
+                    assert got.status_code == 200 and elapsed < timeout_ms / 1000 + 1.0, (got.text, elapsed)
+                    body = got.json()
+                    assert body["diagnostics"]["degraded"] == [f"dense: timeout after {timeout_ms * DENSE_SHARE:.0f} ms"]
+                    assert set(body["diagnostics"]["channel_hits"]) == {"bm25"}
+                    assert body["reranked"][0]["doc_id"] == "sec-lodash-4.17.12-release"
+                    # an insert cannot reach the vectors either: refused within the Chroma timeout, nothing stored
+                    record = {"doc_id": "sec-x-1.0.1-release", "doc_type": "patch_release", "text": "x 1.0.1",
+                              "scope": {"package": "x", "cve_id": "CVE-2099-19999"}}
+                    tick = time.monotonic()
+                    insert = httpx.post(f"{url}/records", json=record, headers=auth("k-owner"), timeout=60)
+                    assert insert.status_code == 503 and "no record of it was stored" in insert.json()["detail"]
+                    assert time.monotonic() - tick < 20 and record["doc_id"] not in store.records
+                finally:
+                    os.kill(chroma.pid, signal.SIGCONT)
+                chroma.kill()
+                chroma.wait(timeout=15)
+                tick = time.monotonic()
+                dead = retrieve(url, "k-owner", query=question).json()  # another uncached filter: Chroma refuses
+                assert time.monotonic() - tick < timeout_ms / 1000 + 1.0
+                assert dead["diagnostics"]["degraded"] == ["dense: unavailable (ConnectError)"]
+                assert dead["reranked"][0]["doc_id"] == "sec-lodash-4.17.12-release"
+                # acme's filter was cached while Chroma answered: its exact search in memory still runs
+                assert retrieve(url, "k-acme", query=question).json()["diagnostics"]["degraded"] == []
+                metrics = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
+                assert [s.value for s in metrics["car_rag_degraded_answers"].samples if s.name.endswith("_total")] == [2.0]
+        finally:
+            store.close()
+
+
+# --------------------------------------------------------------------------- the command
+def test_car_rag_serve_runs_unrestricted_with_a_warning_and_refuses_workers(tmp_path, demo_policy, embedder, demo_corpus_path,
+                                                                           capsys):
+    assert main(["serve", "--store", str(tmp_path), "--workers", "2"]) == 2
+    assert "one process serves a store" in capsys.readouterr().err
+    path = tmp_path / "store"
+    with CARStore.open(path, demo_policy, embedder=embedder) as built:
+        assert built.ingest(demo_corpus_path, progress=False).errors == []
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "car_rag", "serve", "--store", str(path), "--anchors", "bm25",
+                             "--port", str(port)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else ""
+            try:
+                if httpx.get(f"http://{HOST}:{port}/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        got = httpx.post(f"http://{HOST}:{port}/retrieve", json={"query": "Is lodash still vulnerable to CVE-2099-10001?",
+                                                                  "caller": {"tenant": "acme"}})
+        assert got.status_code == 200 and got.json()["reranked"][0]["doc_id"] == "sec-lodash-4.17.12-release"
+        assert set(got.json()["diagnostics"]["channel_hits"]) == {"bm25"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert "WARNING: no --api-keys" in err
+    assert proc.returncode == 0, err

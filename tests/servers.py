@@ -1,0 +1,74 @@
+"""Servers the integration tests start on loopback and stop: `chroma run`."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def chroma_cli() -> str:
+    beside = Path(sys.executable).parent / "chroma"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("chroma")
+    if found is None:
+        pytest.fail(f"the `chroma` CLI (from chromadb) is neither at {beside} nor on PATH")
+    return found
+
+
+def chroma_http_client(port: int):
+    import chromadb
+    from chromadb.config import Settings
+
+    return chromadb.HttpClient(host=HOST, port=port, settings=Settings(anonymized_telemetry=False))
+
+
+@contextmanager
+def chroma_run(folder: Path) -> Iterator[tuple[str, int, subprocess.Popen]]:
+    """`chroma run` on a free loopback port with its data in ``folder``; yields (url, port, process)
+    once it answers (30 s at most), and stops it (however the test left it) at the end."""
+    port = free_port()
+    log = (folder / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [chroma_cli(), "run", "--host", HOST, "--port", str(port), "--path", str(folder / "data")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"chroma run exited with {proc.returncode}: {(folder / 'server.log').read_text()[-2000:]}")
+            try:
+                chroma_http_client(port).heartbeat()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"chroma run did not answer within 30 s: {(folder / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.25)
+        yield f"http://{HOST}:{port}", port, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+        log.close()
