@@ -4,9 +4,9 @@ them into the OpenAPI document at ``/openapi.json`` and ``/docs``."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from car_rag.evidence import EvidencePacket
 
@@ -67,6 +67,15 @@ class Candidate(_Strict):
 class Link(_Strict):
     doc_id: str
     rule: str
+    confidence: float | None = Field(default=None, description="Only where the edge is less than certain.")
+
+    @model_serializer(mode="wrap")
+    def _certain_edges_say_nothing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # As `car-rag query --format json` writes an edge: no confidence key on a certain one.
+        data: dict[str, Any] = handler(self)
+        if data.get("confidence") is None:
+            data.pop("confidence", None)
+        return data
 
 
 class Stage1(_Strict):
@@ -88,6 +97,8 @@ class RankedRecord(_Strict):
     superseded_by: list[str]
     voided_by: list[Link]
     voids: list[Link]
+    contested_by: list[Link] = Field(description="Voiders too unsure to count (below min_confidence): possibly superseded.")
+    disputed_by: list[Link] = Field(description="Records another authority relation orders the other way.")
     hidden_superseder: bool
     scope: dict[str, str]
     scope_probability: float | None
