@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from car_rag import __version__
 from car_rag.channels.lexical import BACKENDS
+from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError
 from car_rag.store import CONFIG_FILE
@@ -49,6 +50,10 @@ examples:
 
 exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage error.
 'car-rag COMMAND --help' describes each command."""
+
+
+QUERY_BATCH = 256
+"""Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
 
 
 class UsageError(Exception):
@@ -127,7 +132,8 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
 
-    with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend) as store:
+    with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend,
+                       encoder=args.encoder) as store:
         report = store.ingest(args.corpus, progress=not args.quiet)
         for error in report.errors:
             print(f"rejected: {error}", file=sys.stderr)
@@ -172,7 +178,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     caller = _caller(args)
-    with CARStore.open(args.store) as store:
+    with CARStore.open(args.store, encoder=args.encoder) as store:
         retriever = ControllingAuthorityRetriever(
             store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution
         )
@@ -198,10 +204,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
         queries = load_queries(args.queries)
         out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
         try:
-            for query in tqdm(queries, desc="queries", unit="q", disable=args.out is None):
-                result = retriever.retrieve(query.query, caller=caller)
-                line = result_json(result, args.k, with_text=args.with_text, query_id=query.query_id)
-                print(json.dumps(line, ensure_ascii=False), file=out)
+            with tqdm(total=len(queries), desc="queries", unit="q", disable=args.out is None) as bar:
+                for start in range(0, len(queries), QUERY_BATCH):  # batched embedding; lines written as they come
+                    chunk = queries[start : start + QUERY_BATCH]
+                    for query, result in zip(chunk, retriever.retrieve_many([q.query for q in chunk], caller=caller)):
+                        line = result_json(result, args.k, with_text=args.with_text, query_id=query.query_id)
+                        print(json.dumps(line, ensure_ascii=False), file=out)
+                    bar.update(len(chunk))
         finally:
             if out is not sys.stdout:
                 out.close()
@@ -367,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded)")
     ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS),
                         help="lexical index of a new store")
+    ingest.add_argument("--encoder", choices=list(ENCODERS),
+                        help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
+                             "PyTorch); an existing store keeps its own (default: onnx for a new store)")
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.set_defaults(func=_cmd_ingest)
 
@@ -393,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "as numbered plain documents); reader: the reader-first form (authority digest, packets); "
                             "xml: the audit XML (default: table for a query text, json lines with --queries)")
     query.add_argument("--with-text", action="store_true", help="JSON output carries each record's text")
+    query.add_argument("--encoder", choices=list(ENCODERS),
+                       help="query encoder; must be the one the store was built with (default: the store's own)")
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
     query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
     query.set_defaults(func=_cmd_query)

@@ -2,7 +2,7 @@
 
 A store is a directory::
 
-    car-store.json    configuration: policy, embedding model, Chroma location, BM25 backend
+    car-store.json    configuration: policy, embedding model and encoder, Chroma location, BM25 backend
     records.sqlite    records (in ingest order) and supersession edges
     bm25/             the lexical index
     chroma/           the embedded Chroma database (absent when a Chroma server is used)
@@ -120,10 +120,17 @@ class CARStore:
         self.path = path
         self.config = config
         self.policy = Policy.model_validate(config["policy"])
-        self.embedder = embedder or Embedder(config["embedding_model"])
+        built_with = config.get("encoder", "torch")  # stores from before the field was written: PyTorch built them
+        self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_with)
         if embedder is not None and embedder.model_name != config["embedding_model"]:
             raise StoreError(
                 f"store {path} holds {config['embedding_model']!r} vectors; got an embedder for {embedder.model_name!r}"
+            )
+        if self.embedder.encoder != built_with:
+            raise StoreError(
+                f"store {path} was built with the {built_with!r} encoder; this process asked for the "
+                f"{self.embedder.encoder!r} encoder. One store holds one encoder's vectors: open it with "
+                f"--encoder {built_with} (encoder={built_with!r}), or ingest into a new store"
             )
         self.lock = ReadWriteLock()
         """Queries hold its read side, ingests its write side (see :mod:`car_rag.locking`)."""
@@ -160,6 +167,7 @@ class CARStore:
         *,
         chroma_url: str | None = None,
         embedder: Embedder | None = None,
+        encoder: str | None = None,
         bm25_backend: str = "bm25-incremental",
         hnsw: dict[str, Any] | None = None,
     ) -> CARStore:
@@ -167,9 +175,13 @@ class CARStore:
 
         ``chroma_url`` (``http://host:port``) keeps the vectors in a Chroma server instead of
         the embedded database; it is remembered in the store's configuration, as are
-        ``bm25_backend`` and the Chroma ``hnsw`` index settings (see ``DEFAULT_HNSW``).
+        ``bm25_backend``, the Chroma ``hnsw`` index settings (see ``DEFAULT_HNSW``) and the
+        ``encoder`` (``"onnx"`` or ``"torch"``, see :class:`Embedder`): a new store takes the
+        given one (default ``"onnx"``), an existing one its own, and refuses another.
         """
         path = Path(path)
+        if embedder is not None and encoder is not None and embedder.encoder != encoder:
+            raise ValueError(f"encoder={encoder!r} contradicts the embedder given ({embedder.encoder!r})")
         config_file = path / CONFIG_FILE
         wanted = load_policy(policy) if policy is not None else None
         if config_file.is_file():
@@ -188,14 +200,18 @@ class CARStore:
                 config = {**config, "policy": json.loads(wanted.model_dump_json())}
             if chroma_url is not None and chroma_url != config.get("chroma_url"):
                 raise StoreError(f"store {path} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
+            if embedder is None and encoder is not None:
+                embedder = Embedder(config["embedding_model"], encoder=encoder)
         else:
             if wanted is None:
                 raise StoreError(f"no car-rag store at {path}: pass a policy to create one")
+            embedder = embedder or Embedder(DEFAULT_MODEL, encoder=encoder)
             path.mkdir(parents=True, exist_ok=True)
             config = {
                 "format_version": FORMAT_VERSION,
                 "policy": json.loads(wanted.model_dump_json()),
-                "embedding_model": embedder.model_name if embedder else DEFAULT_MODEL,
+                "embedding_model": embedder.model_name,
+                "encoder": embedder.encoder,
                 "collection": f"car-{uuid.uuid4().hex[:16]}",
                 "chroma_url": chroma_url,
                 "bm25_backend": bm25_backend,
