@@ -96,8 +96,8 @@ def onnx_model_path(model_dir: Path) -> Path:
     for folder in locations:
         try:
             return _export(model_dir, folder)
-        except OSError as exc:  # no permission, a read-only file system, a path through a file, a full disk
-            refused.append(f"{folder} ({exc.strerror or exc})")
+        except OSError as exc:  # no permission, a read-only file system, a file in the way, a full disk
+            refused.append(f"{folder} ({'a file stands there' if folder.is_file() else exc.strerror or exc})")
     raise OSError(
         f"the ONNX encoder needs an export of all-MiniLM-L6-v2, and there is none in the model directory {model_dir} "
         f"nor in the user cache, and neither can be written: {'; '.join(refused)}. Make one writable once "
