@@ -91,14 +91,14 @@ def _packaged_minilm() -> Path:
 class Embedder:
     """Encodes texts into L2-normalised float32 vectors.
 
-    ``encoder`` is ``"onnx"`` or ``"torch"`` (default: ``"onnx"`` for :data:`DEFAULT_MODEL`,
-    ``"torch"`` for any other sentence-transformers model); the model is loaded on first use.
+    ``encoder`` is ``"onnx"`` or ``"torch"`` (default: ``"onnx"`` for :data:`DEFAULT_MODEL` on CPU,
+    ``"torch"`` for any other sentence-transformers model or device); the model is loaded on first use.
     """
 
     def __init__(
         self, model_name: str = DEFAULT_MODEL, *, encoder: str | None = None, device: str = "cpu", batch_size: int = 64
     ):
-        chosen = encoder or (DEFAULT_ENCODER if model_name == DEFAULT_MODEL else "torch")
+        chosen = encoder or (DEFAULT_ENCODER if model_name == DEFAULT_MODEL and device == "cpu" else "torch")
         if chosen not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {chosen!r}")
         if chosen == "onnx" and (model_name != DEFAULT_MODEL or device != "cpu"):
