@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import textwrap
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,7 @@ from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext
+    from car_rag.embedding import Embedder
     from car_rag.resolution import RetrievalResult, RetrievedRecord
 
 __all__ = ["main", "build_parser"]
@@ -178,7 +180,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     caller = _caller(args)
-    with CARStore.open(args.store, encoder=args.encoder) as store:
+    loading = None if args.anchors == "bm25" else _loading_embedder(args.store, args.encoder)
+    with CARStore.open(args.store, encoder=args.encoder, embedder=loading.embedder if loading else None) as store:
+        if loading is not None:
+            loading.result()  # loaded while the store opened
         retriever = ControllingAuthorityRetriever(
             store, anchors=args.anchors, k1=args.k1, depth=max(args.depth, args.k1), resolution=args.resolution
         )
@@ -215,6 +220,38 @@ def _cmd_query(args: argparse.Namespace) -> int:
             if out is not sys.stdout:
                 out.close()
     return 0
+
+
+class _LoadingEmbedder:
+    """The store's embedder with its model loading on a thread meanwhile: the model (ONNX Runtime,
+    hashing its files) and the store (records, indexes) each take about half a second of a query's
+    start, and the model's half mostly runs outside the GIL. :meth:`result` waits for it."""
+
+    def __init__(self, embedder: Embedder):
+        self.embedder = embedder
+        self._thread = threading.Thread(target=self._load, name="car-rag-model", daemon=True)
+        self._error: BaseException | None = None
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            self.embedder.model  # noqa: B018 - loads it
+        except BaseException as exc:  # re-raised in the caller's thread by result()
+            self._error = exc
+
+    def result(self) -> Embedder:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.embedder
+
+
+def _loading_embedder(store: Path, encoder: str | None) -> _LoadingEmbedder:
+    from car_rag.embedding import Embedder
+    from car_rag.store import built_encoder
+
+    config = json.loads((store / CONFIG_FILE).read_text(encoding="utf-8"))
+    return _LoadingEmbedder(Embedder(config["embedding_model"], encoder=encoder or built_encoder(config)))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

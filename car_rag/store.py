@@ -5,6 +5,7 @@ A store is a directory::
     car-store.json    configuration: policy, embedding model and encoder, Chroma location, BM25 backend
     records.sqlite    records (in ingest order) and supersession edges
     bm25/             the lexical index
+    dense-exact.npz   a copy of the vectors for exact search (up to 20k records), checked against the records
     chroma/           the embedded Chroma database (absent when a Chroma server is used)
 
 Scope keys are written as Chroma metadata on every record, so the vector store itself can
@@ -15,6 +16,7 @@ replaces the old, and a rejected one leaves everything already stored untouched.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -43,6 +45,7 @@ __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chrom
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "car-store.json"
+DENSE_COPY = "dense-exact.npz"
 DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}
 """Chroma's defaults (ef 100, M 16) lose up to 9 of the exact top 10 on templated corpora with
 duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.3 ms/query."""
@@ -53,6 +56,11 @@ RESERVED_METADATA = LAYOUT_KEYS
 
 class StoreError(RuntimeError):
     """A store that cannot be opened or written as asked."""
+
+
+def built_encoder(config: Mapping[str, Any]) -> str:
+    """The encoder a store's vectors came from (its ``car-store.json``); stores from before the field: PyTorch."""
+    return str(config.get("encoder", "torch"))
 
 
 @dataclass
@@ -120,7 +128,7 @@ class CARStore:
         self.path = path
         self.config = config
         self.policy = Policy.model_validate(config["policy"])
-        built_with = config.get("encoder", "torch")  # stores from before the field was written: PyTorch built them
+        built_with = built_encoder(config)
         self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_with)
         if embedder is not None and embedder.model_name != config["embedding_model"]:
             raise StoreError(
@@ -270,7 +278,8 @@ class CARStore:
                             self.path, len(self._orphans))
         self._unsaved = 0
         ordered = [r.doc_id for r in records]
-        self.dense.load(ordered, vectors)  # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
+        # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
+        self.dense.load(ordered, vectors, copy=self.path / DENSE_COPY, stamp=self._stamp())
         bm25_dir = self.path / "bm25"
         self.lexical: LexicalIndex = make_lexical_index(self.config["bm25_backend"])
         if (bm25_dir / "index.json").is_file():
@@ -458,10 +467,19 @@ class CARStore:
         timings["bm25"] = time.perf_counter() - tick
 
     def flush(self) -> None:
-        """Save the BM25 index. Records are durable as soon as ingested; an index saved
-        behind them is caught up from the records table when the store is opened."""
+        """Save the BM25 index and the exact-search vectors. Records are durable as soon as
+        ingested; an index saved behind them is caught up from the records table when the
+        store is opened, and vectors saved behind them are read from Chroma instead."""
         self.lexical.save(self.path / "bm25")
+        self.dense.save(self.path / DENSE_COPY, self._stamp())
         self._unsaved = 0
+
+    def _stamp(self) -> str:
+        """What the vectors encode: every record's id and fingerprint, in ingest order, and the encoder."""
+        digest = hashlib.sha256(f"{self.embedder.model_name}\t{self.embedder.encoder}\n".encode())
+        for doc_id, fingerprint in self._db.execute("SELECT doc_id, fingerprint FROM records ORDER BY seq"):
+            digest.update(f"{doc_id}\t{fingerprint}\n".encode())
+        return digest.hexdigest()
 
     def _ordered_ids(self) -> list[str]:
         return [d for (d,) in self._db.execute("SELECT doc_id FROM records ORDER BY seq")]
