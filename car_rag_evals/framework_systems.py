@@ -32,7 +32,7 @@ __all__ = ["FRAMEWORK_LABELS", "available", "llamaindex_fusion_retriever", "lang
 
 _LLAMAINDEX_PIP = "llama-index-core llama-index-retrievers-bm25 llama-index-vector-stores-chroma llama-index-retrievers-car"
 _LANGCHAIN_PIP = "langchain-core langchain-classic langchain-community langchain-chroma rank-bm25"
-_FRAMEWORK_EMBEDDINGS_PIP = "llama-index-embeddings-huggingface langchain-huggingface"
+_FRAMEWORK_EMBEDDINGS_PIP = "--no-deps llama-index-embeddings-huggingface langchain-huggingface"  # see evals/perf/README.md
 EMBEDDINGS = ("store", "framework")
 
 _LLAMAINDEX_MODULES = (
