@@ -123,7 +123,8 @@ def markdown(results: dict) -> str:
     lines = ["# Scale benchmark", "",
              "Seeded security-advisory corpora (`evals/perf/corpus.py`): chains of depth 1–4, vocabulary-disjoint "
              "release notes as superseders, shared package scopes, unpatched disclosures and maintenance releases as "
-             "distractors. Every figure below was measured side by side in one run per size "
+             "distractors. The systems of a size were timed side by side in one run per size and encoder; runs of "
+             "different encoders or sizes were made at different times, under the load listed with each command "
              f"(machine: {results.get('machine', {}).get('cpus')} CPUs, OMP_NUM_THREADS={results.get('machine', {}).get('omp_num_threads')}). "
              "Commands are listed with each run.", ""]
     lines += ["## Goals", "", "| goal | measured | verdict |", "|---|---|---|"]
