@@ -2,8 +2,9 @@
 
 Why: a question embeds in 8.1 ms instead of PyTorch's 13.0 on one core (the perf corpus's
 questions, p50), and a process that only queries imports neither torch nor transformers (a
-cold ``car-rag query`` on a 10k store costs 1.6 s of CPU instead of 5.9 s). The vectors are PyTorch's to a cosine of at least 0.999
-(``evals/onnx_parity.py`` checks every text of the benchmark corpora), so stores stay valid.
+cold ``car-rag query`` on a 10k store costs 1.6 s of CPU instead of 5.9 s). The vectors are
+PyTorch's to a cosine of at least 0.999 (``evals/onnx_parity.py`` checks every text of the
+benchmark corpora), so stores stay valid.
 
 The ONNX graph is exported once, offline, from the packaged (SHA-256-checked) weights with
 ``torch.onnx`` — mean pooling and L2 normalisation included, so it returns sentence vectors —
