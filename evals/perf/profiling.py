@@ -1,6 +1,6 @@
 """Profiles behind the goals the scale benchmark misses: where a query's and an insert's time goes.
 
-    python evals/perf/profiling.py --store .perf-stores/embedded-100000 --size 100000 --out evals/results/perf
+    python evals/perf/profiling.py --store .perf-stores/embedded-100000-onnx --size 100000 --out evals/results/perf
 
 Writes ``profile-query-<size>.txt`` (cProfile of the whole retriever and of the LlamaIndex
 hybrid over the same queries) and ``profile-insert-<size>.txt`` (cProfile of single-record

@@ -2,6 +2,7 @@
 
     python evals/perf/run.py                                   # 10k, 100k, 1M; embedded Chroma
     python evals/perf/run.py --sizes 10000 100000 --server     # the same against `chroma run`
+    python evals/perf/run.py --sizes 10000 --encoder torch     # stores built and queried with PyTorch MiniLM
     python evals/perf/run.py --report-only                     # redraw tables and plots
 
 Each phase of :mod:`measure` runs in a fresh process (its memory figures are its own);
@@ -10,7 +11,8 @@ skips building one that is complete. Texts are embedded for real with MiniLM up 
 ``--real-upto`` records (default 100k); larger corpora take precomputed vectors (each
 record's gist embedded once, plus seeded noise; see :mod:`corpus`). The LlamaIndex and
 LangChain hybrids are built up to ``--frameworks-upto`` records (default 100k).
-Results: ``<out>/perf.json`` (every run, merged by size and Chroma mode), ``perf.md`` and PNGs.
+``--encoder`` (default ``onnx``) is the store's MiniLM encoder (see :class:`car_rag.Embedder`).
+Results: ``<out>/perf.json`` (every run, merged by size, Chroma mode and encoder), ``perf.md`` and PNGs.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--server", action="store_true", help="keep vectors in a `chroma run` server on loopback")
+    parser.add_argument("--encoder", choices=["onnx", "torch"], default="onnx", help="the stores' MiniLM encoder")
     parser.add_argument("--real-upto", type=int, default=100_000, help="embed texts for real up to this size")
     parser.add_argument("--frameworks-upto", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
@@ -90,6 +93,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results_file = args.out / "perf.json"
     results = json.loads(results_file.read_text()) if results_file.is_file() else {"runs": {}}
+    for key in [k for k, run in results["runs"].items() if "encoder" not in run]:  # runs from before the choice: PyTorch
+        results["runs"][f"{key}-torch"] = {**results["runs"].pop(key), "encoder": "torch"}
     mode = "server" if args.server else "embedded"
     command = "python evals/perf/run.py " + " ".join(sys.argv[1:])
     if not args.report_only:
@@ -98,11 +103,11 @@ def main() -> None:
             server.__enter__()
         try:
             for size in args.sizes:
-                store = args.stores / f"{mode}-{size}"
-                parts = args.stores / f"{mode}-{size}.parts"
+                store = args.stores / f"{mode}-{size}-{args.encoder}"
+                parts = args.stores / f"{mode}-{size}-{args.encoder}.parts"
                 parts.mkdir(parents=True, exist_ok=True)
-                run: dict = {"size": size, "chroma": mode, "command": command,
-                             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                run: dict = {"size": size, "chroma": mode, "encoder": args.encoder, "command": command,
+                             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()}
                 streamed = parts / "streamed"  # the stream phase adds records: such a store is not reused
                 if not (args.reuse and (parts / "build.json").is_file() and not streamed.exists()):
                     streamed.unlink(missing_ok=True)
@@ -110,7 +115,7 @@ def main() -> None:
                     embed = "real" if size <= args.real_upto else "gist"
                     if args.server and (args.stores / f"vectors-{size}.npy").is_file():
                         embed = "cached"  # the embedded run's own MiniLM vectors: like for like
-                    extra = ["--embed", embed, "--quiet"]
+                    extra = ["--embed", embed, "--encoder", args.encoder, "--quiet"]
                     run["build"] = _phase("build", size, store, parts / "build.json", extra + (["--chroma-url", server.url] if server else []))
                 else:
                     run["build"] = json.loads((parts / "build.json").read_text())
@@ -119,7 +124,7 @@ def main() -> None:
                 if not args.no_stream:
                     streamed.touch()
                     run["stream"] = _phase("stream", size, store, parts / "stream.json", ["--inserts", str(args.inserts), "--quiet"])
-                results["runs"][f"{mode}-{size}"] = run
+                results["runs"][f"{mode}-{size}-{args.encoder}"] = run
                 results["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                                       "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
                 results_file.write_text(json.dumps(results, indent=1) + "\n")

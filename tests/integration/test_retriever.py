@@ -288,6 +288,31 @@ def test_timestamp_resolution_lets_a_later_unrelated_record_win(legal_store):
     assert [r.status for r in result.ranked] == ["active", "superseded", "superseded"]
 
 
+# --------------------------------------------------------------------------- batches
+@pytest.mark.parametrize("mode", MODES)
+def test_retrieve_many_returns_what_retrieve_returns(retrievers, results, demo_queries, mode):
+    """One batched embedding for all queries, then the per-query path: the same records, statuses,
+    edges and Stage-1 ranks as one retrieve() per query (scores within float noise of batching)."""
+    batch = retrievers[mode].retrieve_many([q["query"] for q in demo_queries])
+    assert len(batch) == len(demo_queries)
+    for q, got in zip(demo_queries, batch):
+        single = results[(mode, q["query_id"])][1].to_dict()
+        many = got.to_dict()
+        assert set(many["timings_ms"]) == set(single["timings_ms"])
+        for a, b in zip(many["records"], single["records"], strict=True):
+            if a["stage1"] is not None or b["stage1"] is not None:
+                assert a["stage1"]["rank"] == b["stage1"]["rank"] and a["stage1"]["score"] == pytest.approx(b["stage1"]["score"])
+                assert a["stage1"]["channels"] == pytest.approx(b["stage1"]["channels"], rel=1e-5, abs=1e-6)
+            assert {**a, "stage1": None} == {**b, "stage1": None}
+        assert {**many, "records": None, "timings_ms": None} == {**single, "records": None, "timings_ms": None}
+
+
+def test_retrieve_many_checks_every_query_first(retrievers):
+    assert retrievers["hybrid"].retrieve_many([]) == []
+    with pytest.raises(ValueError, match="non-empty"):
+        retrievers["hybrid"].retrieve_many(["Is lodash still vulnerable?", " "])
+
+
 # --------------------------------------------------------------------------- argument checks
 @pytest.mark.parametrize("query", ["", "   \n\t", None, 42])
 def test_empty_or_non_string_query_raises(retrievers, query):

@@ -32,6 +32,25 @@ def test_python_dash_m_car_rag_runs_the_cli() -> None:
     assert done.returncode == 2 and done.stderr.startswith("usage: car-rag")
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["query", "--help"], ["policies"]])
+def test_help_and_policies_import_nothing_heavy(argv: list[str]) -> None:
+    """Importing torch alone takes seconds: `car-rag --help` and `policies` need no model and no
+    vector store, so they import neither (a fresh interpreter, then its sys.modules)."""
+    script = (
+        "import sys, contextlib, io\n"
+        "from car_rag.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        main({argv!r})\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('torch', 'transformers', 'sentence_transformers', 'chromadb', 'onnxruntime')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
 def test_a_closed_stdout_ends_quietly() -> None:
     """`car-rag policies | head -1`: the reader is gone before car-rag writes; no traceback."""
     proc = subprocess.Popen([sys.executable, "-m", "car_rag", "policies"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
