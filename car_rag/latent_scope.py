@@ -66,7 +66,8 @@ def named_scope_ids(
         if not is_identifier(token):
             continue
         for key in policy.scope_keys:
-            if graph.holds(key, token) and token not in linked.setdefault(key, []) and held({key: token}):
+            known = graph.holds(key, token) and (readable is None or held({key: token}))  # one probe, else a lookup
+            if known and token not in linked.setdefault(key, []):
                 linked[key].append(token)
     keys = policy.scope_keys
     if all(linked.get(key) for key in keys) and any(
