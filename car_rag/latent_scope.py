@@ -84,11 +84,10 @@ def scope_of(record: Record, keys: Sequence[str]) -> ScopeKey:
 @dataclass(frozen=True)
 class ScopePosterior:
     """``P(scope | question)`` over the scopes of the Stage-1 candidates and of the scopes
-    the question names (``observed``)."""
+    the question names."""
 
     keys: tuple[str, ...]
     probabilities: Mapping[ScopeKey, float]
-    observed: Mapping[str, Sequence[str]]
 
     def probability(self, record: Record) -> float | None:
         """The probability of ``record``'s scope; None for a scope the posterior never saw."""
@@ -137,7 +136,7 @@ def estimate_scope_posterior(
         probabilities = {s: 1.0 / len(mass) for s in mass} if mass else {}
     else:
         probabilities = {s: m / total for s, m in mass.items()}
-    return ScopePosterior(keys, probabilities, {k: list(v) for k, v in observed.items()})
+    return ScopePosterior(keys, probabilities)
 
 
 def _frontier_state(graph: AuthorityGraph, policy: Policy, doc_id: str, readable: Callable[[Record], bool]) -> tuple[str, ...]:
