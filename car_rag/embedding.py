@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Embedder", "DEFAULT_ENCODER", "DEFAULT_MODEL", "ENCODERS", "EncoderName", "MINILM_REVISION", "MINILM_SHA256",
-    "verify_packaged_minilm",
+    "verify_packaged_minilm", "file_sha256",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ MINILM_SHA256 = {
 the tokenizer and the model config."""
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks (model files are ~90 MB)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -75,7 +76,7 @@ def verify_packaged_minilm(folder: Path | str, names: Collection[str] = tuple(MI
     ``names``: only these)."""
     folder = Path(folder)
     wrong = [name for name, digest in MINILM_SHA256.items()
-             if name in names and (not (folder / name).is_file() or _sha256(folder / name) != digest)]
+             if name in names and (not (folder / name).is_file() or file_sha256(folder / name) != digest)]
     if wrong:
         raise OSError(
             f"the packaged MiniLM copy in {folder} is not sentence-transformers/all-MiniLM-L6-v2 at revision "

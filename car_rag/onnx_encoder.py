@@ -15,7 +15,6 @@ A sidecar JSON records the weights it came from and the graph's own SHA-256, che
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from car_rag.embedding import MINILM_REVISION, MINILM_SHA256, no_loading_bars, verify_packaged_minilm
+from car_rag.embedding import MINILM_REVISION, MINILM_SHA256, file_sha256, no_loading_bars, verify_packaged_minilm
 from car_rag.extras import require
 
 __all__ = ["OnnxMiniLM", "cache_dir", "export_locations", "onnx_model_path"]
@@ -47,14 +46,6 @@ PARITY_TEXTS = (
     "The court overrules its earlier holding. " * 60,  # truncated at MAX_TOKENS
 )
 """Texts every fresh export is checked on against PyTorch before it is kept."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cache_dir() -> Path:
@@ -80,7 +71,7 @@ def _valid_export(onnx_file: Path) -> bool:
         return False
     if meta.get("format") != EXPORT_FORMAT or meta.get("weights_sha256") != MINILM_SHA256["model.safetensors"]:
         return False
-    if not onnx_file.is_file() or _sha256(onnx_file) != meta.get("onnx_sha256"):
+    if not onnx_file.is_file() or file_sha256(onnx_file) != meta.get("onnx_sha256"):
         log.warning("%s does not match its sidecar's SHA-256 (damaged or replaced): exporting it again", onnx_file)
         return False
     return True
@@ -161,7 +152,7 @@ def _export(model_dir: Path, folder: Path) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     meta = {
-        "format": EXPORT_FORMAT, "weights_sha256": MINILM_SHA256["model.safetensors"], "onnx_sha256": _sha256(target),
+        "format": EXPORT_FORMAT, "weights_sha256": MINILM_SHA256["model.safetensors"], "onnx_sha256": file_sha256(target),
         "exported_with": {"torch": str(torch.__version__), "opset": 17}, "parity_min_cosine": cosine,
     }
     _sidecar(target).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
