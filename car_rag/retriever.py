@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Literal
 
 import numpy as np
@@ -103,6 +104,7 @@ class ControllingAuthorityRetriever:
         self.scope_lookup_limit = scope_lookup_limit
         self.min_confidence = min_confidence
         self.lexical = lexical
+        self._pool: ThreadPoolExecutor | None = None
         self._mask_index: tuple[object, int] | None = None
         self._masks: dict[CallerContext, np.ndarray] = {}
         if anchors != "bm25":
@@ -125,12 +127,25 @@ class ControllingAuthorityRetriever:
 
     def _runs(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> dict[str, list[ChannelHit]]:
         runs: dict[str, list[ChannelHit]] = {}
+        dense: Future[list[ChannelHit]] | None = None
+        where = caller.chroma_where() if caller is not None else None
+        if vector is not None and self.anchor_mode == "hybrid" and not self.store.dense.exact:
+            # Chroma's HNSW search releases the GIL: BM25 runs meanwhile (0.55x the time of one
+            # after the other at 100k records, evals/perf/concurrency.py; exact search below
+            # 20k records gains nothing, so it stays on this thread).
+            dense = self._dense_pool().submit(self.store.dense.search, vector, self.depth, where=where)
         if self.anchor_mode in ("bm25", "hybrid"):
             runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(caller))
-        if vector is not None:
-            where = caller.chroma_where() if caller is not None else None
+        if dense is not None:
+            runs["dense"] = dense.result()
+        elif vector is not None:
             runs["dense"] = self.store.dense.search(vector, self.depth, where=where)
         return runs
+
+    def _dense_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="car-rag-dense")
+        return self._pool
 
     def _candidates(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> list[FusedHit]:
         return self.fuse(self._runs(query, vector, caller))

@@ -108,3 +108,23 @@ def test_cli_json_carries_scope_probabilities_and_the_posterior(ambiguous_store,
                  "Has the prototype pollution in merge been fixed?"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["scope_posterior"] is None and {r["scope_probability"] for r in data["records"]} == {None}
+
+
+def test_hnsw_search_runs_beside_bm25_and_answers_as_one_after_the_other(tmp_path, embedder, demo_policy, demo_corpus_path):
+    """Past the exact-search limit the dense search runs on a worker thread while BM25 runs:
+    the same hits, scores and result as searching one channel after the other."""
+    store = CARStore.open(tmp_path / "hnsw", demo_policy, embedder=embedder)
+    store.ingest(demo_corpus_path, progress=False)
+    store.dense.exact_limit = len(store) - 1
+    store.ingest([Record(doc_id="one-more", text="An unrelated maintenance note.", doc_type="note")], progress=False)
+    assert not store.dense.exact
+    retriever = ControllingAuthorityRetriever(store)
+    for question in ("Is the lodash prototype pollution still unpatched?", "Is Okafor still good law?"):
+        result = retriever.retrieve(question)
+        vector = embedder.encode([question])[0]
+        one_by_one = {"bm25": store.lexical.search(question, retriever.depth), "dense": store.dense.search(vector, retriever.depth)}
+        expected = retriever.resolve_runs(question, one_by_one)
+        assert [(r.doc_id, r.status) for r in result] == [(r.doc_id, r.status) for r in expected]
+        assert [a.channel_scores for a in result.anchors] == [a.channel_scores for a in expected.anchors]
+    assert retriever._pool is not None  # the worker thread was used
+    store.close()
