@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
 from car_rag.evidence.digest import authority_digest
 from car_rag.graph import AuthorityGraph, Edge
-from car_rag.policy import PolicyError, _parse
+from car_rag.policy import Policy, PolicyError, _parse
 from car_rag.resolution import Anchor, resolve_authority
 from helpers_records import rec
 
@@ -213,9 +213,10 @@ def _upgraded(name: str, rule: str):
 
     policy = load_policy(name)
     added = policy.rule(rule)
-    before = policy.model_copy(update={
-        "rules": tuple(r for r in policy.rules if r.name != rule),
-        "hierarchies": {k: h for k, h in policy.hierarchies.items() if k != added.hierarchy},
+    before = Policy.model_validate({  # validated afresh: a model_copy would keep the cached edge rules
+        **policy.model_dump(),
+        "rules": [r.model_dump() for r in policy.rules if r.name != rule],
+        "hierarchies": {k: h.model_dump() for k, h in policy.hierarchies.items() if k != added.hierarchy},
     })
     return policy, before
 
