@@ -238,7 +238,8 @@ def test_drug_regulation_a_more_serious_recall_class_controls_whatever_the_dates
     assert upgraded["class-iii"] == ("superseded", [Edge("class-i", "class-iii", "higher_recall_class")])
     assert upgraded["class-i"] == ("active", [])
     # Records without a class resolve exactly as under the policy before recall classes.
-    plain = [label, recall("r1", None, 1), recall("r2", None, 2), rec("label2", "drug_label", at=3, scope={"ndc": "0054-0100-25"})]
+    plain = [label, recall("r1", None, 1), recall("r2", None, 2),
+             rec("label2", "drug_label", at=3, scope={"ndc": "0054-0100-25"})]
     assert _statuses(plain, policy) == _statuses(plain, before)
 
 
