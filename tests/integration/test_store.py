@@ -717,10 +717,10 @@ def test_a_store_built_before_the_court_hierarchy_opens_under_the_upgraded_polic
 def test_a_store_built_before_the_blackout_exception_opens_under_the_upgraded_policy(tmp_path, embedder):
     """An added exception rule pairs no stored record of other types: the store takes the new
     policy; one holding a record of the exception's type must be rebuilt."""
-    from car_rag.policy import load_policy
+    from car_rag.policy import Policy, load_policy
 
     upgraded = load_policy("sec-204a1")
-    before = upgraded.model_copy(update={"rules": upgraded.rules[:-1]})
+    before = Policy.model_validate({**upgraded.model_dump(), "rules": [r.model_dump() for r in upgraded.rules[:-1]]})
     scope = {"employee": "E1", "ticker": "ACME"}
     blackout = {"doc_id": "b1", "text": "Blackout on ACME.", "doc_type": "blackout_announced", "scope": scope}
     with CARStore.open(tmp_path / "plain", before, embedder=embedder) as store:
