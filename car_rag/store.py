@@ -39,7 +39,7 @@ from car_rag.extras import require
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import CAR_PREFIX, LAYOUT_KEYS, RecordLayout
 from car_rag.locking import ReadWriteLock
-from car_rag.policy import Policy, load_policy
+from car_rag.policy import Policy, Rule, load_policy
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
 
 __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chroma_metadata"]
@@ -228,8 +228,8 @@ class CARStore:
                 raise StoreError(f"{config_file}: unsupported store format {config.get('format_version')!r}")
             if wanted is not None and (built := Policy.model_validate(config["policy"])) != wanted:
                 differ = _resolution_differences(built, wanted)
-                if differ and _adds_level_rules_only(built, wanted):
-                    return cls._adopt_level_rules(path, config, wanted, embedder)
+                if differ and (added := _added_rules(built, wanted)):
+                    return cls._adopt_added_rules(path, config, wanted, added, embedder)
                 if differ:
                     raise StoreError(
                         f"store {path} was built with policy {built.name!r}; the policy given ({wanted.name!r}) "
@@ -271,21 +271,31 @@ class CARStore:
         return store
 
     @classmethod
-    def _adopt_level_rules(cls, path: Path, config: dict[str, Any], wanted: Policy, embedder: Embedder | None) -> CARStore:
-        """Open a store under a policy that only adds hierarchies and the rules ordered by
-        them (a built-in policy upgraded to multi-authority): where no stored record has a
-        level those rules can read, they make no edge among stored records, so the store
-        takes the new policy for what it ingests next; otherwise it must be rebuilt."""
+    def _adopt_added_rules(
+        cls, path: Path, config: dict[str, Any], wanted: Policy, added: tuple[Rule, ...], embedder: Embedder | None
+    ) -> CARStore:
+        """Open a store under a policy that only adds rules (and the hierarchies they read: a
+        built-in policy upgraded to multi-authority or exceptions): where no stored records
+        are of the types an added rule pairs, or none has a level an added hierarchy reads,
+        those rules make no edge among stored records, so the store takes the new policy for
+        what it ingests next; otherwise it must be rebuilt."""
         store = cls(path, config, embedder=embedder)
-        added = [h for name, h in wanted.hierarchies.items() if name not in store.policy.hierarchies]
-        if any(h.default is not None or any(h.field in r.metadata for r in store.records.values()) for h in added):
+        new_levels = {name: h for name, h in wanted.hierarchies.items() if name not in store.policy.hierarchies}
+        records = store.records.values()
+
+        def pairs_stored(rule: Rule) -> bool:
+            typed = all(t == "*" or any(r.doc_type == t for r in records) for t in (rule.trigger, rule.target))
+            level = new_levels.get(rule.hierarchy or "")
+            return typed and (level is None or level.default is not None or any(level.field in r.metadata for r in records))
+
+        if blocking := sorted(r.name for r in added if pairs_stored(r)):
             store.close()
-            raise StoreError(f"store {path} holds records with levels the policy {wanted.name!r} now orders by: "
-                             "ingest into a new store")
+            raise StoreError(f"store {path} holds records with levels or types that the rules {blocking} of the policy "
+                             f"{wanted.name!r} now pair: ingest into a new store")
         store.config = {**config, "policy": json.loads(wanted.model_dump_json())}
         store.policy = store.graph.policy = wanted
         (path / CONFIG_FILE).write_text(json.dumps(store.config, indent=2, ensure_ascii=False))
-        log.info("store %s: policy %r now orders by hierarchies %s", path, wanted.name, sorted(wanted.hierarchies))
+        log.info("store %s: policy %r now adds rules %s", path, wanted.name, [r.name for r in added])
         return store
 
     def _connect_chroma(self) -> Any:
@@ -600,13 +610,16 @@ class CARStore:
         self.flush()
 
 
-def _adds_level_rules_only(built: Policy, wanted: Policy) -> bool:
-    """Whether ``wanted`` is ``built`` plus hierarchies and rules ordered by them, and nothing else
-    that decides edges."""
-    own = [r for r in wanted.rules if r.hierarchy is None]
-    narrowed = wanted.model_copy(update={"rules": tuple(own), "hierarchies": built.hierarchies})
+def _added_rules(built: Policy, wanted: Policy) -> tuple[Rule, ...]:
+    """The rules (with exception revocations) ``wanted`` adds to ``built``, where it changes
+    nothing else that decides edges beyond the hierarchies they read; empty otherwise."""
+    names = {r.name for r in built.rules}
+    narrowed = wanted.model_copy(update={"rules": tuple(r for r in wanted.rules if r.name in names),
+                                         "hierarchies": built.hierarchies})
     kept = all(wanted.hierarchies.get(name) == h for name, h in built.hierarchies.items())
-    return kept and len(own) < len(wanted.rules) and not _resolution_differences(built, narrowed)
+    if not kept or _resolution_differences(built, narrowed):
+        return ()
+    return tuple(r for r in wanted.edge_rules if r.name not in {b.name for b in built.edge_rules})
 
 
 def _bound_http_calls(client: Any, seconds: float) -> None:

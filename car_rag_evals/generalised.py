@@ -21,6 +21,13 @@ and a later supreme ruling over a district one (the relations agree). Scored: th
 of generated conflicts shown as a ``<conflict-group kind="disputed-authority">`` in the
 audit XML, and of records some relation keeps active that are reported superseded.
 
+(c) **Exceptions.** Employee/ticker pairs under the built-in ``sec-204a1`` policy: a
+blackout, then a trading exception granted (its rule ``blackout_exception``), and either
+no revocation (the exception controls), a later revocation (the blackout controls again)
+or a revocation dated before the grant (it revokes nothing: the exception controls).
+Scored: the share of pairs whose controlling record is reported active and whose other
+records carry the status the ground truth gives them.
+
 Run:  python -m car_rag_evals.generalised --out evals/results/generalised
 """
 
@@ -41,7 +48,8 @@ from car_rag.policy import Policy, load_policy
 from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, RetrievalResult, resolve_authority
 
-__all__ = ["NoisyCorpus", "noisy_corpus", "score_noisy", "multi_authority_corpus", "score_multi_authority", "main"]
+__all__ = ["NoisyCorpus", "noisy_corpus", "score_noisy", "multi_authority_corpus", "score_multi_authority",
+           "exception_corpus", "score_exceptions", "main"]
 
 K = 5
 ANCHORS = 10
@@ -206,6 +214,63 @@ def score_multi_authority(corpus: MultiCorpus, policy: Policy) -> dict[str, Any]
     }
 
 
+# --------------------------------------------------------------------------- (c)
+EXCEPTION_PATTERNS = ("active", "revoked", "revocation_before_grant")
+
+
+@dataclass
+class ExceptionCorpus:
+    records: list[Record]
+    cases: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    """Per employee/ticker pair: its pattern and the status each of its records must have."""
+
+
+def exception_corpus(seed: int, pairs: int = 150) -> ExceptionCorpus:
+    """Per employee/ticker pair a blackout, an exception granted after it and, by pattern,
+    no revocation, a later one, or one dated before the grant."""
+    rng = random.Random(seed)
+    corpus = ExceptionCorpus([])
+    for p in range(pairs):
+        scope = {"employee": f"E{p:03d}", "ticker": f"T{p:03d}"}
+        pattern = rng.choice(EXCEPTION_PATTERNS)
+        t0 = rng.randint(0, 3000)
+        grant_at = t0 + rng.randint(1, 60)
+        revoked_at = grant_at + rng.randint(1, 60) if pattern == "revoked" else t0 + rng.randint(-30, 0)
+        made = [("blackout", "blackout_announced", t0), ("grant", "trading_exception_granted", grant_at)]
+        if pattern != "active":
+            made.append(("revocation", "trading_exception_revoked", revoked_at))
+        for role, doc_type, at in made:
+            corpus.records.append(Record(doc_id=f"p{p:03d}-{role}", doc_type=doc_type, scope=scope, published_at=_day(at),
+                                         text=f"{doc_type.replace('_', ' ')} for {scope['employee']} in {scope['ticker']}"))
+        revoked = pattern == "revoked"
+        truth = {f"p{p:03d}-blackout": "active" if revoked else "superseded",
+                 f"p{p:03d}-grant": "superseded" if revoked else "active"}
+        if revoked:  # one dated before the grant revokes nothing, so nothing relates it to the pair
+            truth[f"p{p:03d}-revocation"] = "active"
+        corpus.cases.append((pattern, truth))
+    return corpus
+
+
+def score_exceptions(corpus: ExceptionCorpus, policy: Policy) -> dict[str, Any]:
+    """Stages 2-3 from the pair's blackout as the only anchor (a question about trading in
+    the blackout): the pair is right when every record of it has its ground-truth status."""
+    graph = AuthorityGraph(policy)
+    for record in corpus.records:
+        graph.add(record)
+    right = {pattern: [0, 0] for pattern in EXCEPTION_PATTERNS}
+    for pattern, truth in corpus.cases:
+        blackout = next(d for d in truth if d.endswith("-blackout"))
+        result = resolve_authority(graph, policy, "May I trade?", [Anchor(blackout, 1)])
+        got = {d: (item.status if (item := result.get(d)) is not None else "missing") for d in truth}
+        right[pattern][0] += got == truth
+        right[pattern][1] += 1
+    return {
+        "pairs": len(corpus.cases),
+        "resolved_correctly": sum(r for r, _ in right.values()) / max(1, len(corpus.cases)),
+        "by_pattern": {p: {"pairs": n, "resolved_correctly": r / max(1, n)} for p, (r, n) in right.items()},
+    }
+
+
 # --------------------------------------------------------------------------- report
 def _plot(curves: dict[str, dict[float, dict[float, dict[str, float]]]], out: Path) -> list[Path]:
     from car_rag_evals.plots import _pyplot
@@ -257,9 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         for setting in ("separated", "overlapping")
     }
     multi = score_multi_authority(multi_authority_corpus(args.seed), load_policy("legal-precedent"))
+    exceptions = score_exceptions(exception_corpus(args.seed), load_policy("sec-204a1"))
     results = {"seed": args.seed, "entities": args.entities, "k": K, "anchors": ANCHORS,
                "noisy": {s: {str(n): {str(t): v for t, v in c.items()} for n, c in by.items()} for s, by in curves.items()},
-               "multi_authority": multi}
+               "multi_authority": multi, "exceptions": exceptions}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [f"# Generalised CAR benchmark (seed {args.seed}, {args.entities} entities per corpus)", "",
              f"Reproduce: `python -m car_rag_evals.generalised --out {args.out}`.", ""]
@@ -270,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
               f"- generated conflicts: {multi['conflicts']}; surfaced as disputed-authority conflict groups: "
               f"{multi['conflicts_surfaced']:.1%}",
               f"- records some relation keeps active, reported superseded: {multi['kept_active_reported_superseded']:.1%} "
-              f"of {multi['kept_active_records']}", ""]
+              f"of {multi['kept_active_records']}", "",
+              "## Exceptions (sec-204a1, blackout_exception granted and revoked)", "",
+              f"- employee/ticker pairs resolved correctly: {exceptions['resolved_correctly']:.1%} of {exceptions['pairs']}",
+              *(f"  - {pattern.replace('_', ' ')}: {v['resolved_correctly']:.1%} of {v['pairs']}"
+                for pattern, v in exceptions["by_pattern"].items()), ""]
     (args.out / "README.md").write_text("\n".join(lines))
     _plot(curves, args.out)
     print("\n".join(lines))

@@ -104,13 +104,39 @@ SCENARIOS: dict[str, Scenario] = {
                 "scope": {"ndc": "0054-0100-25"},
                 "published_at": "2022-08-01",
             },
+            {
+                "doc_id": "recall-somnara-class-i-2024",
+                "text": "Class I recall: SOMNARA 10 mg tablets, lot 4471, found to contain 20 mg of zolpidem per "
+                "tablet. Stop dispensing and return all units.",
+                "doc_type": "recall_enforcement",
+                "scope": {"ndc": "0054-0100-25"},
+                "published_at": "2024-02-05",
+                "source": "FDA Enforcement Report",
+                "metadata": {"recall_class": "I"},
+            },
+            {
+                "doc_id": "recall-somnara-class-iii-2024",
+                "text": "Class III recall: SOMNARA tablets, carton label misprint of the storage temperature. "
+                "Units may continue to be dispensed.",
+                "doc_type": "recall_enforcement",
+                "scope": {"ndc": "0054-0100-25"},
+                "published_at": "2024-05-20",
+                "source": "FDA Enforcement Report",
+                "metadata": {"recall_class": "III"},
+            },
         ],
         examples=[
             Example(
                 "What is the recommended starting dose of metformin extended-release tablets for type 2 diabetes?",
                 controlling="recall-2024-0412",
                 stale="label-glucorex-er-2021",
-            )
+            ),
+            Example(
+                "May SOMNARA tablets continue to be dispensed after the carton label misprint?",
+                controlling="recall-somnara-class-i-2024",
+                stale="recall-somnara-class-iii-2024",
+                title="Recall classes: a later class III recall does not lift a class I recall",
+            ),
         ],
     ),
     "legal-precedent": Scenario(
@@ -218,13 +244,46 @@ SCENARIOS: dict[str, Scenario] = {
                 "scope": {"employee": "E123"},
                 "published_at": "2025-01-02T12:00:00Z",
             },
+            {
+                "doc_id": "blackout-initech-e789",
+                "text": "Notice to E789: as a member of the deal team you may not trade INITECH securities until "
+                "the merger is announced.",
+                "doc_type": "blackout_announced",
+                "scope": {"employee": "E789", "ticker": "INITECH"},
+                "published_at": "2025-04-01T09:00:00Z",
+                "source": "chief compliance officer",
+            },
+            {
+                "doc_id": "exception-e789-initech",
+                "text": "Hardship exception: E789 may sell up to 2,000 INITECH shares to meet a court-ordered "
+                "settlement, through the firm's desk only.",
+                "doc_type": "trading_exception_granted",
+                "scope": {"employee": "E789", "ticker": "INITECH"},
+                "published_at": "2025-04-10T14:00:00Z",
+                "source": "chief compliance officer",
+            },
+            {
+                "doc_id": "revocation-e789-initech",
+                "text": "The settlement was paid from other funds; the permission given to E789 on 10 April is "
+                "withdrawn with immediate effect.",
+                "doc_type": "trading_exception_revoked",
+                "scope": {"employee": "E789", "ticker": "INITECH"},
+                "published_at": "2025-04-15T08:00:00Z",
+                "source": "chief compliance officer",
+            },
         ],
         examples=[
             Example(
                 "Is employee E123 cleared to buy ACME shares this week?",
                 controlling="blackout-acme-q1",
                 stale="preclear-e123-acme",
-            )
+            ),
+            Example(
+                "May E789 sell INITECH shares under the hardship exception for the court-ordered settlement?",
+                controlling="revocation-e789-initech",
+                stale="exception-e789-initech",
+                title="Exception revoked: the hardship exception lapsed, so the deal-team blackout controls again",
+            ),
         ],
     ),
     "security-advisory": Scenario(

@@ -710,5 +710,25 @@ def test_a_store_built_before_the_court_hierarchy_opens_under_the_upgraded_polic
     assert json.loads((tmp_path / "plain" / "car-store.json").read_text())["policy"]["hierarchies"]
     with CARStore.open(tmp_path / "levels", before, embedder=embedder) as store:
         store.ingest([{**ruling, "metadata": {"court_level": "district"}}], progress=False)
-    with pytest.raises(StoreError, match="holds records with levels"):
+    with pytest.raises(StoreError, match=r"holds records with levels or types that the rules \[.higher_court_binds.\]"):
         CARStore.open(tmp_path / "levels", upgraded, embedder=embedder)
+
+
+def test_a_store_built_before_the_blackout_exception_opens_under_the_upgraded_policy(tmp_path, embedder):
+    """An added exception rule pairs no stored record of other types: the store takes the new
+    policy; one holding a record of the exception's type must be rebuilt."""
+    from car_rag.policy import Policy, load_policy
+
+    upgraded = load_policy("sec-204a1")
+    before = Policy.model_validate({**upgraded.model_dump(), "rules": [r.model_dump() for r in upgraded.rules[:-1]]})
+    scope = {"employee": "E1", "ticker": "ACME"}
+    blackout = {"doc_id": "b1", "text": "Blackout on ACME.", "doc_type": "blackout_announced", "scope": scope}
+    with CARStore.open(tmp_path / "plain", before, embedder=embedder) as store:
+        store.ingest([blackout], progress=False)
+    with CARStore.open(tmp_path / "plain", upgraded, embedder=embedder) as store:
+        assert store.policy == upgraded and len(store) == 1
+    grant = {"doc_id": "g1", "text": "Exception granted.", "doc_type": "trading_exception_granted", "scope": scope}
+    with CARStore.open(tmp_path / "typed", before, embedder=embedder) as store:
+        store.ingest([blackout, grant], progress=False)
+    with pytest.raises(StoreError, match=r"the rules \['blackout_exception'\] of the policy 'sec-204a1'"):
+        CARStore.open(tmp_path / "typed", upgraded, embedder=embedder)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
 from car_rag.evidence.digest import authority_digest
 from car_rag.graph import AuthorityGraph, Edge
-from car_rag.policy import PolicyError, _parse
+from car_rag.policy import Policy, PolicyError, _parse
 from car_rag.resolution import Anchor, resolve_authority
 from helpers_records import rec
 
@@ -204,3 +204,55 @@ def test_a_revocation_dated_before_the_grant_revokes_nothing():
                rec("grant", "exception_grant", at=3, scope={"question": "Q1"})]
     _, result = _resolve(records, ["blackout"])
     assert result.get("blackout").status == "superseded" and result.get("grant").status == "active"
+
+
+# --------------------------------------------------------------------------- built-in upgrades
+def _upgraded(name: str, rule: str):
+    """A built-in policy and the same policy as it was before ``rule`` (and its hierarchy) was added."""
+    from car_rag.policy import load_policy
+
+    policy = load_policy(name)
+    added = policy.rule(rule)
+    before = Policy.model_validate({  # validated afresh: a model_copy would keep the cached edge rules
+        **policy.model_dump(),
+        "rules": [r.model_dump() for r in policy.rules if r.name != rule],
+        "hierarchies": {k: h.model_dump() for k, h in policy.hierarchies.items() if k != added.hierarchy},
+    })
+    return policy, before
+
+
+def _statuses(records, policy):
+    _, result = _resolve(records, [r.doc_id for r in records], policy)
+    return {r.doc_id: (result.get(r.doc_id).status, result.get(r.doc_id).voided_by) for r in records}
+
+
+def test_drug_regulation_a_more_serious_recall_class_controls_whatever_the_dates():
+    policy, before = _upgraded("drug-regulation", "higher_recall_class")
+
+    def recall(doc_id, klass, at):
+        return rec(doc_id, "recall_enforcement", at=at, scope={"ndc": "0054-0100-25"},
+                   metadata={"recall_class": klass} if klass else {})
+
+    label = rec("label", "drug_label", at=0, scope={"ndc": "0054-0100-25"})
+    upgraded = _statuses([label, recall("class-i", "I", 1), recall("class-iii", "III", 2)], policy)
+    assert upgraded["class-iii"] == ("superseded", [Edge("class-i", "class-iii", "higher_recall_class")])
+    assert upgraded["class-i"] == ("active", [])
+    # Records without a class resolve exactly as under the policy before recall classes.
+    plain = [label, recall("r1", None, 1), recall("r2", None, 2),
+             rec("label2", "drug_label", at=3, scope={"ndc": "0054-0100-25"})]
+    assert _statuses(plain, policy) == _statuses(plain, before)
+
+
+def test_sec_204a1_a_trading_exception_suspends_a_blackout_until_revoked():
+    policy, before = _upgraded("sec-204a1", "blackout_exception")
+    scope = {"employee": "E1", "ticker": "ACME"}
+    blackout = rec("blackout", "blackout_announced", at=1, scope=scope)  # addressed to the employee
+    grant = rec("grant", "trading_exception_granted", at=2, scope=scope)
+    assert _statuses([blackout, grant], policy)["blackout"] == (
+        "superseded", [Edge("grant", "blackout", "blackout_exception")])
+    revoked = _statuses([blackout, grant, rec("revoke", "trading_exception_revoked", at=3, scope=scope)], policy)
+    assert revoked["blackout"] == ("active", []) and revoked["grant"][0] == "superseded"
+    # The paper's R3/R4 records resolve exactly as before the exception rule.
+    paper = [blackout, rec("emergency", "emergency_exception", at=2, scope=scope),
+             rec("revoked", "exception_revoked", at=3, scope=scope)]
+    assert _statuses(paper, policy) == _statuses(paper, before)

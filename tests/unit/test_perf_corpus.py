@@ -40,3 +40,18 @@ def test_gold_is_the_active_frontier_of_its_chain_and_never_names_the_flaw() -> 
     types = Counter(r["doc_type"] for r in corpus.records)
     assert types["maintenance_release"] and types["vulnerability_disclosure"] > types["patch_release"] / 2
     assert any(r.get("supersedes") for r in corpus.records)  # releases that fix a second advisory
+
+
+def test_the_generalised_perf_policy_exercises_levels_disputes_and_confidences() -> None:
+    from generalised import generalised_policy
+
+    policy = generalised_policy()
+    assert policy.rule("patch_fixes_disclosure").confidence == 0.8 and "higher_source" in policy.hierarchical_rules
+    scope = {"package": "p", "cve_id": "CVE-1"}
+    graph = AuthorityGraph(policy)
+    for doc_id, doc_type, day, level in (("d", "vulnerability_disclosure", 1, None), ("vendor", "patch_release", 2, "vendor"),
+                                         ("community", "patch_release", 3, "community")):
+        graph.add(Record(doc_id=doc_id, text=doc_id, doc_type=doc_type, scope=scope, published_at=f"2024-01-0{day}",
+                         metadata={"source_level": level} if level else {}))
+    assert {(e.superseder, e.target) for e in graph.disputed_edges()} == {("vendor", "community"), ("community", "vendor")}
+    assert {e.confidence for e in graph.superseders("d")} == {0.8}

@@ -52,9 +52,9 @@ def test_every_builtin_policy_loads(name):
         assert set(rule.within) <= set(policy.scope_keys)
 
 
-def test_sec_204a1_has_the_paper_rules_r1_to_r10():
+def test_sec_204a1_has_the_paper_rules_r1_to_r10_then_the_blackout_exception():
     policy = load_policy("sec-204a1")
-    assert [r.name for r in policy.rules] == [f"R{i}" for i in range(1, 11)]
+    assert [r.name for r in policy.rules] == [f"R{i}" for i in range(1, 11)] + ["blackout_exception"]
     assert all(r.order == "later" for r in policy.rules)
     scopes = {r.name: r.within for r in policy.rules}
     assert scopes["R1"] == ("ticker",)

@@ -1,0 +1,87 @@
+"""Stage 2+3 latency with the generalised rules on (issue 18): the perf corpus under
+``security-advisory`` plus a release-source hierarchy (``level_then_later``, disputing
+``later_patch`` where a later release comes from a lower source) and an uncertain fix rule
+(confidence 0.8), so every query reads edge confidences, levels and disputes.
+
+In memory, without a store: records into an :class:`AuthorityGraph`, then
+:func:`resolve_authority` from each query's chain anchor plus nine seeded random anchors
+(Stage 1's depth, untimed). Not the harness's "Stage 2+3" column, which adds fusion and
+the latent-scope step.
+
+Run:  python evals/perf/generalised.py --size 100000 --out evals/results/perf/generalised-100000.json
+      (``--plain``: the built-in policy over the same records, the baseline)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import generate  # noqa: E402
+
+from car_rag.graph import AuthorityGraph  # noqa: E402
+from car_rag.policy import Policy, load_policy  # noqa: E402
+from car_rag.records import Record  # noqa: E402
+from car_rag.resolution import Anchor, resolve_authority  # noqa: E402
+
+SOURCES = ["vendor", "distro", "community"]
+
+
+def generalised_policy() -> Policy:
+    """``security-advisory`` with the release-source hierarchy and an uncertain fix rule."""
+    base = load_policy("security-advisory").model_dump()
+    rules = [{**r, "confidence": 0.8} if r["name"] == "patch_fixes_disclosure" else r for r in base["rules"]]
+    rules.append({"name": "higher_source", "trigger": "patch_release", "target": "patch_release",
+                  "within": ["package", "cve_id"], "order": "level_then_later", "hierarchy": "source",
+                  "description": "A release from a higher source binds a lower one's."})
+    return Policy.model_validate({**base, "name": "security-advisory-generalised", "rules": rules,
+                                  "hierarchies": {"source": {"levels": SOURCES, "field": "source_level"}}})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, required=True)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plain", action="store_true", help="security-advisory as built in, the same records: the baseline")
+    args = parser.parse_args()
+    load = os.getloadavg()
+    policy, rng = load_policy("security-advisory") if args.plain else generalised_policy(), random.Random(18)
+    corpus = generate(args.size, seed=7, queries=args.queries)
+    graph = AuthorityGraph(policy)
+    tick = time.perf_counter()
+    for raw in corpus.records:
+        if rng.random() < 0.5:  # half the records name their source
+            raw = {**raw, "metadata": {**raw.get("metadata", {}), "source_level": rng.choice(SOURCES)}}
+        graph.add(Record.model_validate(raw))
+    build_s = time.perf_counter() - tick
+    ids = [r["doc_id"] for r in corpus.records]
+    runs = [[*q.anchor_doc_ids, *rng.sample(ids, 9)] for q in corpus.queries]
+    for anchors, q in zip(runs[:10], corpus.queries, strict=False):  # warm up
+        resolve_authority(graph, policy, q.query, [Anchor(d, i) for i, d in enumerate(anchors, 1)])
+    times = []
+    for anchors, q in zip(runs, corpus.queries, strict=True):
+        tick = time.perf_counter()
+        resolve_authority(graph, policy, q.query, [Anchor(d, i) for i, d in enumerate(anchors, 1)])
+        times.append((time.perf_counter() - tick) * 1000)
+    times.sort()
+    result = {
+        "policy": policy.name, "size": args.size, "queries": len(times), "graph_build_s": round(build_s, 1),
+        "edges": len(graph.edges()), "disputed_edges": len(graph.disputed_edges()),
+        "stage23_ms": {"p50": times[len(times) // 2], "p99": times[min(len(times) - 1, int(len(times) * 0.99))]},
+        "load_average_at_start": load,
+        "command": " ".join(["python evals/perf/generalised.py", *sys.argv[1:]]),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
