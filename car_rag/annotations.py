@@ -32,7 +32,7 @@ from car_rag.layout import (
 )
 from car_rag.policy import Policy
 from car_rag.records import Record
-from car_rag.resolution import Anchor, RetrievalResult, RetrievedRecord
+from car_rag.resolution import Anchor, RetrievalResult, RetrievedRecord, edge_json
 
 __all__ = ["UNRESOLVED", "annotations_for", "result_from_annotations", "status_rule", "unresolved_annotations"]
 
@@ -56,15 +56,13 @@ def status_rule(item: RetrievedRecord, result: RetrievalResult) -> str | None:
 def _link(result: RetrievalResult, doc_id: str, edge: Edge) -> dict[str, Any]:
     """One supersession edge as metadata: the record at the other end, enough to cite it."""
     other = result.get(doc_id)
-    link = {
-        "doc_id": doc_id,
-        "rule": edge.rule,
+    return {
+        **edge_json(doc_id, edge),
         "doc_type": other.record.doc_type if other else None,
         "version": other.record.version if other else None,
         "scope": dict(other.record.scope) if other else {},
         "status": other.status if other else None,
     }
-    return link if edge.confidence >= 1.0 else {**link, "confidence": edge.confidence}
 
 
 def annotations_for(item: RetrievedRecord, result: RetrievalResult) -> dict[str, Any]:

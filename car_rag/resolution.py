@@ -113,10 +113,10 @@ class RetrievedRecord:
             "role": self.role,
             "anchor_id": self.anchor_id,
             "superseded_by": self.superseded_by,
-            "voided_by": [_edge_json(e.superseder, e) for e in self.voided_by],
-            "voids": [_edge_json(e.target, e) for e in self.voids],
-            "contested_by": [_edge_json(e.superseder, e) for e in self.contested_by],
-            "disputed_by": [_edge_json(e.superseder, e) for e in self.disputed_by],
+            "voided_by": [edge_json(e.superseder, e) for e in self.voided_by],
+            "voids": [edge_json(e.target, e) for e in self.voids],
+            "contested_by": [edge_json(e.superseder, e) for e in self.contested_by],
+            "disputed_by": [edge_json(e.superseder, e) for e in self.disputed_by],
             "hidden_superseder": self.hidden_superseder,
             "scope": self.record.scope,
             "scope_probability": None if self.scope_probability is None else round(self.scope_probability, 4),
@@ -132,8 +132,9 @@ class RetrievedRecord:
         }
 
 
-def _edge_json(other: str, edge: Edge) -> dict[str, Any]:
-    """The record at the other end and the rule; the confidence only where the edge is uncertain."""
+def edge_json(other: str, edge: Edge) -> dict[str, Any]:
+    """An edge as JSON (results and ``car_*`` annotations alike): the record at the other end
+    and the rule; the confidence only where the edge is uncertain."""
     out: dict[str, Any] = {"doc_id": other, "rule": edge.rule}
     return out if edge.confidence >= 1.0 else {**out, "confidence": edge.confidence}
 
