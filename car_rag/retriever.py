@@ -114,16 +114,20 @@ class ControllingAuthorityRetriever:
     def stage1(self, query: str, caller: CallerContext | None = None) -> list[FusedHit]:
         """The ``k1`` anchors for ``query`` among records ``caller`` may read (after the
         latent-scope step when it is on)."""
-        vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
+        vector = self._embed(query)
         with self.store.lock.read():
-            return self._anchors(query, self._candidates(query, vector, caller), caller)[0]
+            return self._anchors(query, self.fuse(self._runs(query, vector, caller)), caller)[0]
 
     def channel_runs(self, query: str, caller: CallerContext | None = None) -> dict[str, list[ChannelHit]]:
         """Each Stage-1 channel's top ``depth`` for ``query`` (embedding it when a dense channel
         is on), before fusion: what :meth:`resolve_runs` takes."""
-        vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
+        vector = self._embed(query)
         with self.store.lock.read():
             return self._runs(query, vector, caller)
+
+    def _embed(self, query: str) -> np.ndarray | None:
+        """The query's vector, when a dense channel is on; done before the store's lock is taken."""
+        return self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
 
     def _runs(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> dict[str, list[ChannelHit]]:
         runs: dict[str, list[ChannelHit]] = {}
@@ -147,9 +151,6 @@ class ControllingAuthorityRetriever:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="car-rag-dense")
         return self._pool
 
-    def _candidates(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> list[FusedHit]:
-        return self.fuse(self._runs(query, vector, caller))
-
     def fuse(self, runs: dict[str, list[ChannelHit]]) -> list[FusedHit]:
         """The fused candidates (top ``depth``) of channel runs, by this retriever's ``fusion``."""
         if self.fusion == "rrf":
@@ -163,8 +164,9 @@ class ControllingAuthorityRetriever:
         if not self.latent_scope:
             return candidates[: self.k1], None, None
         graph, policy = self.store.graph, self.store.policy
-        readable = (lambda _r: True) if caller is None else caller.can_read
-        named = named_scope_ids(query, policy, graph, None if caller is None else caller.can_read)
+        can_read = None if caller is None else caller.can_read  # None: no read check at all (the fast path)
+        readable = can_read or (lambda _r: True)
+        named = named_scope_ids(query, policy, graph, can_read)
         posterior = estimate_scope_posterior(candidates, graph, policy, named, readable)
         anchors = select_anchors(
             candidates, posterior, graph, policy, self.k1, ties=self.scope_ties, decay=self.scope_decay, readable=readable
@@ -234,8 +236,7 @@ class ControllingAuthorityRetriever:
         started = time.perf_counter()
         # The query is embedded before the lock is taken; all stages then read one state
         # of the store, so an ingest running meanwhile is seen entirely or not at all.
-        vector = self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
-        return self._retrieve(query, vector, caller, started)
+        return self._retrieve(query, self._embed(query), caller, started)
 
     def retrieve_many(self, queries: Sequence[str], caller: CallerContext | None = None) -> list[RetrievalResult]:
         """:meth:`retrieve` for each query, with the queries embedded together in batches: one
