@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,7 +29,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
-from pydantic import ValidationError
 
 from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
 from car_rag.embedding import DEFAULT_MODEL, Embedder
@@ -40,6 +38,7 @@ from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import CAR_PREFIX, LAYOUT_KEYS, RecordLayout
 from car_rag.locking import ReadWriteLock
 from car_rag.policy import Policy, Rule, load_policy
+from car_rag.record_log import RecordLog, SqliteRecordLog, StoredRecordError
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
 
 __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chroma_metadata"]
@@ -141,6 +140,7 @@ class CARStore:
         embedder: Embedder | None = None,
         chroma_client: Any = None,
         chroma_timeout_s: float | None = None,
+        log: RecordLog | None = None,
     ):
         self.path = path
         self.config = config
@@ -162,30 +162,8 @@ class CARStore:
         """The policy's ``[record_scope]``, applied to every record ingested."""
         self.lock = ReadWriteLock()
         """Queries hold its read side, ingests its write side (see :mod:`car_rag.locking`)."""
-        # Used from whichever thread ingests or queries; the lock serializes writers.
-        self._db = sqlite3.connect(path / "records.sqlite", check_same_thread=False)
-        # Write-ahead log without a sync per commit: a streamed insert costs ~0.1 ms instead
-        # of two fsyncs. A commit survives the process crashing; one lost to a power cut is
-        # restored by re-ingesting (idempotent), as is a crash between vectors and records.
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS records (
-                doc_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, fingerprint TEXT NOT NULL, body TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS edges (
-                superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
-                confidence REAL NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target));
-            CREATE INDEX IF NOT EXISTS edges_by_target ON edges (target);
-            CREATE TABLE IF NOT EXISTS disputed_edges (
-                superseder TEXT NOT NULL, target TEXT NOT NULL, rule TEXT NOT NULL,
-                confidence REAL NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target));
-            """
-        )
-        if "confidence" not in {row[1] for row in self._db.execute("PRAGMA table_info(edges)")}:
-            # A store from before edge confidence: every edge it holds is certain.
-            with self._db:
-                self._db.execute("ALTER TABLE edges ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0")
+        self.log: RecordLog = log or SqliteRecordLog(path / "records.sqlite")
+        """Where the records and edges are durable (see :mod:`car_rag.record_log`)."""
         self._client = chroma_client or self._connect_chroma()
         collection = self._client.get_or_create_collection(
             config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
@@ -317,24 +295,13 @@ class CARStore:
         return chromadb.PersistentClient(path=str(self.path / "chroma"), settings=settings)
 
     def _load(self) -> None:
-        rows = self._db.execute("SELECT body FROM records ORDER BY seq").fetchall()
-        records = []
-        for (body,) in rows:
-            try:
-                records.append(Record.model_validate_json(body))
-            except ValidationError as exc:
-                # Stored before a validation rule existed (e.g. an empty scope value): name it.
-                doc_id = json.loads(body).get("doc_id") if body.lstrip().startswith("{") else None
-                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-                raise StoreError(f"{self.path}: stored record {doc_id!r} no longer validates ({problems}); "
-                                 "re-ingest it corrected into a new store") from None
-        self._next_seq = (self._db.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0) + 1
+        try:
+            state = self.log.load()
+        except StoredRecordError as exc:
+            raise StoreError(str(exc)) from None
+        records = state.records
         self.graph = AuthorityGraph(self.policy)
-        edges, disputed = (
-            [Edge(*row) for row in self._db.execute(f"SELECT superseder, target, rule, confidence FROM {table}")]
-            for table in ("edges", "disputed_edges")
-        )
-        self.graph.load_edges(records, edges, disputed)
+        self.graph.load_edges(records, state.edges, state.disputed)
         # Vectors are written before records, so ids in Chroma that the records table lacks
         # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
         self._orphans: set[str] = set()
@@ -369,7 +336,7 @@ class CARStore:
         with self.lock.write():
             if self._unsaved:
                 self.flush()
-            self._db.close()
+            self.log.close()
 
     def __enter__(self) -> CARStore:
         return self
@@ -428,7 +395,7 @@ class CARStore:
         report.warnings, report.scope_filled = filled.warnings, filled.filled
         report.timings_s["scope"] = time.perf_counter() - tick
         with self.lock.read():  # another thread's ingest may be writing the records table
-            fingerprints = self._fingerprints([r.doc_id for r in filled.records])
+            fingerprints = self.log.fingerprints([r.doc_id for r in filled.records])
         valid: list[Record] = []
         changed: list[Record] = []
         for record in filled.records:
@@ -454,7 +421,7 @@ class CARStore:
         vectors = self._vectors(changed, embeddings, progress, report)  # outside the lock: the slow part
         with self.lock.write():
             # Another thread may have ingested some of these since they were read above.
-            fingerprints = self._fingerprints([r.doc_id for r in changed])
+            fingerprints = self.log.fingerprints([r.doc_id for r in changed])
             accepted: list[Record] = []
             try:
                 tick = time.perf_counter()
@@ -505,14 +472,6 @@ class CARStore:
                       ", ".join(report.newly_superseded[:20]) + (" ..." if len(report.newly_superseded) > 20 else ""))
         log.debug("%s: ingest timings (s): %s", self.path, ", ".join(f"{k} {v:.3f}" for k, v in report.timings_s.items()))
 
-    def _fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for start in range(0, len(doc_ids), 500):
-            part = list(doc_ids[start : start + 500])
-            marks = ",".join("?" * len(part))
-            found.update(self._db.execute(f"SELECT doc_id, fingerprint FROM records WHERE doc_id IN ({marks})", part))
-        return found
-
     def _vectors(
         self, records: Sequence[Record], given: Mapping[str, Sequence[float]] | None, progress: bool, report: IngestReport
     ) -> np.ndarray:
@@ -547,32 +506,16 @@ class CARStore:
         timings["chroma"] = time.perf_counter() - tick
         tick = time.perf_counter()
         # Vectors first, then the records: a crash in between is healed by re-ingesting.
-        with self._db:
-            for record in records:
-                self._db.execute(
-                    "INSERT INTO records (doc_id, seq, fingerprint, body) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(doc_id) DO UPDATE SET fingerprint = excluded.fingerprint, body = excluded.body",
-                    (record.doc_id, self._next_seq, record.fingerprint(), record.model_dump_json()),
-                )
-                self._next_seq += 1
-            for chunk in range(0, len(ids), 500):
-                part = ids[chunk : chunk + 500]
-                marks = ",".join("?" * len(part))
-                for table in ("edges", "disputed_edges"):
-                    self._db.execute(f"DELETE FROM {table} WHERE superseder IN ({marks}) OR target IN ({marks})", part + part)
-            graph = self.graph
-            edges = {(e.superseder, e.target): e for d in ids for e in graph.superseders(d) + graph.superseded_by(d)}
-            # A disputed pair's two claims: over each record, and its own over the other.
-            claims = [
-                c for d in ids for e in graph.disputes(d)
-                for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
-            ]
-            disputed = {(c.superseder, c.target): c for c in claims}
-            for table, rows in (("edges", edges), ("disputed_edges", disputed)):
-                self._db.executemany(
-                    f"INSERT INTO {table} (superseder, target, rule, confidence) VALUES (?, ?, ?, ?)",
-                    [(e.superseder, e.target, e.rule, e.confidence) for e in rows.values()],
-                )
+        graph = self.graph
+        edges = {(e.superseder, e.target): e for d in ids for e in graph.superseders(d) + graph.superseded_by(d)}
+        # A disputed pair's two claims: over each record, and its own over the other.
+        claims = [
+            c for d in ids for e in graph.disputes(d)
+            for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
+        ]
+        disputed = {(c.superseder, c.target): c for c in claims}
+        with self.log.transaction() as tx:
+            tx.write(records, edges.values(), disputed.values(), None)
         timings["records"] = time.perf_counter() - tick
         tick = time.perf_counter()
         if self.lexical.supports_add and not replaces:
@@ -595,12 +538,12 @@ class CARStore:
     def _stamp(self) -> str:
         """What the vectors encode: every record's id and fingerprint, in ingest order, and the encoder."""
         digest = hashlib.sha256(f"{self.embedder.model_name}\t{self.embedder.encoder}\n".encode())
-        for doc_id, fingerprint in self._db.execute("SELECT doc_id, fingerprint FROM records ORDER BY seq"):
+        for doc_id, fingerprint in self.log.ordered():
             digest.update(f"{doc_id}\t{fingerprint}\n".encode())
         return digest.hexdigest()
 
     def _ordered_ids(self) -> list[str]:
-        return [d for (d,) in self._db.execute("SELECT doc_id FROM records ORDER BY seq")]
+        return [d for d, _ in self.log.ordered()]
 
     def _rebuild_lexical(self) -> None:
         ordered = self._ordered_ids()

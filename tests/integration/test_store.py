@@ -138,7 +138,7 @@ def test_reingesting_the_same_file_changes_nothing(fresh_store, demo_corpus_path
     assert store.records == records
     assert edge_set(store) == edges
     assert store.lexical.doc_ids == lexical_ids
-    persisted = sorted(store._db.execute("SELECT superseder, target, rule FROM edges"))
+    persisted = sorted((e.superseder, e.target, e.rule) for e in store.log.load().edges)
     assert set(persisted) == edges and len(persisted) == 18
 
 
