@@ -47,7 +47,7 @@ class LoggedState:
     head: int = 0
     """The newest change in the snapshot (0 for a log that numbers none)."""
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
-    """doc_id → vector, where the log keeps vectors and they were asked for."""
+    """doc_id → vector, where the log keeps vectors and they were asked for (else empty)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ def parse_stored(body: str, location: str) -> Record:
 class LogWriter(ABC):
     """One write transaction of a log, open while the writer holds its turn."""
 
+    committed = False
+    """Whether :meth:`commit` has run (what failed before it left nothing stored)."""
+
     @abstractmethod
     def changes(self, after: int) -> list[Change]:
         """Changes committed by other writers after ``after``, oldest first (a log one process
@@ -92,6 +95,11 @@ class LogWriter(ABC):
         replace every edge and disputed claim touching them with ``edges`` and ``disputed``;
         ``vectors`` (one row per record) where the log keeps them. Returns the new head."""
 
+    @abstractmethod
+    def commit(self) -> None:
+        """Make the write durable and visible now, before the transaction's block ends (a store
+        commits while its readers wait, so none sees a record its log might still lose)."""
+
 
 class RecordLog(ABC):
     """The durable side of a store: records in ingest order and supersession edges."""
@@ -104,8 +112,9 @@ class RecordLog(ABC):
     """What messages call it (a path, or a URL without its password)."""
 
     @abstractmethod
-    def load(self, *, vectors: bool = False) -> LoggedState:
-        """Everything stored, in one snapshot (``vectors``: with the vectors, where kept)."""
+    def load(self, *, vectors_up_to: int = 0) -> LoggedState:
+        """Everything stored, in one snapshot; with the vectors where the log keeps them and
+        holds at most ``vectors_up_to`` records (what exact search holds in memory)."""
 
     @abstractmethod
     def fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
@@ -153,7 +162,7 @@ class SqliteRecordLog(RecordLog):
             with self._db:
                 self._db.execute("ALTER TABLE edges ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0")
 
-    def load(self, *, vectors: bool = False) -> LoggedState:
+    def load(self, *, vectors_up_to: int = 0) -> LoggedState:
         records = [parse_stored(body, self.location) for (body,) in self._db.execute("SELECT body FROM records ORDER BY seq")]
         edges, disputed = (
             [Edge(*row) for row in self._db.execute(f"SELECT superseder, target, rule, confidence FROM {table}")]
@@ -207,6 +216,10 @@ class _SqliteWriter(LogWriter):
                 [(e.superseder, e.target, e.rule, e.confidence) for e in rows],
             )
         return 0
+
+    def commit(self) -> None:
+        self._db.commit()
+        self.committed = True
 
 
 def _fingerprints(db: sqlite3.Connection, doc_ids: Sequence[str]) -> dict[str, str]:

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -38,8 +38,12 @@ from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import CAR_PREFIX, LAYOUT_KEYS, RecordLayout
 from car_rag.locking import ReadWriteLock
 from car_rag.policy import Policy, Rule, load_policy
-from car_rag.record_log import RecordLog, SqliteRecordLog, StoredRecordError
+from car_rag.record_log import Change, LogWriter, RecordLog, SqliteRecordLog, StoredRecordError
 from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
+
+if TYPE_CHECKING:
+    from car_rag.feed import ChangeFeed
+    from car_rag.pg_log import PostgresRecordLog
 
 __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chroma_metadata"]
 
@@ -164,6 +168,13 @@ class CARStore:
         """Queries hold its read side, ingests its write side (see :mod:`car_rag.locking`)."""
         self.log: RecordLog = log or SqliteRecordLog(path / "records.sqlite")
         """Where the records and edges are durable (see :mod:`car_rag.record_log`)."""
+        self.head = 0
+        """The newest change of a shared log this process has applied."""
+        self.feed: ChangeFeed | None = None
+        """Set by :meth:`follow`: what keeps this process up with the others' commits."""
+        if self.log.shared and not config.get("chroma_url"):
+            raise StoreError(f"store {self.log.location} has no Chroma server: the processes sharing it cannot share "
+                             "an embedded vector database")
         self._client = chroma_client or self._connect_chroma()
         collection = self._client.get_or_create_collection(
             config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
@@ -184,6 +195,9 @@ class CARStore:
         bm25_backend: str = "bm25-incremental",
         hnsw: dict[str, Any] | None = None,
         chroma_timeout_s: float | None = None,
+        authority_url: str | None = None,
+        authority_schema: str | None = None,
+        follow: bool = True,
     ) -> CARStore:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
 
@@ -194,37 +208,34 @@ class CARStore:
         given one (default ``"onnx"``), an existing one its own, and refuses another.
         ``chroma_timeout_s`` bounds every call to that server (default: none, chromadb's own),
         so a server that stops answering fails a query or an insert instead of hanging it.
+
+        ``authority_url`` (``postgresql://…``) opens a store that several processes share: its
+        records, edges, entity index and configuration live in that database (in the schema
+        ``authority_schema``, default ``car_rag``), its vectors in the Chroma server
+        ``chroma_url``, and ``path`` is a folder of this process's own (caches). Every process
+        keeps the graph and BM25 in memory and, with ``follow``, applies what the others commit
+        within moments (:mod:`car_rag.feed`).
         """
         path = Path(path)
         if embedder is not None and encoder is not None and embedder.encoder != encoder:
             raise ValueError(f"encoder={encoder!r} contradicts the embedder given ({embedder.encoder!r})")
         config_file = path / CONFIG_FILE
         wanted = load_policy(policy) if policy is not None else None
-        if config_file.is_file():
-            config = json.loads(config_file.read_text())
-            if config.get("format_version") != FORMAT_VERSION:
-                raise StoreError(f"{config_file}: unsupported store format {config.get('format_version')!r}")
-            if wanted is not None and (built := Policy.model_validate(config["policy"])) != wanted:
-                differ = _resolution_differences(built, wanted)
-                if differ and (added := _added_rules(built, wanted)):
-                    return cls._adopt_added_rules(path, config, wanted, added, embedder)
-                if differ:
-                    raise StoreError(
-                        f"store {path} was built with policy {built.name!r}; the policy given ({wanted.name!r}) "
-                        f"resolves differently (its {', '.join(differ)} differ): ingest into a new store"
-                    )
-                # Only the words (states, descriptions, verbs) or the record_scope extractors
-                # differ: neither changes an edge between stored records, so this process answers
-                # in the caller's words and fills the scope of what it ingests with the caller's
-                # extractors; the stored policy is left as built.
-                config = {**config, "policy": json.loads(wanted.model_dump_json())}
-            if chroma_url is not None and chroma_url != config.get("chroma_url"):
-                raise StoreError(f"store {path} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
-            if embedder is None and encoder is not None:
-                embedder = Embedder(config["embedding_model"], encoder=encoder)
+        shared: PostgresRecordLog | None = None
+        if authority_url is not None:
+            from car_rag.pg_log import DEFAULT_SCHEMA, PostgresRecordLog
+
+            shared = PostgresRecordLog(authority_url, authority_schema or DEFAULT_SCHEMA)
+            where = shared.location
+            stored = shared.setup(None)
+        elif authority_schema is not None:
+            raise ValueError("authority_schema names a schema of the PostgreSQL store: pass authority_url too")
         else:
+            where = str(path)
+            stored = json.loads(config_file.read_text()) if config_file.is_file() else None
+        if stored is None:
             if wanted is None:
-                raise StoreError(f"no car-rag store at {path}: pass a policy to create one")
+                raise StoreError(f"no car-rag store at {where}: pass a policy to create one")
             embedder = embedder or Embedder(DEFAULT_MODEL, encoder=encoder)
             path.mkdir(parents=True, exist_ok=True)
             config = {
@@ -237,27 +248,61 @@ class CARStore:
                 "bm25_backend": bm25_backend,
                 "hnsw": {**DEFAULT_HNSW, **(hnsw or {})},
             }
-            try:
-                store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s)  # connect before pinning
-            except Exception as exc:
-                raise StoreError(f"cannot create a store at {path}: {exc}") from exc
-            config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False))
-            log.info("created store %s (policy %r, vectors in %s)", path, wanted.name, chroma_url or "embedded Chroma")
-            return store
-        store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s)
-        log.info("opened store %s: %d records, policy %r", path, len(store), store.policy.name)
+            if shared is None:
+                try:
+                    store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s)  # connect before pinning
+                except Exception as exc:
+                    raise StoreError(f"cannot create a store at {path}: {exc}") from exc
+                config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False))
+                log.info("created store %s (policy %r, vectors in %s)", path, wanted.name, chroma_url or "embedded Chroma")
+                return store
+            if not chroma_url:
+                raise StoreError(f"a store on PostgreSQL ({where}) keeps its vectors where every process reaches them: "
+                                 "pass chroma_url (--chroma-url) of a Chroma server")
+            stored = shared.setup(config)  # ours, or the one another process stored first
+            assert stored is not None
+            if stored is config:
+                log.info("created store %s (policy %r, vectors in %s)", where, wanted.name, chroma_url)
+        config = stored
+        if config.get("format_version") != FORMAT_VERSION:
+            raise StoreError(f"{where}: unsupported store format {config.get('format_version')!r}")
+        if wanted is not None and (built := Policy.model_validate(config["policy"])) != wanted:
+            differ = _resolution_differences(built, wanted)
+            if differ and (added := _added_rules(built, wanted)):
+                return cls._adopt_added_rules(path, config, wanted, added, embedder, shared, follow)
+            if differ:
+                raise StoreError(
+                    f"store {where} was built with policy {built.name!r}; the policy given ({wanted.name!r}) "
+                    f"resolves differently (its {', '.join(differ)} differ): ingest into a new store"
+                )
+            # Only the words (states, descriptions, verbs) or the record_scope extractors
+            # differ: neither changes an edge between stored records, so this process answers
+            # in the caller's words and fills the scope of what it ingests with the caller's
+            # extractors; the stored policy is left as built.
+            config = {**config, "policy": json.loads(wanted.model_dump_json())}
+        if chroma_url is not None and chroma_url != config.get("chroma_url"):
+            raise StoreError(f"store {where} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
+        if embedder is None and encoder is not None:
+            embedder = Embedder(config["embedding_model"], encoder=encoder)
+        if shared is not None:
+            path.mkdir(parents=True, exist_ok=True)
+        store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s, log=shared)
+        log.info("opened store %s: %d records, policy %r", where, len(store), store.policy.name)
+        if follow:
+            store.follow()
         return store
 
     @classmethod
     def _adopt_added_rules(
-        cls, path: Path, config: dict[str, Any], wanted: Policy, added: tuple[Rule, ...], embedder: Embedder | None
+        cls, path: Path, config: dict[str, Any], wanted: Policy, added: tuple[Rule, ...], embedder: Embedder | None,
+        shared: PostgresRecordLog | None, follow: bool,
     ) -> CARStore:
         """Open a store under a policy that only adds rules (and the hierarchies they read: a
         built-in policy upgraded to multi-authority or exceptions): where no stored records
         are of the types an added rule pairs, or none has a level an added hierarchy reads,
         those rules make no edge among stored records, so the store takes the new policy for
         what it ingests next; otherwise it must be rebuilt."""
-        store = cls(path, config, embedder=embedder)
+        store = cls(path, config, embedder=embedder, log=shared)
         new_levels = {name: h for name, h in wanted.hierarchies.items() if name not in store.policy.hierarchies}
         records = store.records.values()
 
@@ -268,12 +313,17 @@ class CARStore:
 
         if blocking := sorted(r.name for r in added if pairs_stored(r)):
             store.close()
-            raise StoreError(f"store {path} holds records with levels or types that the rules {blocking} of the policy "
-                             f"{wanted.name!r} now pair: ingest into a new store")
+            raise StoreError(f"store {store.location} holds records with levels or types that the rules {blocking} of the "
+                             f"policy {wanted.name!r} now pair: ingest into a new store")
         store.config = {**config, "policy": json.loads(wanted.model_dump_json())}
         store.policy = store.graph.policy = wanted
-        (path / CONFIG_FILE).write_text(json.dumps(store.config, indent=2, ensure_ascii=False))
-        log.info("store %s: policy %r now adds rules %s", path, wanted.name, [r.name for r in added])
+        if shared is not None:
+            shared.replace_config(store.config)
+        else:
+            (path / CONFIG_FILE).write_text(json.dumps(store.config, indent=2, ensure_ascii=False))
+        log.info("store %s: policy %r now adds rules %s", store.location, wanted.name, [r.name for r in added])
+        if follow:
+            store.follow()
         return store
 
     def _connect_chroma(self) -> Any:
@@ -294,29 +344,41 @@ class CARStore:
             return client
         return chromadb.PersistentClient(path=str(self.path / "chroma"), settings=settings)
 
+    @property
+    def location(self) -> str:
+        """What messages call this store: its folder, or its PostgreSQL database and schema."""
+        return self.log.location if self.log.shared else str(self.path)
+
     def _load(self) -> None:
         try:
-            state = self.log.load()
+            state = self.log.load(vectors_up_to=self.dense.exact_limit)
         except StoredRecordError as exc:
             raise StoreError(str(exc)) from None
         records = state.records
         self.graph = AuthorityGraph(self.policy)
         self.graph.load_edges(records, state.edges, state.disputed)
+        self.head = state.head
+        self._unsaved = 0
+        self._orphans: set[str] = set()
+        ordered = [r.doc_id for r in records]
+        self.lexical: LexicalIndex = make_lexical_index(self.config["bm25_backend"])
+        if self.log.shared:
+            # Vectors come from the log (the collection may lag behind it: the outbox), BM25 is
+            # built afresh: no file of this process's can be behind another's commits.
+            self.dense.hold(ordered, state.vectors)
+            self.lexical.build(ordered, [r.text for r in records])
+            return
         # Vectors are written before records, so ids in Chroma that the records table lacks
         # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
-        self._orphans: set[str] = set()
         vectors = self.dense.collection.count()
         if vectors != len(records):
             self._orphans = set(self.dense.ids()) - set(self.graph.records)
             if self._orphans:
                 log.warning("%s: %d vectors have no stored record (an ingest was cut off); re-ingesting them clears them",
                             self.path, len(self._orphans))
-        self._unsaved = 0
-        ordered = [r.doc_id for r in records]
         # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
         self.dense.load(ordered, vectors, copy=self.path / DENSE_COPY, stamp=self._stamp())
         bm25_dir = self.path / "bm25"
-        self.lexical: LexicalIndex = make_lexical_index(self.config["bm25_backend"])
         if (bm25_dir / "index.json").is_file():
             self.lexical = load_lexical_index(bm25_dir)
         indexed = len(self.lexical.doc_ids)
@@ -333,6 +395,8 @@ class CARStore:
             self.flush()
 
     def close(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
         with self.lock.write():
             if self._unsaved:
                 self.flush()
@@ -419,40 +483,51 @@ class CARStore:
             return report
 
         vectors = self._vectors(changed, embeddings, progress, report)  # outside the lock: the slow part
-        with self.lock.write():
-            # Another thread may have ingested some of these since they were read above.
-            fingerprints = self.log.fingerprints([r.doc_id for r in changed])
-            accepted: list[Record] = []
-            try:
-                tick = time.perf_counter()
+        with self.log.transaction() as tx:  # a shared log: this process's turn among the writers
+            others = tx.changes(self.head)  # what other processes committed before this turn
+            with self.lock.write():
+                self._apply(others)
+                # Another thread or process may have ingested some of these since they were read above.
+                fingerprints = tx.fingerprints([r.doc_id for r in changed])
+                accepted: list[Record] = []
                 replaced: list[Record | None] = []  # what each accepted record replaced in the graph
-                for record in changed:
-                    if fingerprints.get(record.doc_id) == record.fingerprint():
-                        report.unchanged += 1
-                        continue
-                    previous = self.graph.records.get(record.doc_id)
-                    try:
-                        report.new_edges.extend(self.graph.add(record))
-                    except SupersessionCycleError as exc:
-                        line = loaded.lines.get(record.doc_id)
-                        report.errors.append(RecordError(label, line, record.doc_id, "supersedes", str(exc)))
-                        if atomic:
-                            self._undo(accepted, replaced, report)
-                            accepted = []
-                            break
-                        continue
-                    accepted.append(record)
-                    replaced.append(previous)
-                    (report.updated if record.doc_id in fingerprints else report.added).append(record.doc_id)
-                report.timings_s["graph"] = time.perf_counter() - tick
-                if accepted:
-                    keep = {r.doc_id for r in accepted}
-                    rows = [i for i, r in enumerate(changed) if r.doc_id in keep]
-                    self._write(accepted, vectors[rows], bool(report.updated), progress, report)
-            except BaseException:
-                log.warning("%s: ingest of %s failed; re-reading the store from disk", self.path, label)
-                self._load()  # the graph may be ahead of what was written: re-read the disk
-                raise
+                try:
+                    tick = time.perf_counter()
+                    for record in changed:
+                        if fingerprints.get(record.doc_id) == record.fingerprint():
+                            report.unchanged += 1
+                            continue
+                        previous = self.graph.records.get(record.doc_id)
+                        try:
+                            report.new_edges.extend(self.graph.add(record))
+                        except SupersessionCycleError as exc:
+                            line = loaded.lines.get(record.doc_id)
+                            report.errors.append(RecordError(label, line, record.doc_id, "supersedes", str(exc)))
+                            if atomic:
+                                self._undo(accepted, replaced, report)
+                                accepted, replaced = [], []
+                                break
+                            continue
+                        accepted.append(record)
+                        replaced.append(previous)
+                        (report.updated if record.doc_id in fingerprints else report.added).append(record.doc_id)
+                    report.timings_s["graph"] = time.perf_counter() - tick
+                    if accepted:
+                        keep = {r.doc_id for r in accepted}
+                        rows = [i for i, r in enumerate(changed) if r.doc_id in keep]
+                        self._write(tx, accepted, vectors[rows], bool(report.updated), progress, report)
+                except BaseException:
+                    if self.log.shared and not tx.committed:
+                        # Nothing of this batch is durable and the graph alone took it in: take it back
+                        # out (re-reading the log needs the database, which may be what failed).
+                        log.warning("%s: ingest of %s failed; nothing of it was stored", self.location, label)
+                        self._undo(accepted, replaced, report)
+                    else:
+                        log.warning("%s: ingest of %s failed; re-reading the store", self.location, label)
+                        self._load()  # the graph may be ahead of what was written: re-read the log
+                    raise
+        if self.log.shared and accepted:
+            self._drain_after_ingest(report)
         self._log_ingest(label, report)
         return report
 
@@ -466,11 +541,11 @@ class CARStore:
         report.added, report.updated, report.new_edges = [], [], []
 
     def _log_ingest(self, label: str, report: IngestReport) -> None:
-        log.info("%s: ingested %s: %s; %d records held", self.path, label, report.summary(), len(self))
+        log.info("%s: ingested %s: %s; %d records held", self.location, label, report.summary(), len(self))
         if report.new_edges:
-            log.debug("%s: %d new supersession edges; newly superseded: %s", self.path, len(report.new_edges),
+            log.debug("%s: %d new supersession edges; newly superseded: %s", self.location, len(report.new_edges),
                       ", ".join(report.newly_superseded[:20]) + (" ..." if len(report.newly_superseded) > 20 else ""))
-        log.debug("%s: ingest timings (s): %s", self.path, ", ".join(f"{k} {v:.3f}" for k, v in report.timings_s.items()))
+        log.debug("%s: ingest timings (s): %s", self.location, ", ".join(f"{k} {v:.3f}" for k, v in report.timings_s.items()))
 
     def _vectors(
         self, records: Sequence[Record], given: Mapping[str, Sequence[float]] | None, progress: bool, report: IngestReport
@@ -492,20 +567,25 @@ class CARStore:
         return vectors
 
     def _write(
-        self, records: Sequence[Record], vectors: np.ndarray, replaces: bool, progress: bool, report: IngestReport
+        self, tx: LogWriter, records: Sequence[Record], vectors: np.ndarray, replaces: bool, progress: bool,
+        report: IngestReport,
     ) -> None:
+        """Make ``records`` (already in the graph) durable, then searchable. Into a log one process
+        owns, vectors go first (a crash before the records' commit leaves orphan vectors, healed by
+        re-ingesting); into a shared log, the records' vectors commit with them and the vector
+        store is handed them after the commit (:meth:`drain_outbox`)."""
         timings = report.timings_s
-        tick = time.perf_counter()
         texts = [r.text for r in records]
         ids = [r.doc_id for r in records]
-        self.dense.upsert(
-            ids, vectors, texts, [chroma_metadata(r) for r in records], self._client.get_max_batch_size(),
-            progress=progress, stored=set(report.updated) | (self._orphans & set(ids)),
-        )
-        self._orphans.difference_update(ids)
-        timings["chroma"] = time.perf_counter() - tick
+        if not self.log.shared:
+            tick = time.perf_counter()
+            self.dense.upsert(
+                ids, vectors, texts, [chroma_metadata(r) for r in records], self._client.get_max_batch_size(),
+                progress=progress, stored=set(report.updated) | (self._orphans & set(ids)),
+            )
+            self._orphans.difference_update(ids)
+            timings["chroma"] = time.perf_counter() - tick
         tick = time.perf_counter()
-        # Vectors first, then the records: a crash in between is healed by re-ingesting.
         graph = self.graph
         edges = {(e.superseder, e.target): e for d in ids for e in graph.superseders(d) + graph.superseded_by(d)}
         # A disputed pair's two claims: over each record, and its own over the other.
@@ -514,10 +594,13 @@ class CARStore:
             for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
         ]
         disputed = {(c.superseder, c.target): c for c in claims}
-        with self.log.transaction() as tx:
-            tx.write(records, edges.values(), disputed.values(), None)
+        head = tx.write(records, edges.values(), disputed.values(), vectors if self.log.keeps_vectors else None)
+        tx.commit()
+        self.head = max(self.head, head)
         timings["records"] = time.perf_counter() - tick
         tick = time.perf_counter()
+        if self.log.shared:
+            self.dense.put(ids, vectors)
         if self.lexical.supports_add and not replaces:
             self.lexical.add(ids, texts)
             self._unsaved += len(ids)
@@ -527,10 +610,108 @@ class CARStore:
             self._rebuild_lexical()
         timings["bm25"] = time.perf_counter() - tick
 
+    # ------------------------------------------------------------------ a shared log
+    def _apply(self, changes: Sequence[Change]) -> list[Change]:
+        """Other processes' commits to a shared log, oldest first, taken into the graph, BM25 and
+        exact search as their writers took them (the same records make the same edges); returns
+        those not applied before. Caller holds the write lock."""
+        fresh = [c for c in changes if c.number > self.head]
+        if not fresh:
+            return []
+        replaces = False
+        for change in fresh:
+            replaces = replaces or change.record.doc_id in self.graph.records
+            try:
+                self.graph.add(change.record)
+            except SupersessionCycleError:
+                log.error("%s: change %d (%s) closes a cycle in this process's graph, which its writer's did not: "
+                          "re-reading the store", self.location, change.number, change.record.doc_id)
+                self._load()
+                return fresh
+        ids = [c.record.doc_id for c in fresh]
+        vectors = {c.record.doc_id: c.vector for c in fresh if c.vector is not None}
+        if vectors:
+            self.dense.put(list(vectors), np.vstack(list(vectors.values())))
+        if self.lexical.supports_add and not replaces:
+            self.lexical.add(ids, [c.record.text for c in fresh])
+        else:
+            self._rebuild_lexical()
+        self.head = fresh[-1].number
+        return fresh
+
+    def catch_up(self) -> list[Change]:
+        """Apply what other processes committed to this store's shared log since this process
+        last looked (:mod:`car_rag.feed` calls it when a commit is signalled, and on a timer);
+        returns the changes applied. A store on a log of its own has nothing to catch up."""
+        if not self.log.shared:
+            return []
+        changes = self._shared_log.changes(self.head)
+        if not changes:
+            return []
+        with self.lock.write():
+            applied = self._apply(changes)
+        if applied:
+            log.debug("%s: applied %d changes up to %d", self.location, len(applied), self.head)
+        return applied
+
+    def drain_outbox(self, batch: int = 500) -> int:
+        """Hand the vector store every vector the shared log holds that it has not taken (the
+        outbox: written after each commit, retried from here when the vector store failed);
+        processes draining at once take different records. Returns how many were handed over."""
+        if not self.log.shared:
+            return 0
+        done = 0
+        while True:
+            with self._shared_log.pending(batch) as outbox:
+                if not outbox.rows:
+                    return done
+                records = [r for _, _, r, _ in outbox.rows]
+                self.dense.upsert(
+                    [r.doc_id for r in records], np.vstack([v for *_, v in outbox.rows]), [r.text for r in records],
+                    [chroma_metadata(r) for r in records], self._client.get_max_batch_size(), exact=False,
+                )
+                outbox.done([(doc_id, change) for doc_id, change, _, _ in outbox.rows])
+                done += len(records)
+
+    def _drain_after_ingest(self, report: IngestReport) -> None:
+        """The vectors of what was just committed, to the vector store; a failure leaves them in
+        the outbox (the records are stored: their vectors follow when the vector store answers)."""
+        tick = time.perf_counter()
+        try:
+            self.drain_outbox()
+        except Exception as exc:
+            waiting = self._shared_log.count_pending()
+            report.warnings.append(f"{waiting} vectors wait in the outbox: the vector store failed "
+                                   f"({type(exc).__name__}); they are written when it answers")
+            log.warning("%s: vector store failed (%s: %s); %d vectors wait in the outbox", self.location,
+                        type(exc).__name__, exc, waiting)
+        report.timings_s["chroma"] = time.perf_counter() - tick
+
+    @property
+    def _shared_log(self) -> PostgresRecordLog:
+        from car_rag.pg_log import PostgresRecordLog
+
+        assert isinstance(self.log, PostgresRecordLog)
+        return self.log
+
+    def follow(self, *, poll_s: float = 1.0) -> None:
+        """Keep this process up with a shared log: apply other processes' commits as they are
+        signalled (and every ``poll_s`` regardless), and drain the vector outbox (a thread;
+        stopped by :meth:`close`). Nothing to do for a store on a log of its own."""
+        if self.log.shared and self.feed is None:
+            from car_rag.feed import ChangeFeed
+
+            self.feed = ChangeFeed(self, self._shared_log, poll_s=poll_s)
+            self.feed.start()
+
     def flush(self) -> None:
         """Save the BM25 index and the exact-search vectors. Records are durable as soon as
         ingested; an index saved behind them is caught up from the records table when the
-        store is opened, and vectors saved behind them are read from Chroma instead."""
+        store is opened, and vectors saved behind them are read from Chroma instead. (A store
+        on a shared log keeps no such files: it builds both from the log when opened.)"""
+        if self.log.shared:
+            self._unsaved = 0
+            return
         self.lexical.save(self.path / "bm25")
         self.dense.save(self.path / DENSE_COPY, self._stamp())
         self._unsaved = 0

@@ -144,6 +144,29 @@ class DenseChannel:
             except OSError as exc:  # a read-only store still answers; it reads Chroma next time too
                 log.debug("cannot keep the exact-search vectors in %s: %s", copy, exc)
 
+    def hold(self, order: Sequence[str], vectors: Mapping[str, np.ndarray]) -> None:
+        """Search exactly over ``vectors`` (rows in ``order``), read from elsewhere than the
+        collection (a shared record log keeps them); beyond ``exact_limit`` records, Chroma
+        answers."""
+        self._allowed = {}
+        self._exact = None
+        if len(order) <= self.exact_limit:
+            if missing := [d for d in order if d not in vectors]:
+                raise ValueError(f"no vector for {len(missing)} records (e.g. {missing[0]!r}) to search exactly")
+            exact = _ExactIndex()
+            if order:
+                exact.put(order, np.vstack([vectors[d] for d in order]))
+            self._exact = exact
+
+    def put(self, doc_ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Set the exact-search rows of ``doc_ids`` (no-op when Chroma answers): records another
+        process wrote, or whose vectors reach the collection later."""
+        self._allowed = {}
+        if self._exact is not None:
+            self._exact.put(doc_ids, vectors)
+            if len(self._exact.ids) > self.exact_limit:
+                self._exact = None  # grown past the limit: HNSW from now on
+
     def save(self, path: Path, stamp: str) -> None:
         """Keep the in-memory vectors in ``path`` with ``stamp`` for :meth:`load` (written whole
         or not at all); without exact search, remove it."""
@@ -177,11 +200,14 @@ class DenseChannel:
         *,
         progress: bool = False,
         stored: Collection[str] | None = None,
+        exact: bool = True,
     ) -> None:
         """Write in batches no larger than the client's cap (Chroma rejects larger ones).
 
         ``stored`` names the ids that may already be in the collection (None: any may be);
-        only their stored metadata is read back to clear keys the new version lacks."""
+        only their stored metadata is read back to clear keys the new version lacks. ``exact``:
+        refresh the exact-search rows from what the collection stored (off where :meth:`put`
+        keeps them from another source)."""
         quiet = not progress or len(doc_ids) <= batch_size
         with tqdm(total=len(doc_ids), desc="chroma upsert", unit="rec", disable=quiet) as bar:
             for start in range(0, len(doc_ids), batch_size):
@@ -201,13 +227,11 @@ class DenseChannel:
                 )
                 bar.update(len(doc_ids[start:stop]))
         self._allowed = {}
-        if self._exact is not None:
+        if self._exact is not None and exact:
             # The vectors as Chroma stored them (it normalises them its own way, to the last
             # bit), which is what a reopened store reads: both rank alike.
             written = self.collection.get(ids=list(doc_ids), include=["embeddings"])
-            self._exact.put(written["ids"], np.asarray(written["embeddings"], dtype=np.float32))
-            if len(self._exact.ids) > self.exact_limit:
-                self._exact = None  # grown past the limit: HNSW from now on
+            self.put(written["ids"], np.asarray(written["embeddings"], dtype=np.float32))
 
     def ids(self, page: int = 10_000) -> list[str]:
         """Every id in the collection, read in pages."""

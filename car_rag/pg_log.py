@@ -1,0 +1,310 @@
+"""The record log on PostgreSQL: one truth that several processes on several machines share.
+
+Tables live in a schema of their own (default ``car_rag``), so one database can hold several
+stores::
+
+    store          the store's configuration (policy, embedding model and encoder, vector store)
+    records        doc_id, seq (ingest order, kept when a record is replaced), change (the commit
+                   that wrote it last: the change feed), fingerprint, body (the record as JSON),
+                   vector (float32; the copy the vector store is filled from), vector_pending
+                   (the durable outbox: true until the vector store has taken it), committed_at
+    edges          supersession edges (superseder, target, rule, confidence)
+    disputed_edges the claims of disputed pairs, both directions
+    scope_index    (key, value, doc_id): the entity index, a btree on key and value
+
+Writers take turns under a transaction-scoped advisory lock, so changes are numbered and
+committed in one order: a reader that has seen change ``n`` has seen every change before it.
+Each commit sends ``NOTIFY`` on the store's channel (delivered at commit) so that followers
+(:mod:`car_rag.feed`) wake at once instead of at their next poll.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from car_rag.extras import require
+from car_rag.graph import Edge
+from car_rag.record_log import Change, LoggedState, LogWriter, RecordLog, parse_stored
+from car_rag.records import Record
+
+__all__ = ["PostgresRecordLog", "Outbox", "DEFAULT_SCHEMA", "redact_url"]
+
+DEFAULT_SCHEMA = "car_rag"
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+_LOCK_CLASS = 0x0CA7  # the first key of car-rag's advisory locks; the second is the schema's hash
+CONNECT_TIMEOUT_S = 5
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+
+
+def _vector_bytes(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def _vector(data: bytes | None) -> np.ndarray | None:
+    return None if data is None else np.frombuffer(data, dtype="<f4")
+
+
+class PostgresRecordLog(RecordLog):
+    """Records, edges and the entity index of one store in PostgreSQL, shared by its processes.
+
+    ``outbox``: vectors written with a record are marked pending until the vector store has
+    taken them (it is another service, written after the commit; see :meth:`pending`)."""
+
+    shared = True
+    keeps_vectors = True
+
+    def __init__(self, url: str, schema: str = DEFAULT_SCHEMA, *, outbox: bool = True):
+        self.psycopg = require("psycopg", "postgres", "a store on PostgreSQL")
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(f"schema must be a lower-case SQL name (letters, digits, _), got {schema!r}")
+        self.url, self.schema, self.outbox = url, schema, outbox
+        self.location = f"{redact_url(url)} (schema {schema})"
+        self.channel = f"car_rag_{schema}"
+        """The NOTIFY channel a commit signals on."""
+        self._lock_key = (_LOCK_CLASS, _schema_hash(schema))
+        self._guard = threading.Lock()  # one statement at a time on the reading connection
+        self._turn = threading.Lock()  # one write transaction at a time on the writing connection
+        self._read: Any = None
+        self._write: Any = None
+
+    # ------------------------------------------------------------------ connections
+    def connect(self, *, autocommit: bool = True) -> Any:
+        """A new connection to the store's database (``autocommit`` for reads and LISTEN)."""
+        try:
+            return self.psycopg.connect(self.url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
+        except self.psycopg.Error as exc:
+            raise self.psycopg.OperationalError(f"cannot reach PostgreSQL at {redact_url(self.url)}: {exc}") from None
+
+    def _reader(self) -> Any:
+        if self._read is None or self._read.closed or self._read.broken:
+            self._read = self.connect()
+        return self._read
+
+    def _writer(self) -> Any:
+        if self._write is None or self._write.closed or self._write.broken:
+            self._write = self.connect(autocommit=False)
+        return self._write
+
+    def _table(self, name: str) -> Any:
+        return self.psycopg.sql.Identifier(self.schema, name)
+
+    def _sql(self, text: str) -> Any:
+        """``text`` with ``{name}`` placeholders bound to this store's tables."""
+        names = ("store", "records", "edges", "disputed_edges", "scope_index")
+        return self.psycopg.sql.SQL(text).format(**{n: self._table(n) for n in names if "{" + n + "}" in text})
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, config: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Create the schema when missing and return the stored configuration; store ``config``
+        when none is stored yet (the first process to open a new store). Processes opening the
+        same new store at once take turns."""
+        sql = self.psycopg.sql
+        with self.connect(autocommit=False) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", self._lock_key)
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            for statement in _SCHEMA:
+                conn.execute(self._sql(statement))
+            row = conn.execute(self._sql("SELECT config FROM {store} WHERE id = 1")).fetchone()
+            if row is None and config is not None:
+                conn.execute(self._sql("INSERT INTO {store} (id, config) VALUES (1, %s)"), (json.dumps(config),))
+                return config
+            return None if row is None else dict(row[0])
+
+    def replace_config(self, config: dict[str, Any]) -> None:
+        """Store ``config`` (a policy upgrade that only adds rules, see ``CARStore.open``)."""
+        with self._guard:
+            self._reader().execute(self._sql("UPDATE {store} SET config = %s WHERE id = 1"), (json.dumps(config),))
+
+    # ------------------------------------------------------------------ reading
+    def load(self, *, vectors_up_to: int = 0) -> LoggedState:
+        with self.connect(autocommit=False) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")  # one snapshot for all of it
+            count = conn.execute(self._sql("SELECT count(*) FROM {records}")).fetchone()[0]
+            vectors = "vector" if count <= vectors_up_to else "NULL"
+            rows = conn.execute(self._sql(f"SELECT doc_id, body, {vectors} FROM {{records}} ORDER BY seq")).fetchall()
+            edges, disputed = (
+                [Edge(*row) for row in conn.execute(self._sql(f"SELECT superseder, target, rule, confidence FROM {{{t}}}"))]
+                for t in ("edges", "disputed_edges")
+            )
+            head = conn.execute(self._sql("SELECT coalesce(max(change), 0) FROM {records}")).fetchone()[0]
+        kept = {doc_id: v for doc_id, _, data in rows if (v := _vector(data)) is not None}
+        return LoggedState([parse_stored(body, self.location) for _, body, _ in rows], edges, disputed, head, kept)
+
+    def fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        with self._guard:
+            return _fingerprints(self._reader(), self._sql, doc_ids)
+
+    def ordered(self) -> list[tuple[str, str]]:
+        with self._guard:
+            return list(self._reader().execute(self._sql("SELECT doc_id, fingerprint FROM {records} ORDER BY seq")))
+
+    def changes(self, after: int) -> list[Change]:
+        """Changes committed after ``after``, oldest first (the change feed)."""
+        with self._guard:
+            return _changes(self._reader(), self._sql, after)
+
+    def head(self) -> int:
+        """The newest committed change."""
+        with self._guard:
+            return int(self._reader().execute(self._sql("SELECT coalesce(max(change), 0) FROM {records}")).fetchone()[0])
+
+    # ------------------------------------------------------------------ writing
+    @contextmanager
+    def transaction(self) -> Iterator[LogWriter]:
+        with self._turn:
+            conn = self._writer()
+            try:
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", self._lock_key)
+                writer = _PostgresWriter(self, conn)
+                yield writer
+                if not writer.committed:
+                    conn.commit()
+            except BaseException:
+                if not conn.closed and not conn.broken:
+                    conn.rollback()
+                raise
+
+    # ------------------------------------------------------------------ the vector outbox
+    def pending(self, limit: int = 500) -> Outbox:
+        """Up to ``limit`` records whose vectors the vector store has not taken, in a transaction
+        of their own (``with log.pending() as outbox: … outbox.done(...)``)."""
+        return Outbox(self, limit)
+
+    def count_pending(self) -> int:
+        with self._guard:
+            return int(self._reader().execute(self._sql("SELECT count(*) FROM {records} WHERE vector_pending")).fetchone()[0])
+
+    def close(self) -> None:
+        with self._guard, self._turn:
+            for conn in (self._read, self._write):
+                if conn is not None and not conn.closed:
+                    conn.close()
+
+
+class _PostgresWriter(LogWriter):
+    def __init__(self, log: PostgresRecordLog, conn: Any):
+        self.log, self.conn = log, conn
+
+    def changes(self, after: int) -> list[Change]:
+        return _changes(self.conn, self.log._sql, after)
+
+    def fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        return _fingerprints(self.conn, self.log._sql, doc_ids)
+
+    def write(
+        self, records: Sequence[Record], edges: Iterable[Edge], disputed: Iterable[Edge], vectors: np.ndarray | None
+    ) -> int:
+        sql, conn = self.log._sql, self.conn
+        seq, change = conn.execute(sql("SELECT coalesce(max(seq), 0), coalesce(max(change), 0) FROM {records}")).fetchone()
+        pending = vectors is not None and self.log.outbox
+        ids = [r.doc_id for r in records]
+        with conn.cursor() as cur:
+            cur.executemany(
+                sql("INSERT INTO {records} (doc_id, seq, change, fingerprint, body, vector, vector_pending) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (doc_id) DO UPDATE SET change = excluded.change, "
+                    "fingerprint = excluded.fingerprint, body = excluded.body, vector = excluded.vector, "
+                    "vector_pending = excluded.vector_pending, committed_at = clock_timestamp()"),
+                [(r.doc_id, seq + i, change + i, r.fingerprint(), r.model_dump_json(),
+                  None if vectors is None else _vector_bytes(vectors[i - 1]), pending)
+                 for i, r in enumerate(records, 1)],
+            )
+            for table in ("edges", "disputed_edges"):
+                cur.execute(sql(f"DELETE FROM {{{table}}} WHERE superseder = ANY(%s) OR target = ANY(%s)"), (ids, ids))
+            for table, rows in (("edges", edges), ("disputed_edges", disputed)):
+                cur.executemany(sql(f"INSERT INTO {{{table}}} (superseder, target, rule, confidence) VALUES (%s, %s, %s, %s)"),
+                                [(e.superseder, e.target, e.rule, e.confidence) for e in rows])
+            cur.execute(sql("DELETE FROM {scope_index} WHERE doc_id = ANY(%s)"), (ids,))
+            cur.executemany(sql("INSERT INTO {scope_index} (key, value, doc_id) VALUES (%s, %s, %s)"),
+                            [(k, v, r.doc_id) for r in records for k, v in r.scope.items()])
+            head = change + len(records)
+            cur.execute("SELECT pg_notify(%s, %s)", (self.log.channel, str(head)))
+        return int(head)
+
+    def commit(self) -> None:
+        self.conn.commit()
+        self.committed = True
+
+
+class Outbox:
+    """Records whose vectors the vector store has not taken, locked by this transaction so that
+    processes draining at once take different ones (``FOR UPDATE SKIP LOCKED``)."""
+
+    def __init__(self, log: PostgresRecordLog, limit: int):
+        self.log, self.limit = log, limit
+        self.rows: list[tuple[str, int, Record, np.ndarray]] = []
+        """(doc_id, change, record, vector), oldest change first."""
+        self._done: list[tuple[str, int]] = []
+
+    def __enter__(self) -> Outbox:
+        self.conn = self.log.connect(autocommit=False)
+        found = self.conn.execute(self.log._sql(
+            "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending ORDER BY change LIMIT %s "
+            "FOR UPDATE SKIP LOCKED"), (self.limit,)).fetchall()
+        self.rows = [(d, int(c), parse_stored(body, self.log.location), np.frombuffer(v, dtype="<f4")) for d, c, body, v in found]
+        return self
+
+    def done(self, taken: Iterable[tuple[str, int]]) -> None:
+        """These (doc_id, change) are in the vector store: no longer pending when the block ends
+        (unless a newer change of the record came meanwhile)."""
+        self._done.extend(taken)
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        try:
+            if kind is None and self._done:
+                with self.conn.cursor() as cur:
+                    cur.executemany(self.log._sql(
+                        "UPDATE {records} SET vector_pending = false WHERE doc_id = %s AND change = %s"), self._done)
+            if kind is None:
+                self.conn.commit()
+            else:
+                self.conn.rollback()
+        finally:
+            self.conn.close()
+
+
+def _fingerprints(conn: Any, sql: Any, doc_ids: Sequence[str]) -> dict[str, str]:
+    rows = conn.execute(sql("SELECT doc_id, fingerprint FROM {records} WHERE doc_id = ANY(%s)"), (list(doc_ids),))
+    return dict(rows.fetchall())
+
+
+def _changes(conn: Any, sql: Any, after: int) -> list[Change]:
+    rows = conn.execute(sql(
+        "SELECT change, body, vector, extract(epoch FROM committed_at) FROM {records} WHERE change > %s ORDER BY change"),
+        (after,)).fetchall()
+    return [Change(int(n), parse_stored(body, "the change feed"), _vector(v), float(at)) for n, body, v, at in rows]
+
+
+def _schema_hash(schema: str) -> int:
+    """A stable signed 32-bit number for ``schema`` (the advisory lock's second key)."""
+    value = 0
+    for byte in schema.encode():
+        value = (value * 131 + byte) % 2**32
+    return value - 2**32 if value >= 2**31 else value
+
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS {store} (id integer PRIMARY KEY CHECK (id = 1), config jsonb NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {records} (doc_id text PRIMARY KEY, seq bigint NOT NULL UNIQUE, "
+    "change bigint NOT NULL UNIQUE, fingerprint text NOT NULL, body text NOT NULL, vector bytea, "
+    "vector_pending boolean NOT NULL DEFAULT false, committed_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+    "CREATE INDEX IF NOT EXISTS records_pending ON {records} (change) WHERE vector_pending",
+    "CREATE TABLE IF NOT EXISTS {edges} (superseder text NOT NULL, target text NOT NULL, rule text NOT NULL, "
+    "confidence double precision NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target))",
+    "CREATE INDEX IF NOT EXISTS edges_by_target ON {edges} (target)",
+    "CREATE TABLE IF NOT EXISTS {disputed_edges} (superseder text NOT NULL, target text NOT NULL, rule text NOT NULL, "
+    "confidence double precision NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target))",
+    "CREATE TABLE IF NOT EXISTS {scope_index} (key text NOT NULL, value text NOT NULL, doc_id text NOT NULL, "
+    "PRIMARY KEY (key, value, doc_id))",
+    "CREATE INDEX IF NOT EXISTS scope_index_by_doc ON {scope_index} (doc_id)",
+)
