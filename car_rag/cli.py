@@ -61,6 +61,8 @@ exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage erro
 
 
 QUERY_BATCH = 256
+AUTHORITY_URL_ENV = "CAR_RAG_AUTHORITY_URL"
+"""Where --authority-url is read from when not given (a URL with a password stays off the command line)."""
 """Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
 
 
@@ -157,14 +159,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
 
     with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend,
-                       encoder=args.encoder) as store:
+                       encoder=args.encoder, **_authority(args)) as store:
         report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict)
         for error in report.errors:
             print(f"rejected: {error}", file=sys.stderr)
         problem = "error" if args.strict else "warning"
         for line in [str(m) for m in report.missing_scope] + report.warnings:
             print(f"{problem}: {line}", file=sys.stderr)
-        print(f"{args.corpus}: {report.summary()}; store {args.store} holds {len(store)} records")
+        print(f"{args.corpus}: {report.summary()}; store {store.location} holds {len(store)} records")
     return 1 if report.errors or report.strict_refused else 0
 
 
@@ -202,11 +204,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
         raise UsageError(f"--queries writes JSON lines (--format json); --format {fmt} renders one query text")
     if args.with_text and fmt != "json":
         raise UsageError("--with-text adds record texts to JSON output (--format json or --queries)")
-    if not (args.store / CONFIG_FILE).is_file():
+    shared = args.authority_url is not None
+    if not shared and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     caller = _caller(args)
-    loading = None if args.anchors == "bm25" else _loading_embedder(args.store, args.encoder)
-    with CARStore.open(args.store, encoder=args.encoder, embedder=loading.embedder if loading else None) as store:
+    loading = None if args.anchors == "bm25" or shared else _loading_embedder(args.store, args.encoder)
+    with CARStore.open(args.store, encoder=args.encoder, embedder=loading.embedder if loading else None,
+                       follow=False, **_authority(args)) as store:
         if loading is not None:
             loading.result()  # loaded while the store opened
         retriever = ControllingAuthorityRetriever(store, anchors=args.anchors, **_retriever_options(args))
@@ -276,11 +280,12 @@ UNRESTRICTED_WARNING = (
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    if args.workers != 1:
+    shared = args.authority_url is not None
+    if args.workers != 1 and not shared:
         raise UsageError(
-            f"--workers {args.workers}: one process serves a store (its authority graph and BM25 index live in that "
-            "process's memory, and the BM25 index is saved by it), so workers cannot share one yet; one worker "
-            "answers queries and inserts from many threads"
+            f"--workers {args.workers}: a store in a folder has one owning process (its graph and BM25 index live in "
+            "that process's memory, and it saves them); several workers serve a store shared through PostgreSQL "
+            "(--authority-url), or one worker answers queries and inserts from many threads"
         )
     for module in ("fastapi", "uvicorn", "prometheus_client"):
         require(module, "serve", "car-rag serve")
@@ -288,18 +293,44 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from car_rag.serve.app import Service, create_app
     from car_rag.serve.keys import load_api_keys
+    from car_rag.serve.workers import WorkerSettings, run_workers
     from car_rag.store import CARStore
 
-    if not (args.store / CONFIG_FILE).is_file():
+    if not shared and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
-    keys = load_api_keys(args.api_keys) if args.api_keys is not None else None
+    keys = load_api_keys(args.api_keys) if args.api_keys is not None else None  # a bad file fails here, not in a worker
     if keys is None:
         print(UNRESTRICTED_WARNING, file=sys.stderr)
-    with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s) as store:
+    log_level = "info" if args.verbose else "warning"
+    if args.workers != 1:
+        settings = WorkerSettings(
+            store=str(args.store), authority_url=args.authority_url, authority_schema=args.authority_schema,
+            api_keys=None if args.api_keys is None else str(args.api_keys.resolve()), timeout_ms=args.timeout_ms,
+            anchors=args.anchors, retriever_options=_retriever_options(args), max_body_bytes=int(args.max_body_mb * 2**20),
+            chroma_timeout_s=args.chroma_timeout_s,
+        )
+        run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
+        return 0
+    with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s, **_authority(args)) as store:
         service = Service(store, api_keys=keys, timeout_ms=args.timeout_ms, anchors=args.anchors, **_retriever_options(args))
         app = create_app(service, max_body_bytes=int(args.max_body_mb * 2**20))
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+        uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
     return 0
+
+
+def _authority(args: argparse.Namespace) -> dict[str, Any]:
+    """The shared store's location, as CARStore.open takes it (both None for a store in a folder)."""
+    if args.authority_url is None and args.authority_schema is not None:
+        raise UsageError("--authority-schema names a schema of the PostgreSQL store: give --authority-url too")
+    return {"authority_url": args.authority_url, "authority_schema": args.authority_schema}
+
+
+def _authority_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--authority-url", default=os.environ.get(AUTHORITY_URL_ENV) or None,
+                        help="a store shared by several processes: its records, edges and entity index in this PostgreSQL "
+                             f"database (postgresql://user:password@host:port/db; default: ${AUTHORITY_URL_ENV}, which "
+                             "keeps the password off the command line); --store is then a folder of this process's own")
+    parser.add_argument("--authority-schema", help="schema of the store in that database (default: car_rag)")
 
 
 def _positive(text: str) -> float:
@@ -550,6 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--encoder", choices=list(ENCODERS),
                         help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
                              "PyTorch); an existing store keeps its own (default: onnx for a new store)")
+    _authority_arguments(ingest)
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.add_argument("--strict", action="store_true",
                         help="store nothing (exit 1) when a rule cannot fire for some record for want of a scope key, "
@@ -577,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--with-text", action="store_true", help="JSON output carries each record's text")
     query.add_argument("--encoder", choices=list(ENCODERS),
                        help="query encoder; must be the one the store was built with (default: the store's own)")
+    _authority_arguments(query)
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
     query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
     query.set_defaults(func=_cmd_query)
@@ -584,7 +617,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command(
         "serve", "answer /retrieve and /records over HTTP (needs car-rag[serve])",
         ("car-rag serve --store ./store --api-keys keys.toml",
-         "car-rag serve --store ./store --port 8080 --timeout-ms 500 --anchors bm25"),
+         "car-rag serve --store ./store --port 8080 --timeout-ms 500 --anchors bm25",
+         "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag serve --store ./cache --workers 2 --api-keys keys.toml"),
         "Serve a store over HTTP (FastAPI + uvicorn): POST /retrieve, POST /records, GET /healthz, /readyz, /metrics; "
         "OpenAPI at /docs. With --api-keys each request's key decides its tenant and principals (401 without one); "
         "without it the server is unrestricted. A dense channel slower than 3/4 of --timeout-ms is left out of the "
@@ -593,7 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", type=Path, required=True, help="store directory, made by car-rag ingest")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on")
-    serve.add_argument("--workers", type=_count, default=1, help="server processes (only 1: a store has one owner)")
+    serve.add_argument("--workers", type=_count, default=1,
+                       help="server processes (more than 1 needs a store shared through PostgreSQL, --authority-url)")
+    _authority_arguments(serve)
     serve.add_argument("--api-keys", type=Path,
                        help="TOML or JSON keys file: each key's SHA-256, tenant, principals, write (default: no keys, "
                             "every client reads everything)")

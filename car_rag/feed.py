@@ -51,7 +51,7 @@ class ChangeFeed:
         self.delays: deque[float] = deque(maxlen=10_000)
         """Seconds from each change's commit (the database's clock) to this process applying it."""
         self.listeners: list[Callable[[list[Change]], None]] = []
-        """Called with the changes of each step that applied some (a service's metrics)."""
+        """Called after each step with the changes it applied, often none (a service's metrics)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="car-rag-feed", daemon=True)
 
@@ -83,11 +83,10 @@ class ChangeFeed:
 
     def _step(self) -> None:
         applied = self.store.catch_up()
-        if applied:
-            now = time.time()
-            self.delays.extend(now - c.committed_at for c in applied)
-            for listener in self.listeners:
-                listener(applied)
+        now = time.time()
+        self.delays.extend(now - c.committed_at for c in applied)
+        for listener in self.listeners:
+            listener(applied)
         try:
             if self.log.count_pending():
                 self.store.drain_outbox()

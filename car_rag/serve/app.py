@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -31,6 +32,7 @@ from car_rag import __version__
 from car_rag.channels import ChannelHit
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
+from car_rag.record_log import Change
 from car_rag.records import Record
 from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag.serve.keys import ApiKey, ApiKeys
@@ -70,10 +72,16 @@ class Unavailable(RuntimeError):
 
 class Metrics:
     """Prometheus metrics of one server, in a registry of its own. No label carries a tenant,
-    a key or anything from a request but its path and status."""
+    a key or anything from a request but its path and status.
+
+    Under ``--workers N`` (``PROMETHEUS_MULTIPROC_DIR`` set), prometheus_client keeps every
+    worker's values in that folder and ``/metrics`` sums requests, stages and feed delays over
+    the workers; gauges are per worker (a ``pid`` label)."""
 
     def __init__(self, store: CARStore):
+        self.store = store
         self.registry = CollectorRegistry()
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.requests = Histogram("car_rag_http_request_seconds", "HTTP requests by path and status", ["path", "status"],
                                   buckets=_SECONDS, registry=self.registry)
         self.stages = Histogram("car_rag_retrieve_stage_seconds", "Time per /retrieve stage", ["stage"],
@@ -81,9 +89,47 @@ class Metrics:
         self.degraded = Counter("car_rag_degraded_answers", "Answers that left a channel out", ["channel"],
                                 registry=self.registry)
         self.ingested = Counter("car_rag_records_ingested", "Records posted, by outcome", ["outcome"], registry=self.registry)
-        Gauge("car_rag_store_records", "Records in the store", registry=self.registry).set_function(lambda: len(store))
+        self.feed_delay = Histogram("car_rag_change_feed_delay_seconds",
+                                    "From a change's commit (another process's write) to this process applying it",
+                                    buckets=_SECONDS, registry=self.registry)
+        def gauge(name: str, text: str) -> Gauge:
+            return Gauge(name, text, registry=self.registry, multiprocess_mode="liveall")
+
+        self.records = gauge("car_rag_store_records", "Records in the store, as this process holds them")
+        self.head = gauge("car_rag_change_feed_head", "The newest change of the shared store this process applied")
+        self.connected = gauge("car_rag_change_feed_connected", "1 while this process follows the shared store")
+        self.pending = gauge("car_rag_outbox_pending", "Vectors committed that the vector store has not taken")
+        if store.feed is not None:
+            store.feed.listeners.append(self.applied)
+
+    def applied(self, changes: list[Change]) -> None:
+        """A feed step applied ``changes`` (another process's commits)."""
+        now = time.time()
+        for change in changes:
+            self.feed_delay.observe(max(0.0, now - change.committed_at))
+        self.refresh(with_outbox=False)
+
+    def refresh(self, *, with_outbox: bool = True) -> None:
+        """Set the gauges from the store as it is now."""
+        store = self.store
+        self.records.set(len(store))
+        self.head.set(store.head)
+        feed = store.feed
+        self.connected.set(1 if feed is None or feed.connected else 0)
+        if with_outbox and store.log.shared:
+            try:
+                self.pending.set(store._shared_log.count_pending())
+            except Exception as exc:  # the database is down: /readyz says so; the gauge keeps its last value
+                log.debug("outbox size unknown: %s", exc)
 
     def text(self) -> bytes:
+        self.refresh()
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            merged = CollectorRegistry()
+            multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+            return generate_latest(merged)
         return generate_latest(self.registry)
 
 
@@ -97,11 +143,14 @@ class Service:
         api_keys: ApiKeys | None = None,
         timeout_ms: float = 2000,
         anchors: AnchorMode = "hybrid",
+        owns_store: bool = False,
         **retriever_options: Any,
     ):
         if timeout_ms <= 0:
             raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
         self.store = store
+        self.owns_store = owns_store
+        """Whether :meth:`close` closes the store (a worker process opened it for this service)."""
         self.api_keys = api_keys
         self.timeout_s = timeout_ms / 1000
         self.anchors = anchors
@@ -122,6 +171,7 @@ class Service:
                 self._bm25 = make(self.store, anchors="bm25", **self._options)
             if self.anchors != "bm25":
                 self._dense = make(self.store, anchors="dense", **self._options)
+            self.metrics.refresh()
             self.not_ready = None
         except Exception as exc:
             log.exception("the retriever could not be built")
@@ -129,6 +179,23 @@ class Service:
 
     def close(self) -> None:
         self._dense_pool.shutdown(wait=False, cancel_futures=True)
+        if self.owns_store:
+            self.store.close()
+
+    def readiness(self) -> str | None:
+        """Why this process should not be sent requests now (None: ready): the retriever is still
+        loading, or the shared store's database cannot be reached (its answers would miss what
+        other processes write meanwhile)."""
+        if self.not_ready:
+            return self.not_ready
+        return self._feed_down()
+
+    def _feed_down(self) -> str | None:
+        feed = self.store.feed
+        if feed is None or feed.connected:
+            return None
+        since = "" if feed.down_since is None else f" for {time.time() - feed.down_since:.0f} s"
+        return f"the shared store is unreachable{since} ({feed.error}): records written meanwhile are missing here"
 
     # ------------------------------------------------------------------ retrieval
     def answer(self, request: RetrieveRequest, caller: CallerContext | None) -> RetrieveResponse:
@@ -146,6 +213,9 @@ class Service:
             runs.update(got)
         if dense is not None:
             self._collect_dense(dense, started + self.timeout_s * DENSE_SHARE, runs, timings, degraded)
+        if (down := self._feed_down()) is not None:
+            degraded.append(f"authority: {down}")
+            self.metrics.degraded.labels("authority").inc()
         result = resolver.resolve_runs(query, runs, caller, started=started)
         tick = time.perf_counter()
         k, policy = request.k, self.store.policy
@@ -410,12 +480,14 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
 
     @app.get("/readyz", responses={503: {"description": "not ready, and why"}})
     async def readyz() -> JSONResponse:
-        """The store is open and the retriever (with its model) is loaded."""
-        body = {"ready": service.not_ready is None, "records": len(service.store), "anchors": service.anchors,
-                "auth": "api-keys" if service.api_keys is not None else "none"}
-        if service.not_ready:
-            body["reason"] = service.not_ready
-        return JSONResponse(body, 200 if service.not_ready is None else 503)
+        """The store is open, the retriever (with its model) is loaded and, for a shared store, its
+        database answers."""
+        reason = service.readiness()
+        body: dict[str, Any] = {"ready": reason is None, "records": len(service.store), "anchors": service.anchors,
+                                "auth": "api-keys" if service.api_keys is not None else "none", "head": service.store.head}
+        if reason:
+            body["reason"] = reason
+        return JSONResponse(body, 200 if reason is None else 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

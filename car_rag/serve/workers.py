@@ -1,0 +1,71 @@
+"""``car-rag serve --workers N``: several server processes over one shared store.
+
+uvicorn starts the worker processes (and starts another when one dies); each calls
+:func:`worker_app`, which opens the shared store (records in PostgreSQL, vectors in a Chroma
+server) from the settings the parent left in the environment, follows its change feed and
+serves it. Any worker may write: the store's writers take turns under PostgreSQL's advisory
+lock, and every other worker applies the commit from the feed. A store in a folder
+(``records.sqlite``) has one owning process and is served by one worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["WorkerSettings", "worker_app", "run_workers", "SETTINGS_ENV"]
+
+SETTINGS_ENV = "CAR_RAG_SERVE_WORKER"
+"""The environment variable that carries :class:`WorkerSettings` (as JSON) to the workers."""
+
+
+class WorkerSettings(BaseModel):
+    """What each worker needs to open the store and serve it as the command line asked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str
+    authority_url: str
+    authority_schema: str | None = None
+    api_keys: str | None = None
+    timeout_ms: float = 2000
+    anchors: str = "hybrid"
+    retriever_options: dict[str, Any] = {}
+    max_body_bytes: int = 16 * 2**20
+    chroma_timeout_s: float | None = None
+
+
+def worker_app() -> Any:
+    """The ASGI app of one worker (uvicorn's factory): the shared store opened and followed."""
+    from car_rag.serve.app import Service, create_app
+    from car_rag.serve.keys import load_api_keys
+    from car_rag.store import CARStore
+
+    settings = WorkerSettings.model_validate_json(os.environ[SETTINGS_ENV])
+    store = CARStore.open(settings.store, authority_url=settings.authority_url, authority_schema=settings.authority_schema,
+                          chroma_timeout_s=settings.chroma_timeout_s)
+    keys = load_api_keys(settings.api_keys) if settings.api_keys else None
+    service = Service(store, api_keys=keys, timeout_ms=settings.timeout_ms, anchors=settings.anchors,  # type: ignore[arg-type]
+                      owns_store=True, **settings.retriever_options)
+    return create_app(service, max_body_bytes=settings.max_body_bytes)
+
+
+def run_workers(settings: WorkerSettings, *, host: str, port: int, workers: int, log_level: str) -> None:
+    """Serve with ``workers`` processes until interrupted; their metrics are merged through a
+    temporary folder (prometheus_client's multiprocess mode), removed at the end."""
+    import uvicorn
+
+    metrics = Path(tempfile.mkdtemp(prefix="car-rag-metrics-"))
+    os.environ[SETTINGS_ENV] = json.dumps(settings.model_dump())
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
+    try:
+        uvicorn.run("car_rag.serve.workers:worker_app", factory=True, host=host, port=port, workers=workers,
+                    log_level=log_level)
+    finally:
+        shutil.rmtree(metrics, ignore_errors=True)
