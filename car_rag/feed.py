@@ -67,7 +67,7 @@ class ChangeFeed:
         retry = 0.1
         while not self._stop.is_set():
             try:
-                with self.log.connect() as conn:
+                with self.log.connect(role="feed") as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.log.channel)))
                     self._step()  # what was committed before listening began
                     self._up()

@@ -21,6 +21,7 @@ Each commit sends ``NOTIFY`` on the store's channel (delivered at commit) so tha
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -79,10 +80,12 @@ class PostgresRecordLog(RecordLog):
         self._write: Any = None
 
     # ------------------------------------------------------------------ connections
-    def connect(self, *, autocommit: bool = True) -> Any:
-        """A new connection to the store's database (``autocommit`` for reads and LISTEN)."""
+    def connect(self, *, autocommit: bool = True, role: str = "read") -> Any:
+        """A new connection to the store's database (``autocommit`` for reads and LISTEN), named
+        in ``pg_stat_activity`` by this process and its ``role`` (read, write, feed, outbox)."""
         try:
-            return self.psycopg.connect(self.url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
+            return self.psycopg.connect(self.url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S,
+                                        application_name=f"car-rag {os.getpid()} {role}")
         except self.psycopg.Error as exc:
             raise self.psycopg.OperationalError(f"cannot reach PostgreSQL at {redact_url(self.url)}: {exc}") from None
 
@@ -93,7 +96,7 @@ class PostgresRecordLog(RecordLog):
 
     def _writer(self) -> Any:
         if self._write is None or self._write.closed or self._write.broken:
-            self._write = self.connect(autocommit=False)
+            self._write = self.connect(autocommit=False, role="write")
         return self._write
 
     def _table(self, name: str) -> Any:
@@ -110,7 +113,7 @@ class PostgresRecordLog(RecordLog):
         when none is stored yet (the first process to open a new store). Processes opening the
         same new store at once take turns."""
         sql = self.psycopg.sql
-        with self.connect(autocommit=False) as conn:
+        with self.connect(autocommit=False, role="setup") as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", self._lock_key)
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
             for statement in _SCHEMA:
@@ -176,10 +179,11 @@ class PostgresRecordLog(RecordLog):
                 raise
 
     # ------------------------------------------------------------------ the vector outbox
-    def pending(self, limit: int = 500) -> Outbox:
+    def pending(self, limit: int = 500, doc_ids: Sequence[str] | None = None) -> Outbox:
         """Up to ``limit`` records whose vectors the vector store has not taken, in a transaction
-        of their own (``with log.pending() as outbox: … outbox.done(...)``)."""
-        return Outbox(self, limit)
+        of their own (``with log.pending() as outbox: … outbox.done(...)``); ``doc_ids``: only
+        those, waiting for another process that is handing them over (a writer's own records)."""
+        return Outbox(self, limit, doc_ids)
 
     def count_pending(self) -> int:
         with self._guard:
@@ -238,19 +242,25 @@ class _PostgresWriter(LogWriter):
 
 class Outbox:
     """Records whose vectors the vector store has not taken, locked by this transaction so that
-    processes draining at once take different ones (``FOR UPDATE SKIP LOCKED``)."""
+    processes draining at once take different ones (``FOR UPDATE SKIP LOCKED``), or, for given
+    records, wait until another process has handed them over (then none is still pending)."""
 
-    def __init__(self, log: PostgresRecordLog, limit: int):
-        self.log, self.limit = log, limit
+    def __init__(self, log: PostgresRecordLog, limit: int, doc_ids: Sequence[str] | None = None):
+        self.log, self.limit, self.doc_ids = log, limit, doc_ids
         self.rows: list[tuple[str, int, Record, np.ndarray]] = []
         """(doc_id, change, record, vector), oldest change first."""
         self._done: list[tuple[str, int]] = []
 
     def __enter__(self) -> Outbox:
-        self.conn = self.log.connect(autocommit=False)
-        found = self.conn.execute(self.log._sql(
-            "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending ORDER BY change LIMIT %s "
-            "FOR UPDATE SKIP LOCKED"), (self.limit,)).fetchall()
+        self.conn = self.log.connect(autocommit=False, role="outbox")
+        if self.doc_ids is None:
+            found = self.conn.execute(self.log._sql(
+                "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending ORDER BY change LIMIT %s "
+                "FOR UPDATE SKIP LOCKED"), (self.limit,)).fetchall()
+        else:
+            found = self.conn.execute(self.log._sql(
+                "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending AND doc_id = ANY(%s) "
+                "ORDER BY change LIMIT %s FOR UPDATE"), (list(self.doc_ids), self.limit)).fetchall()
         self.rows = [(d, int(c), parse_stored(body, self.log.location), np.frombuffer(v, dtype="<f4")) for d, c, body, v in found]
         return self
 

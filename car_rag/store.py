@@ -43,7 +43,7 @@ from car_rag.records import LoadReport, Record, RecordError, load_records, parse
 
 if TYPE_CHECKING:
     from car_rag.feed import ChangeFeed
-    from car_rag.pg_log import PostgresRecordLog
+    from car_rag.pg_log import Outbox, PostgresRecordLog
 
 __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chroma_metadata"]
 
@@ -527,7 +527,7 @@ class CARStore:
                         self._load()  # the graph may be ahead of what was written: re-read the log
                     raise
         if self.log.shared and accepted:
-            self._drain_after_ingest(report)
+            self._drain_after_ingest([r.doc_id for r in accepted], report)
         self._log_ingest(label, report)
         return report
 
@@ -654,31 +654,40 @@ class CARStore:
             log.debug("%s: applied %d changes up to %d", self.location, len(applied), self.head)
         return applied
 
-    def drain_outbox(self, batch: int = 500) -> int:
+    def drain_outbox(self, doc_ids: Sequence[str] | None = None, *, batch: int = 500) -> int:
         """Hand the vector store every vector the shared log holds that it has not taken (the
         outbox: written after each commit, retried from here when the vector store failed);
-        processes draining at once take different records. Returns how many were handed over."""
+        processes draining at once take different records. ``doc_ids``: only those (a writer's
+        own records: it waits for another process handing them over, so that when it returns
+        they are in the vector store). Returns how many this call handed over."""
         if not self.log.shared:
             return 0
+        if doc_ids is not None:
+            return sum(self._hand_over(self._shared_log.pending(batch, doc_ids[i : i + batch]))
+                       for i in range(0, len(doc_ids), batch))
         done = 0
-        while True:
-            with self._shared_log.pending(batch) as outbox:
-                if not outbox.rows:
-                    return done
+        while handed := self._hand_over(self._shared_log.pending(batch)):
+            done += handed
+        return done
+
+    def _hand_over(self, pending: Outbox) -> int:
+        """Upsert an outbox's vectors into the vector store; they stop being pending when it ends."""
+        with pending as outbox:
+            if outbox.rows:
                 records = [r for _, _, r, _ in outbox.rows]
                 self.dense.upsert(
                     [r.doc_id for r in records], np.vstack([v for *_, v in outbox.rows]), [r.text for r in records],
                     [chroma_metadata(r) for r in records], self._client.get_max_batch_size(), exact=False,
                 )
                 outbox.done([(doc_id, change) for doc_id, change, _, _ in outbox.rows])
-                done += len(records)
+            return len(outbox.rows)
 
-    def _drain_after_ingest(self, report: IngestReport) -> None:
+    def _drain_after_ingest(self, doc_ids: list[str], report: IngestReport) -> None:
         """The vectors of what was just committed, to the vector store; a failure leaves them in
         the outbox (the records are stored: their vectors follow when the vector store answers)."""
         tick = time.perf_counter()
         try:
-            self.drain_outbox()
+            self.drain_outbox(doc_ids)
         except Exception as exc:
             waiting = self._shared_log.count_pending()
             report.warnings.append(f"{waiting} vectors wait in the outbox: the vector store failed "

