@@ -10,7 +10,7 @@ permitted record out of the top k or leak through a score.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +37,10 @@ class CallerContext:
             return False
         return not record.allowed_principals or not self.principals.isdisjoint(record.allowed_principals)
 
-    def mask(self, doc_ids: Sequence[str], records: dict[str, Record]) -> np.ndarray:
-        """Boolean mask over an index's records: True where this caller may read."""
-        return np.fromiter((self.can_read(records[d]) for d in doc_ids), dtype=bool, count=len(doc_ids))
+    def mask(self, doc_ids: Sequence[str], records: Mapping[str, Record]) -> np.ndarray:
+        """Boolean mask over an index's records: True where this caller may read (an id with no
+        stored record, such as a vector an ingest cut off before its record, is never readable)."""
+        return np.fromiter((d in records and self.can_read(records[d]) for d in doc_ids), dtype=bool, count=len(doc_ids))
 
     def chroma_where(self) -> dict[str, Any]:
         """The same rule as a Chroma metadata filter over :func:`governance_metadata`."""

@@ -133,6 +133,8 @@ class ControllingAuthorityRetriever:
         runs: dict[str, list[ChannelHit]] = {}
         dense: Future[list[ChannelHit]] | None = None
         where = caller.chroma_where() if caller is not None else None
+        records = self.store.records
+        readable = None if caller is None else (lambda ids: caller.mask(ids, records))
         if vector is not None and self.anchor_mode == "hybrid" and not self.store.dense.exact:
             # Chroma's HNSW search releases the GIL: BM25 runs meanwhile (0.55x the time of one
             # after the other at 100k records, evals/perf/concurrency.py; exact search below
@@ -143,7 +145,7 @@ class ControllingAuthorityRetriever:
         if dense is not None:
             runs["dense"] = dense.result()
         elif vector is not None:
-            runs["dense"] = self.store.dense.search(vector, self.depth, where=where)
+            runs["dense"] = self.store.dense.search(vector, self.depth, where=where, readable=readable)
         return runs
 
     def _dense_pool(self) -> ThreadPoolExecutor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,10 @@ __all__ = ["DenseChannel", "EXACT_SEARCH_LIMIT"]
 
 log = logging.getLogger(__name__)
 
-EXACT_SEARCH_LIMIT = 20_000
-"""Collections up to this size are searched exactly once :meth:`DenseChannel.load` has read them."""
+EXACT_SEARCH_LIMIT = int(os.environ.get("CAR_RAG_EXACT_SEARCH_LIMIT") or 20_000)
+"""Collections up to this size are searched exactly once :meth:`DenseChannel.load` has read them
+(``CAR_RAG_EXACT_SEARCH_LIMIT`` sets it for a process: the memory exact search holds, 1.5 kB per
+record, against Chroma's approximate search and its availability)."""
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:
@@ -242,12 +244,18 @@ class DenseChannel:
             if len(got) < page:
                 return out
 
-    def search(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None) -> list[ChannelHit]:
+    def search(
+        self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None,
+        readable: Callable[[Sequence[str]], np.ndarray] | None = None,
+    ) -> list[ChannelHit]:
+        """Top ``k`` by cosine among the records ``where`` admits. ``readable`` (ids → mask)
+        decides the same from the records in memory, so exact search never asks the collection
+        (which may be down, or behind a shared store's commits); Chroma's search uses ``where``."""
         if k <= 0:
             return []
         exact = self._exact
         if exact is not None:
-            return exact.search(vector, k, self._admitted(exact, where) if where else None)
+            return exact.search(vector, k, self._admitted(exact, where, readable) if where else None)
         # No count() first: it scans the collection (~19 ms at 100k records), and Chroma
         # answers an empty collection or k above its size with what it has.
         result = self.collection.query(
@@ -259,16 +267,22 @@ class DenseChannel:
         ids, distances = result["ids"][0], result["distances"][0]
         return [ChannelHit(d, 1.0 - float(dist), r) for r, (d, dist) in enumerate(zip(ids, distances), 1)]
 
-    def _admitted(self, exact: _ExactIndex, where: Mapping[str, Any]) -> np.ndarray:
-        """The rows ``where`` admits, as Chroma evaluates it (asked once per filter until the
-        next upsert)."""
+    def _admitted(
+        self, exact: _ExactIndex, where: Mapping[str, Any], readable: Callable[[Sequence[str]], np.ndarray] | None
+    ) -> np.ndarray:
+        """The rows ``where`` admits, by ``readable`` or as Chroma evaluates it (once per filter
+        until the rows change)."""
         key = json.dumps(where, sort_keys=True, default=str)
         mask = self._allowed.get(key)
-        if mask is None:
+        if mask is not None:
+            return mask
+        if readable is not None:
+            mask = readable(exact.ids)
+        else:
             admitted = self.collection.get(where=dict(where), include=[])["ids"]
             mask = np.zeros(len(exact.ids), dtype=bool)
             mask[[exact.rows[d] for d in admitted if d in exact.rows]] = True
-            if len(self._allowed) >= 64:
-                self._allowed = {}
-            self._allowed[key] = mask
+        if len(self._allowed) >= 64:
+            self._allowed = {}
+        self._allowed[key] = mask
         return mask

@@ -254,14 +254,14 @@ def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the
     with chroma_run(tmp_path) as (chroma_url, _, chroma):
         store = CARStore.open(tmp_path / "store", demo_policy, chroma_url=chroma_url, embedder=embedder, chroma_timeout_s=3)
         try:
-            assert store.ingest(demo_corpus_path, progress=False).errors == []
+            store.dense.exact_limit = 10  # past it, every dense search asks Chroma (its HNSW index)
+            assert store.ingest(demo_corpus_path, progress=False).errors == [] and not store.dense.exact
             service = Service(store, api_keys=load_api_keys(keys_file(tmp_path)), timeout_ms=timeout_ms)
             with serving(service) as url:
                 question = "Is lodash still vulnerable to CVE-2099-10001?"
                 assert retrieve(url, "k-acme", query=question).json()["diagnostics"]["degraded"] == []
                 os.kill(chroma.pid, signal.SIGSTOP)  # accepts connections, never answers
                 try:
-                    # globex's eligibility filter is not cached yet: its dense search asks Chroma
                     tick = time.monotonic()
                     got = retrieve(url, "k-globex", query=question)
                     elapsed = time.monotonic() - tick
@@ -282,14 +282,30 @@ def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the
                 chroma.kill()
                 chroma.wait(timeout=15)
                 tick = time.monotonic()
-                dead = retrieve(url, "k-owner", query=question).json()  # another uncached filter: Chroma refuses
+                dead = retrieve(url, "k-owner", query=question).json()
                 assert time.monotonic() - tick < timeout_ms / 1000 + 1.0
                 assert dead["diagnostics"]["degraded"] == ["dense: unavailable (ConnectError)"]
                 assert dead["reranked"][0]["doc_id"] == "sec-lodash-4.17.12-release"
-                # acme's filter was cached while Chroma answered: its exact search in memory still runs
-                assert retrieve(url, "k-acme", query=question).json()["diagnostics"]["degraded"] == []
                 metrics = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
                 assert [s.value for s in metrics["car_rag_degraded_answers"].samples if s.name.endswith("_total")] == [2.0]
+        finally:
+            store.close()
+
+
+def test_exact_search_answers_every_caller_while_the_vector_store_is_down(tmp_path, demo_policy, embedder, demo_corpus_path):
+    """Up to the exact-search limit the vectors are in memory and each caller's eligibility is
+    decided from the records: no dense search asks Chroma, so none degrades when it is gone."""
+    with chroma_run(tmp_path) as (chroma_url, _, chroma):
+        store = CARStore.open(tmp_path / "store", demo_policy, chroma_url=chroma_url, embedder=embedder, chroma_timeout_s=3)
+        try:
+            assert store.ingest(demo_corpus_path, progress=False).errors == [] and store.dense.exact
+            chroma.kill()
+            chroma.wait(timeout=15)
+            with serving(Service(store, api_keys=load_api_keys(keys_file(tmp_path)))) as url:
+                for key in ("k-acme", "k-globex", "k-owner"):  # no filter of theirs was asked of Chroma before
+                    body = retrieve(url, key, query="Is lodash still vulnerable to CVE-2099-10001?").json()
+                    assert body["diagnostics"]["degraded"] == [] and body["diagnostics"]["channel_hits"]["dense"] > 0
+                    assert body["reranked"][0]["doc_id"] == "sec-lodash-4.17.12-release"
         finally:
             store.close()
 
@@ -298,7 +314,7 @@ def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the
 def test_car_rag_serve_runs_unrestricted_with_a_warning_and_refuses_workers(tmp_path, demo_policy, embedder, demo_corpus_path,
                                                                            capsys):
     assert main(["serve", "--store", str(tmp_path), "--workers", "2"]) == 2
-    assert "one process serves a store" in capsys.readouterr().err
+    assert "a store in a folder has one owning process" in capsys.readouterr().err
     path = tmp_path / "store"
     with CARStore.open(path, demo_policy, embedder=embedder) as built:
         assert built.ingest(demo_corpus_path, progress=False).errors == []
