@@ -1,0 +1,218 @@
+"""`car-rag serve` over a store shared through PostgreSQL, as deployed: real `car-rag serve`
+processes (one per port, or `--workers 2` behind one port), a real PostgreSQL (`car-rag
+postgres`) and a real `chroma run`, all on loopback. The faults of issue 19: a worker killed
+under load, PostgreSQL restarted, Chroma gone; and a write seen by every process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from servers import HOST, chroma_cli, chroma_run, free_port, postgres, wait_for
+
+from car_rag import CARStore, pg_server
+
+PATCH = {"doc_id": "sec-mdrender-2.0.1-release", "doc_type": "patch_release",
+         "text": "mdrender 2.0.1: raw HTML in link titles is escaped before rendering.",
+         "scope": {"package": "mdrender", "cve_id": "CVE-2099-10009"}, "published_at": "2025-03-01"}
+VOIDED = "sec-mdrender-cve-2099-10009-disclosure"
+QUESTION = "Is mdrender still vulnerable to CVE-2099-10009?"
+
+
+@pytest.fixture(scope="module")
+def pg():
+    folder = Path(tempfile.mkdtemp(prefix="car-rag-test-pg-"))
+    try:
+        with postgres(folder) as (url, port):
+            yield url, folder, port
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def chroma(tmp_path_factory):
+    with chroma_run(tmp_path_factory.mktemp("chroma")) as (url, _, _):
+        yield url
+
+
+def shared_store(folder: Path, url: str, chroma: str, policy, embedder, corpus: Path) -> str:
+    """A new shared store holding the demo corpus; returns its schema."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with CARStore.open(folder, policy, authority_url=url, authority_schema=schema, chroma_url=chroma,
+                       embedder=embedder) as store:
+        assert store.ingest(corpus, progress=False).errors == []
+    return schema
+
+
+@contextmanager
+def serving(url: str, schema: str, folder: Path, *options: str, env: dict[str, str] | None = None):
+    """`car-rag serve` over the shared store on a free port, ready; stopped (however the test left
+    it) at the end. Yields (base URL, process)."""
+    port = free_port()
+    log = (folder / f"serve-{port}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "car_rag", "serve", "--store", str(folder / f"cache-{port}"), "--authority-schema", schema,
+         "--port", str(port), *options],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "CAR_RAG_AUTHORITY_URL": url, **(env or {})},
+    )
+    base = f"http://{HOST}:{port}"
+
+    def ready() -> bool:
+        assert proc.poll() is None, (folder / f"serve-{port}.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(ready, "car-rag serve answers /readyz", 90, 0.1)
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+        log.close()
+
+
+def statuses(base: str, question: str = QUESTION) -> dict[str, str]:
+    got = httpx.post(f"{base}/retrieve", json={"query": question, "k": 10}, timeout=30)
+    assert got.status_code == 200, got.text
+    return {r["doc_id"]: r["status"] for r in got.json()["reranked"]}
+
+
+def test_a_write_to_one_process_is_seen_by_another(tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
+    url, _, _ = pg
+    schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
+    with serving(url, schema, tmp_path, "--anchors", "bm25") as (a, _), serving(url, schema, tmp_path, "--anchors", "bm25") as (b, _):
+        assert statuses(b)[VOIDED] == "active"
+        posted = httpx.post(f"{a}/records", json=PATCH, timeout=60)
+        assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
+        returned = time.monotonic()
+        wait_for(lambda: statuses(b).get(VOIDED) == "superseded", "the other process reports the record superseded", 10, 0.01)
+        assert time.monotonic() - returned < 10
+        assert httpx.get(f"{b}/readyz").json()["head"] == httpx.get(f"{a}/readyz").json()["head"] == 46
+
+
+def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
+    url, _, _ = pg
+    schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
+    with serving(url, schema, tmp_path, "--anchors", "bm25", "--workers", "2") as (base, parent):
+        def workers() -> list[psutil.Process]:
+            return [p for p in psutil.Process(parent.pid).children() if "resource_tracker" not in " ".join(p.cmdline())]
+
+        wait_for(lambda: len(workers()) == 2, "two workers run")
+        outcomes: list[tuple[float, str]] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            with httpx.Client(base_url=base, timeout=30) as client:
+                while not stop.is_set():
+                    try:
+                        got = client.post("/retrieve", json={"query": QUESTION, "k": 5})
+                        outcomes.append((time.monotonic(), str(got.status_code)))
+                    except httpx.TransportError as exc:
+                        outcomes.append((time.monotonic(), type(exc).__name__))
+
+        threads = [threading.Thread(target=load) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(2)
+        victim = workers()[0]
+        victim.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        time.sleep(4)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        kinds = Counter(kind for _, kind in outcomes)
+        assert not [k for k in kinds if k.startswith("5")], kinds  # no 5xx at all
+        failed = [at for at, kind in outcomes if kind != "200"]
+        assert len(failed) <= 2 * len(threads), kinds  # the killed worker's requests in flight, one or two per client
+        assert all(at < killed + 1 for at in failed), kinds
+        after = [kind for at, kind in outcomes if at > killed + 1]
+        assert len(after) > 50 and set(after) == {"200"}, kinds
+        # uvicorn starts another worker in the killed one's place
+        wait_for(lambda: len(workers()) == 2 and victim.pid not in [p.pid for p in workers()], "a worker replaces it", 60, 0.2)
+
+
+def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma, demo_policy, embedder, demo_corpus_path):
+    folder = Path(tempfile.mkdtemp(prefix="car-rag-test-pg-"))
+    try:
+        with postgres(folder) as (url, port):
+            schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
+            with serving(url, schema, tmp_path, "--anchors", "bm25") as (base, _):
+                pg_server.stop(folder)
+                unready = wait_for(lambda: (r := httpx.get(f"{base}/readyz", timeout=5)).status_code == 503 and r,
+                                   "/readyz says not ready", 15, 0.1)
+                assert "shared store is unreachable" in unready.json()["reason"]
+                # answers go on from what this process holds, labelled
+                answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 5}, timeout=30)
+                assert answer.status_code == 200
+                assert any(d.startswith("authority: the shared store is unreachable")
+                           for d in answer.json()["diagnostics"]["degraded"])
+                refused = httpx.post(f"{base}/records", json=PATCH, timeout=60)
+                assert refused.status_code == 503 and "no record of it was stored" in refused.json()["detail"]
+                pg_server.start(folder, host=HOST, port=port)
+                wait_for(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, "ready again", 30, 0.1)
+                posted = httpx.post(f"{base}/records", json=PATCH, timeout=60)
+                assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
+                assert statuses(base)[VOIDED] == "superseded"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox(tmp_path, pg, demo_policy, embedder,
+                                                                                 demo_corpus_path):
+    url, _, _ = pg
+    folder = tmp_path / "chroma"
+    folder.mkdir()
+    with chroma_run(folder) as (chroma, chroma_port, chroma_proc):
+        schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
+        # past the exact-search limit every dense search asks Chroma
+        with serving(url, schema, tmp_path, "--timeout-ms", "1500", "--chroma-timeout-s", "2",
+                     env={"CAR_RAG_EXACT_SEARCH_LIMIT": "10"}) as (base, _):
+            assert httpx.post(f"{base}/retrieve", json={"query": QUESTION}, timeout=30).json()["diagnostics"]["degraded"] == []
+            chroma_proc.kill()
+            chroma_proc.wait(timeout=15)
+            answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 10}, timeout=30)
+            assert answer.status_code == 200
+            body = answer.json()
+            assert body["diagnostics"]["degraded"] == ["dense: unavailable (ConnectError)"]
+            assert set(body["diagnostics"]["channel_hits"]) == {"bm25"}
+            assert {r["doc_id"]: r["status"] for r in body["reranked"]}[VOIDED] == "active"
+            posted = httpx.post(f"{base}/records", json=PATCH, timeout=60)  # authority does not wait for the vectors
+            assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
+            assert any("vectors wait in the outbox" in w for w in posted.json()["warnings"])
+            assert statuses(base)[VOIDED] == "superseded"
+            log = (folder / "again.log").open("wb")
+            again = subprocess.Popen([chroma_cli(), "run", "--host", HOST, "--port", str(chroma_port), "--path",
+                                      str(folder / "data")], stdout=log, stderr=subprocess.STDOUT)
+            try:
+                def drained() -> bool:
+                    text = httpx.get(f"{base}/metrics", timeout=5).text
+                    return any(line.startswith("car_rag_outbox_pending") and line.endswith(" 0.0") for line in text.splitlines())
+
+                wait_for(drained, "the outbox drains once Chroma answers again", 60, 0.2)
+                wait_for(lambda: not httpx.post(f"{base}/retrieve", json={"query": QUESTION}, timeout=30)
+                         .json()["diagnostics"]["degraded"], "dense answers again", 30, 0.2)
+            finally:
+                again.terminate()
+                again.wait(timeout=30)
+                log.close()
