@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,11 +175,18 @@ class CARStore:
         if self.log.shared and not config.get("chroma_url"):
             raise StoreError(f"store {self.log.location} has no Chroma server: the processes sharing it cannot share "
                              "an embedded vector database")
-        self._client = chroma_client or self._connect_chroma()
-        collection = self._client.get_or_create_collection(
-            config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
-        )
-        self.dense = DenseChannel(collection)
+        def collection() -> Any:
+            return self._client.get_or_create_collection(
+                config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
+            )
+
+        if self.log.shared and chroma_client is None:
+            # Its vectors are in the log too: the store opens, and answers, while Chroma is down.
+            self._client: Any = _Deferred(self._connect_chroma)
+            self.dense = DenseChannel(_Deferred(collection))
+        else:
+            self._client = chroma_client or self._connect_chroma()
+            self.dense = DenseChannel(collection())
         self._load()
 
     # ------------------------------------------------------------------ opening
@@ -741,6 +748,20 @@ class CARStore:
         index.build(ordered, [self.graph.records[d].text for d in ordered])
         self.lexical = index
         self.flush()
+
+
+class _Deferred:
+    """An object made on first use, and made again at the next use for as long as making it
+    fails (a Chroma client and collection: connecting to a server that is down raises)."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make = make
+        self._made: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._made is None:
+            self._made = self._make()
+        return getattr(self._made, name)
 
 
 def _added_rules(built: Policy, wanted: Policy) -> tuple[Rule, ...]:

@@ -201,6 +201,13 @@ def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox
             assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
             assert any("vectors wait in the outbox" in w for w in posted.json()["warnings"])
             assert statuses(base)[VOIDED] == "superseded"
+            # a worker (re)started while Chroma is down opens the store from PostgreSQL and answers
+            with serving(url, schema, tmp_path, "--timeout-ms", "1500", "--chroma-timeout-s", "2",
+                         env={"CAR_RAG_EXACT_SEARCH_LIMIT": "10"}) as (late, _):
+                body = httpx.post(f"{late}/retrieve", json={"query": QUESTION, "k": 10}, timeout=30).json()
+                # chromadb's client refuses to be made ("Could not connect to a Chroma server"): a ValueError
+                assert body["diagnostics"]["degraded"] == ["dense: unavailable (ValueError)"]
+                assert {r["doc_id"]: r["status"] for r in body["reranked"]}[PATCH["doc_id"]] == "active"
             log = (folder / "again.log").open("wb")
             again = subprocess.Popen([chroma_cli(), "run", "--host", HOST, "--port", str(chroma_port), "--path",
                                       str(folder / "data")], stdout=log, stderr=subprocess.STDOUT)
