@@ -11,20 +11,17 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import xml.etree.ElementTree as ET
-from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
-from servers import HOST, chroma_run, free_port
+from servers import HOST, chroma_run, free_port, serving
 
 from car_rag import CARStore
 from car_rag.cli import main
-from car_rag.serve.app import DENSE_SHARE, Service, create_app
+from car_rag.serve.app import DENSE_SHARE, Service
 from car_rag.serve.keys import hash_key, load_api_keys
 
 SECRET = "ACME-INTERNAL-7731"
@@ -50,24 +47,6 @@ def keys_file(folder):
 
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-@contextmanager
-def serving(service: Service, **options):
-    """The app on a free loopback port in a uvicorn thread, ready; stopped at the end."""
-    server = uvicorn.Server(uvicorn.Config(create_app(service, **options), host=HOST, port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://{HOST}:{server.config.port}"
-    deadline = time.monotonic() + 60
-    while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not get ready within 60 s"
-        time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
