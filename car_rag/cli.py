@@ -28,6 +28,7 @@ from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError, require
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
+from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
@@ -292,7 +293,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if keys is None:
         print(UNRESTRICTED_WARNING, file=sys.stderr)
     with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s) as store:
-        service = Service(store, api_keys=keys, timeout_ms=args.timeout_ms, anchors=args.anchors, **_retriever_options(args))
+        service = Service(store, api_keys=keys, timeout_ms=args.timeout_ms, insert_window_ms=args.insert_window_ms,
+                          anchors=args.anchors, **_retriever_options(args))
         app = create_app(service, max_body_bytes=int(args.max_body_mb * 2**20))
         uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
@@ -305,6 +307,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -578,6 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--chroma-timeout-s", type=_positive, default=30.0,
                        help="bound on each call to a Chroma server (a store made with --chroma-url)")
     serve.add_argument("--max-body-mb", type=_positive, default=16.0, help="larger request bodies are refused (413)")
+    serve.add_argument("--insert-window-ms", type=_non_negative, default=INSERT_WINDOW_MS,
+                       help="POST /records arriving this close together are stored by one ingest, each still all or "
+                            "nothing (0: one ingest per request)")
     _retriever_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
 

@@ -5,7 +5,9 @@ One process owns the store and serves queries and inserts from many threads (the
 readers-writer lock keeps each query on one state of it). The dense channel (the query
 embedding, then Chroma) runs beside BM25 in a small pool of its own: when it has not answered
 within three quarters of the deadline the answer is fused from BM25 alone and says so
-(``diagnostics.degraded``); a request never waits past its deadline.
+(``diagnostics.degraded``); a request never waits past its deadline. Inserts that arrive
+within a few milliseconds of each other are stored by one store ingest (a group commit), each
+still all or nothing on its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
@@ -31,8 +34,11 @@ from car_rag import __version__
 from car_rag.channels import ChannelHit
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
-from car_rag.records import Record
+from car_rag.extractors import missing_scope
+from car_rag.graph import Edge
+from car_rag.records import Record, RecordError, parse_records
 from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
+from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.serve.keys import ApiKey, ApiKeys
 from car_rag.serve.schema import (
     Candidate,
@@ -48,9 +54,9 @@ from car_rag.serve.schema import (
     RetrieveResponse,
     ScopeProbability,
 )
-from car_rag.store import CARStore
+from car_rag.store import CARStore, IngestReport
 
-__all__ = ["Service", "create_app", "DENSE_SHARE", "DENSE_THREADS"]
+__all__ = ["Service", "create_app", "DENSE_SHARE", "DENSE_THREADS", "INSERT_WINDOW_MS"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,18 @@ _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 
 class Unavailable(RuntimeError):
     """What the service cannot do now (not ready, the vector store down): a 503 that says why."""
+
+
+@dataclass
+class _Insert:
+    """One POST /records on its way into the store, alone or in a group, and what it is answered."""
+
+    records: list[Record]
+    key: ApiKey | None
+    warnings: list[str]
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: RecordsResponse | RecordsRejected | None = None
+    error: Exception | None = None
 
 
 class Metrics:
@@ -96,14 +114,18 @@ class Service:
         *,
         api_keys: ApiKeys | None = None,
         timeout_ms: float = 2000,
+        insert_window_ms: float = INSERT_WINDOW_MS,
         anchors: AnchorMode = "hybrid",
         **retriever_options: Any,
     ):
         if timeout_ms <= 0:
             raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
+        if insert_window_ms < 0:
+            raise ValueError(f"insert_window_ms must be 0 (no grouping) or more, got {insert_window_ms}")
         self.store = store
         self.api_keys = api_keys
         self.timeout_s = timeout_ms / 1000
+        self.insert_window_s = insert_window_ms / 1000
         self.anchors = anchors
         self._options = retriever_options
         self.not_ready: str | None = "loading the retriever (and the embedding model)"
@@ -112,6 +134,9 @@ class Service:
         self._resolver: ControllingAuthorityRetriever | None = None
         self._bm25: ControllingAuthorityRetriever | None = None
         self._dense: ControllingAuthorityRetriever | None = None
+        self._storing = threading.Lock()  # one group (or, without a window, one request) stored at a time
+        self._joining = threading.Lock()
+        self._group: list[_Insert] | None = None  # inserts waiting for the next store ingest
 
     def load(self) -> None:
         """Build the retrievers (loading MiniLM for a dense channel); /readyz answers 200 after."""
@@ -218,33 +243,129 @@ class Service:
 
     # ------------------------------------------------------------------ inserts
     def insert(self, items: list[Any], key: ApiKey | None) -> RecordsResponse | RecordsRejected:
-        """Ingest a batch whole or not at all; what it voided, as far as ``key`` may read."""
+        """Store one request's records whole or not at all; what they voided, as far as ``key`` may read.
+
+        The records are validated (and their scope filled) here, so a bad request is refused on its
+        own. Requests within ``insert_window_ms`` of each other, or arriving while a store ingest
+        runs, are then stored by one ingest (Chroma's per-call cost is paid once per group)."""
+        parsed = parse_records(items, _REQUEST)
+        filled = self.store.extractor.fill(parsed.records, source=_REQUEST, lines=parsed.lines)  # an LLM may be slow
+        if parsed.errors or filled.errors:
+            return self._rejected(parsed.errors + filled.errors, len(items))
+        warnings = [str(m) for m in missing_scope(self.store.policy, filled.records)] + filled.warnings
+        pending = _Insert(filled.records, key, warnings)
+        if self.insert_window_s == 0:
+            with self._storing:
+                self._store_alone(pending)
+        else:
+            self._join(pending)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.answer is not None
+        return pending.answer
+
+    def _join(self, pending: _Insert) -> None:
+        """Join the open group, or open one and store it after the window (a group commit)."""
+        with self._joining:
+            group, leads = self._group, self._group is None
+            if group is None:
+                group = self._group = []
+            group.append(pending)
+        if not leads:
+            pending.done.wait()
+            return
+        time.sleep(self.insert_window_s)
+        with self._storing:  # while an earlier group is stored, this one keeps taking requests
+            with self._joining:
+                self._group = None
+            self._store(group)
+
+    def _store(self, group: list[_Insert]) -> None:
+        """One ingest for the group; if it fails or rejects anything (a cycle, a doc_id two requests
+        send), each request alone, so that one request's problem never fails another."""
         try:
-            report = self.store.ingest(items, progress=False, atomic=True)
+            if not (len(group) > 1 and self._store_together(group)):
+                for pending in group:
+                    self._store_alone(pending)
+        finally:
+            for pending in group:
+                pending.done.set()
+
+    def _store_together(self, group: list[_Insert]) -> bool:
+        """Ingest the group's records at once and answer each request its part; False: nothing was stored."""
+        try:
+            report = self.store.ingest([r for p in group for r in p.records], progress=False, atomic=True)
+        except Exception as exc:
+            log.info("a group of %d inserts was not stored together (%s); storing each alone", len(group), type(exc).__name__)
+            return False
+        if report.errors:
+            return False
+        edges = _edges_by_request(group, report)
+        for n, pending in enumerate(group):
+            mine = {r.doc_id for r in pending.records}
+            pending.answer = self._answer(pending, [d for d in report.added if d in mine],
+                                          [d for d in report.updated if d in mine], edges[n])
+        return True
+
+    def _store_alone(self, pending: _Insert) -> None:
+        """Ingest one request's records; its answer, or the error its request raises."""
+        try:
+            report = self.store.ingest(pending.records, progress=False, atomic=True)
         except Exception as exc:
             log.warning("insert failed: %s: %s", type(exc).__name__, exc)
-            self.metrics.ingested.labels("failed").inc(len(items))
-            raise Unavailable(f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry") \
-                from exc
+            self.metrics.ingested.labels("failed").inc(len(pending.records))
+            pending.error = Unavailable(
+                f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry")
+            return
         if report.errors:
-            self.metrics.ingested.labels("rejected").inc(len(items))
-            return RecordsRejected(
-                detail=f"{len({e.line for e in report.errors})} of {len(items)} records rejected; nothing was stored",
-                errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in report.errors],
-            )
-        for outcome, count in (("added", len(report.added)), ("updated", len(report.updated)), ("unchanged", report.unchanged)):
+            pending.answer = self._rejected(report.errors, len(pending.records))
+        else:
+            pending.answer = self._answer(pending, report.added, report.updated, report.new_edges)
+
+    def _answer(self, pending: _Insert, added: list[str], updated: list[str], edges: list[Edge]) -> RecordsResponse:
+        """What one request stored, and the edges it made that its key may read."""
+        unchanged = len(pending.records) - len(added) - len(updated)
+        for outcome, count in (("added", len(added)), ("updated", len(updated)), ("unchanged", unchanged)):
             self.metrics.ingested.labels(outcome).inc(count)
+        key = pending.key
         with self.store.lock.read():
             records = self.store.records
             readable: Callable[[str], bool] = (lambda _d: True) if key is None else (
                 lambda d: d in records and key.caller.can_read(records[d]))
-            edges = [e for e in report.new_edges if readable(e.superseder) and readable(e.target)]
+            shown = [e for e in edges if readable(e.superseder) and readable(e.target)]
         return RecordsResponse(
-            added=report.added, updated=report.updated, unchanged=report.unchanged,
-            newly_superseded=sorted({e.target for e in edges}),
-            new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in edges],
-            warnings=[str(m) for m in report.missing_scope] + report.warnings,
+            added=added, updated=updated, unchanged=unchanged,
+            newly_superseded=sorted({e.target for e in shown}),
+            new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in shown],
+            warnings=pending.warnings,
         )
+
+    def _rejected(self, errors: list[RecordError], count: int) -> RecordsRejected:
+        self.metrics.ingested.labels("rejected").inc(count)
+        return RecordsRejected(
+            detail=f"{len({e.line for e in errors})} of {count} records rejected; nothing was stored",
+            errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in errors],
+        )
+
+
+_REQUEST = "<request>"
+
+
+def _edges_by_request(group: list[_Insert], report: IngestReport) -> list[list[Edge]]:
+    """A group ingest's new edges, per request: each to the request whose record made it. The store
+    adds records one by one, each linking to those already there, so an edge is made by the later
+    of its two records that this ingest added or replaced (an unchanged one was not added again)."""
+    changed = set(report.added) | set(report.updated)
+    made_by: dict[str, tuple[int, int]] = {}  # doc_id -> (its place in the ingest, its request)
+    for n, pending in enumerate(group):
+        for record in pending.records:
+            if record.doc_id in changed:
+                made_by[record.doc_id] = (len(made_by), n)
+    edges: list[list[Edge]] = [[] for _ in group]
+    for edge in report.new_edges:
+        _, n = max(made_by[d] for d in (edge.superseder, edge.target) if d in made_by)
+        edges[n].append(edge)
+    return edges
 
 
 def _timed(
