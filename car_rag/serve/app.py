@@ -74,6 +74,10 @@ class Unavailable(RuntimeError):
     """What the service cannot do now (not ready, the vector store down): a 503 that says why."""
 
 
+class Forbidden(PermissionError):
+    """A write the key may not make: a 403 that says why; nothing of the request is stored."""
+
+
 @dataclass
 class _Insert:
     """One POST /records on its way into the store, alone or in a group, and what it is answered."""
@@ -134,7 +138,7 @@ class Service:
         self._resolver: ControllingAuthorityRetriever | None = None
         self._bm25: ControllingAuthorityRetriever | None = None
         self._dense: ControllingAuthorityRetriever | None = None
-        self._storing = threading.Lock()  # one group (or, without a window, one request) stored at a time
+        self._storing = threading.Lock()  # one write at a time, so a key's right to a doc_id holds until it is used
         self._joining = threading.Lock()
         self._group: list[_Insert] | None = None  # inserts waiting for the next store ingest
 
@@ -284,8 +288,9 @@ class Service:
         """One ingest for the group; if it fails or rejects anything (a cycle, a doc_id two requests
         send), each request alone, so that one request's problem never fails another."""
         try:
-            if not (len(group) > 1 and self._store_together(group)):
-                for pending in group:
+            ready = [p for p in group if not self._refused(p)]
+            if not (len(ready) > 1 and self._store_together(ready)):
+                for pending in ready:
                     self._store_alone(pending)
         finally:
             for pending in group:
@@ -309,6 +314,8 @@ class Service:
 
     def _store_alone(self, pending: _Insert) -> None:
         """Ingest one request's records; its answer, or the error its request raises."""
+        if self._refused(pending):  # again: a request stored just before may have taken a doc_id
+            return
         try:
             report = self.store.ingest(pending.records, progress=False, atomic=True)
         except Exception as exc:
@@ -321,6 +328,22 @@ class Service:
             pending.answer = self._rejected(report.errors, len(pending.records))
         else:
             pending.answer = self._answer(pending, report.added, report.updated, report.new_edges)
+
+    def _refused(self, pending: _Insert) -> bool:
+        """Whether the request replaces a record its key does not own (then its error says so). A key of
+        a tenant replaces only its tenant's records that it may read: a doc_id is no way to overwrite
+        another tenant's record, or to make a public one private."""
+        key = pending.key
+        if key is None or key.tenant is None:
+            return False
+        with self.store.lock.read():
+            for number, record in enumerate(pending.records, start=1):
+                held = self.store.records.get(record.doc_id)
+                if held is not None and (held.tenant != key.tenant or not key.caller.can_read(held)):
+                    pending.error = Forbidden(f"key {key.name!r} may not replace record {number} ({record.doc_id!r}): "
+                                              "the doc_id is taken by a record this key does not own; nothing was stored")
+                    return True
+        return False
 
     def _answer(self, pending: _Insert, added: list[str], updated: list[str], edges: list[Edge]) -> RecordsResponse:
         """What one request stored, and the edges it made that its key may read."""
@@ -509,6 +532,10 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
     @app.exception_handler(Unavailable)
     async def unavailable(_: Request, exc: Unavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, 503)
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, 403)
 
     @app.post("/retrieve", response_model=RetrieveResponse, responses={
         400: {"description": "a caller in the body of a server with API keys"}, 401: {"description": "no or unknown key"},

@@ -190,3 +190,23 @@ def test_window_zero_keeps_one_ingest_per_request(store):
     assert store.ingests == len(numbers)
     with pytest.raises(ValueError, match="insert_window_ms"):
         Service(store, insert_window_ms=-1)
+
+
+def test_a_tenant_key_cannot_replace_a_record_it_does_not_own(store):
+    """A doc_id is no way into another tenant's record (or a public one): overwriting it would destroy
+    it for its owner, and making it the key's tenant's would take it from everyone else."""
+    service = Service(store, api_keys=KEYS, anchors="bm25")
+    acme = store.get(disclosure(18)["doc_id"]).fingerprint()
+    public = store.get(disclosure(5)["doc_id"]).fingerprint()
+    with serving(service) as url:
+        theirs = post(url, "k-globex", {**disclosure(18), "tenant": "globex", "text": "pkg18: nothing to see."})
+        shared = post(url, "k-acme", [patch(17, tenant="acme"), {**disclosure(5), "tenant": "acme"}])
+        own = post(url, "k-acme", {**disclosure(18), "tenant": "acme", "text": "pkg18: CVE-2099-30018, reworded."})
+        owner = post(url, "k-owner", {**disclosure(5), "text": "pkg5: CVE-2099-30005, reworded."})
+    assert theirs.status_code == 403 and "may not replace record 1 ('sec-pkg18-disclosure')" in theirs.json()["detail"]
+    assert shared.status_code == 403 and "record 2 ('sec-pkg5-disclosure')" in shared.json()["detail"]
+    assert "pkg18: CVE" not in theirs.text and "pkg5: CVE" not in shared.text
+    assert patch(17)["doc_id"] not in store.records and store.get(disclosure(5)["doc_id"]).tenant is None
+    assert own.status_code == 200 and own.json()["updated"] == [disclosure(18)["doc_id"]]
+    assert store.get(disclosure(18)["doc_id"]).fingerprint() != acme  # its own tenant's: replaced
+    assert owner.status_code == 200 and store.get(disclosure(5)["doc_id"]).fingerprint() != public  # no tenant: any record
