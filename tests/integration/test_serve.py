@@ -1,13 +1,12 @@
 """`car-rag serve` end to end: a real uvicorn server on loopback over a real store (MiniLM,
 embedded Chroma or a `chroma run` server), reached with httpx. Retrieval in every format,
-inserts, API-key tenancy, bad input, metrics, OpenAPI, and a degraded answer when the
-vector store stalls or dies."""
+inserts, API-key tenancy (randomized: test_serve_tenancy.py), bad input, metrics, OpenAPI, and a
+degraded answer when the vector store stalls or dies."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sqlite3
 import subprocess
@@ -143,19 +142,6 @@ def test_a_key_reads_as_its_tenant(url):
     disclosure = next(r for r in globex.json()["reranked"] if r["doc_id"] == SERIALBOX)
     assert disclosure["hidden_superseder"] and disclosure["superseded_by"] == []
     assert SECRET not in globex.text and ACME_PATCH["doc_id"] not in globex.text
-
-
-def test_randomized_requests_never_show_a_tenant_another_tenants_record(url, demo_queries):
-    rng = random.Random(19)
-    questions = [q["query"] for q in demo_queries] + ["Is serialbox still exposed to CVE-2099-10010?", "serialbox 9.9.9"]
-    headers = [{}, auth("k-globex"), auth("k-owner"), auth("wrong"), auth("k-acm"), auth("K-ACME"), {"Authorization": "Bearer"}]
-    with httpx.Client(base_url=url, timeout=60) as client:
-        for _ in range(200):
-            got = client.post("/retrieve", json={"query": rng.choice(questions), "format": rng.choice(["json", "xml", "reader",
-                              "plain"]), "with_text": True, "k": rng.randint(1, 10)}, headers=rng.choice(headers))
-            assert got.status_code in (200, 401), got.text
-            assert SECRET not in got.text and ACME_PATCH["doc_id"] not in got.text
-        assert SECRET not in client.get("/metrics").text and "acme" not in client.get("/metrics").text
 
 
 # --------------------------------------------------------------------------- inserts
