@@ -361,6 +361,11 @@ class Report:
     statuses: Counter[str] = field(default_factory=Counter)
     counts: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
+    found_in: Counter[str] = field(default_factory=Counter)  # violations by where they were found
+
+    def violation(self, where: str, text: str) -> None:
+        self.violations.append(text)
+        self.found_in[where] += 1
 
 
 def leaks(text: str, key: Key | None, sent: str, world: World, keys: list[Key]) -> list[str]:
@@ -429,10 +434,10 @@ def run_fuzz(requests: int, *, seed_value: int = 19, workdir: Path, embedder: Em
             report.counts[request.kind.split(" as ")[0]] += 1
             where = f"request {number} ({request.kind})"
             if got.status_code not in request.expected:
-                report.violations.append(f"{where}: status {got.status_code}, expected {sorted(request.expected)}: "
+                report.violation("status", f"{where}: status {got.status_code}, expected {sorted(request.expected)}: "
                                          f"{got.text[:300]}")
             for problem in leaks(got.text + json.dumps(dict(got.headers)), request.key, request.sent(), world, keys):
-                report.violations.append(f"{where}: the response shows {problem}")
+                report.violation("response", f"{where}: the response shows {problem}")
             if got.status_code == 200:
                 for record in request.stores:
                     world.store(record)
@@ -444,16 +449,17 @@ def run_fuzz(requests: int, *, seed_value: int = 19, workdir: Path, embedder: Em
             request = asked[number] if number >= 0 else None
             for problem in leaks(line, request.key if request else None, request.sent() if request else "", world, keys):
                 where = f"of request {number}" if request else "between requests"
-                report.violations.append(f"log line {where} shows {problem}: {line[:200]}")
+                report.violation(f"log line ({line.split(':')[0]})", f"log line {where} shows {problem}: {line[:200]}")
         report.counts["log lines"] = len(capture.lines)
         metrics = "".join(client.get("/metrics").text for client in clients)
-        report.violations += check_metrics(metrics, keys)
+        for problem in check_metrics(metrics, keys):
+            report.violation("/metrics", problem)
         report.counts["metric samples"] = sum(len(f.samples) for f in text_string_to_metric_families(metrics))
         stored = {d: r.fingerprint() for d, r in store.records.items()}
         expected = {d: Record.model_validate(r).fingerprint() for d, r in world.records.items()}
         differ = sorted(d for d in stored.keys() | expected.keys() if stored.get(d) != expected.get(d))
         if differ:
-            report.violations.append(f"the store differs from what the accepted writes stored: {differ[:5]}")
+            report.violation("store", f"the store differs from what the accepted writes stored: {differ[:5]}")
         report.counts["records held"] = len(stored)
     return report
 
@@ -479,6 +485,8 @@ def format_report(report: Report, command: str) -> str:
         "line or /metrics; a key anywhere; a status the request's key and body do not allow; a store that differs "
         "from what the accepted writes stored).",
         "",
+        *[f"* found in {where}: {n}" for where, n in sorted(report.found_in.items())],
+        *([""] if report.found_in else []),
         "| what | count |",
         "|---|---|",
         *[f"| {what} | {n} |" for what, n in sorted(report.counts.items())],
@@ -487,7 +495,7 @@ def format_report(report: Report, command: str) -> str:
         "|---|---|---|",
         *[f"| {what.rsplit(' ', 1)[0]} | {what.rsplit(' ', 1)[1]} | {n} |" for what, n in sorted(report.statuses.items())],
         "",
-        *[f"* {v}" for v in report.violations[:50]],
+        *[f"* {v}" for v in report.violations[:20]],
     ]
     return "\n".join(lines) + "\n"
 
