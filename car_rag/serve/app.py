@@ -66,6 +66,8 @@ and rendering from what arrived."""
 DENSE_THREADS = 4
 """Dense searches in flight at once; more wait (and, past their share of the deadline, are left out),
 so a stalled vector store ties up these threads, not the server's."""
+_REQUEST = "<request>"
+"""The source a request's record errors name (their item is the record's place in the request)."""
 _PATHS = frozenset({"/retrieve", "/records", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -369,9 +371,6 @@ class Service:
             detail=f"{len({e.line for e in errors})} of {count} records rejected; nothing was stored",
             errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in errors],
         )
-
-
-_REQUEST = "<request>"
 
 
 def _edges_by_request(group: list[_Insert], report: IngestReport) -> list[list[Edge]]:
