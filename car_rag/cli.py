@@ -30,6 +30,7 @@ from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
 from car_rag.extras import MissingExtraError, require
 from car_rag.pg_server import DEFAULT_PORT
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
+from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
@@ -306,13 +307,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         settings = WorkerSettings(
             store=str(args.store), authority_url=args.authority_url, authority_schema=args.authority_schema,
             api_keys=None if args.api_keys is None else str(args.api_keys.resolve()), timeout_ms=args.timeout_ms,
-            anchors=args.anchors, retriever_options=_retriever_options(args), max_body_bytes=int(args.max_body_mb * 2**20),
-            chroma_timeout_s=args.chroma_timeout_s,
+            insert_window_ms=args.insert_window_ms, anchors=args.anchors, retriever_options=_retriever_options(args),
+            max_body_bytes=int(args.max_body_mb * 2**20), chroma_timeout_s=args.chroma_timeout_s,
         )
         run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
         return 0
     with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s, **_authority(args)) as store:
-        service = Service(store, api_keys=keys, timeout_ms=args.timeout_ms, anchors=args.anchors, **_retriever_options(args))
+        service = Service(store, api_keys=keys, timeout_ms=args.timeout_ms, insert_window_ms=args.insert_window_ms,
+                          anchors=args.anchors, **_retriever_options(args))
         app = create_app(service, max_body_bytes=int(args.max_body_mb * 2**20))
         uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
     return 0
@@ -340,6 +342,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -637,6 +649,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--chroma-timeout-s", type=_positive, default=30.0,
                        help="bound on each call to a Chroma server (a store made with --chroma-url)")
     serve.add_argument("--max-body-mb", type=_positive, default=16.0, help="larger request bodies are refused (413)")
+    serve.add_argument("--insert-window-ms", type=_non_negative, default=INSERT_WINDOW_MS,
+                       help="POST /records arriving this close together are stored by one ingest, each still all or "
+                            "nothing (0: one ingest per request)")
     _retriever_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -31,6 +35,29 @@ from car_rag.queries import load_queries  # noqa: E402
 from car_rag.serve.app import Service, create_app  # noqa: E402
 
 DEMO = Path(car_rag.__file__).parent / "data" / "demo"
+
+
+@contextmanager
+def serving(service: Service, **config: Any) -> Iterator[str]:
+    """``service`` in a uvicorn thread on a free loopback port (``config``: uvicorn's, e.g.
+    ``log_level``, ``access_log``); yields its URL once /readyz answers 200, stops it at the end."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port,
+                                           **{"log_level": "warning", **config}))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
+        if not thread.is_alive():
+            raise RuntimeError("the server stopped before it was ready")
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 def percentiles(ms: list[float]) -> str:
@@ -66,15 +93,8 @@ def main() -> None:
             retriever.retrieve(q)
             in_process.append((time.perf_counter() - tick) * 1000)
         rows.append(("in process", 1, percentiles(in_process), len(asked) / (sum(in_process) / 1000)))
-        service = Service(store, anchors=args.anchors)
-        port = 18000 + os.getpid() % 1000
-        server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        url = f"http://127.0.0.1:{port}"
-        while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
-            time.sleep(0.05)
-        with httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=16)) as client:
+        with serving(Service(store, anchors=args.anchors)) as url, \
+                httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=16)) as client:
             def ask(q: str) -> float:
                 tick = time.perf_counter()
                 got = client.post("/retrieve", json={"query": q, "k": 5})
@@ -88,8 +108,6 @@ def main() -> None:
                     latencies = list(pool.map(ask, asked))
                     rps = len(asked) / (time.perf_counter() - tick)
                 rows.append(("POST /retrieve", concurrency, percentiles(latencies), rps))
-        server.should_exit = True
-        thread.join(timeout=30)
         size = len(store)
     load = os.getloadavg()
     lines = [

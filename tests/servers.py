@@ -1,4 +1,4 @@
-"""Servers the integration tests start on loopback and stop: `chroma run`."""
+"""Servers the integration tests start on loopback and stop: `chroma run`, `car-rag serve`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,3 +102,27 @@ def wait_for(condition, what: str, timeout_s: float = 30.0, every_s: float = 0.0
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout_s} s")
         time.sleep(every_s)
+
+
+@contextmanager
+def serving(service: Any, **options: Any) -> Iterator[str]:
+    """``service`` (a :class:`car_rag.serve.app.Service`) in a uvicorn thread on a free loopback port;
+    yields its URL once /readyz answers 200 (60 s at most), and stops it at the end."""
+    import httpx
+    import uvicorn
+
+    from car_rag.serve.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(service, **options), host=HOST, port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://{HOST}:{server.config.port}"
+    deadline = time.monotonic() + 60
+    while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not get ready within 60 s"
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

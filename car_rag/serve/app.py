@@ -5,7 +5,9 @@ One process owns the store and serves queries and inserts from many threads (the
 readers-writer lock keeps each query on one state of it). The dense channel (the query
 embedding, then Chroma) runs beside BM25 in a small pool of its own: when it has not answered
 within three quarters of the deadline the answer is fused from BM25 alone and says so
-(``diagnostics.degraded``); a request never waits past its deadline.
+(``diagnostics.degraded``); a request never waits past its deadline. Inserts that arrive
+within a few milliseconds of each other are stored by one store ingest (a group commit), each
+still all or nothing on its own.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
@@ -32,9 +35,12 @@ from car_rag import __version__
 from car_rag.channels import ChannelHit
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
+from car_rag.extractors import missing_scope
+from car_rag.graph import Edge
 from car_rag.record_log import Change
-from car_rag.records import Record
+from car_rag.records import Record, RecordError, parse_records
 from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
+from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.serve.keys import ApiKey, ApiKeys
 from car_rag.serve.schema import (
     Candidate,
@@ -50,9 +56,9 @@ from car_rag.serve.schema import (
     RetrieveResponse,
     ScopeProbability,
 )
-from car_rag.store import CARStore
+from car_rag.store import CARStore, IngestReport
 
-__all__ = ["Service", "create_app", "DENSE_SHARE", "DENSE_THREADS"]
+__all__ = ["Service", "create_app", "DENSE_SHARE", "DENSE_THREADS", "INSERT_WINDOW_MS"]
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +68,30 @@ and rendering from what arrived."""
 DENSE_THREADS = 4
 """Dense searches in flight at once; more wait (and, past their share of the deadline, are left out),
 so a stalled vector store ties up these threads, not the server's."""
+_REQUEST = "<request>"
+"""The source a request's record errors name (their item is the record's place in the request)."""
 _PATHS = frozenset({"/retrieve", "/records", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class Unavailable(RuntimeError):
     """What the service cannot do now (not ready, the vector store down): a 503 that says why."""
+
+
+class Forbidden(PermissionError):
+    """A write the key may not make: a 403 that says why; nothing of the request is stored."""
+
+
+@dataclass
+class _Insert:
+    """One POST /records on its way into the store, alone or in a group, and what it is answered."""
+
+    records: list[Record]
+    key: ApiKey | None
+    warnings: list[str]
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: RecordsResponse | RecordsRejected | None = None
+    error: Exception | None = None
 
 
 class Metrics:
@@ -142,17 +166,21 @@ class Service:
         *,
         api_keys: ApiKeys | None = None,
         timeout_ms: float = 2000,
+        insert_window_ms: float = INSERT_WINDOW_MS,
         anchors: AnchorMode = "hybrid",
         owns_store: bool = False,
         **retriever_options: Any,
     ):
         if timeout_ms <= 0:
             raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
+        if insert_window_ms < 0:
+            raise ValueError(f"insert_window_ms must be 0 (no grouping) or more, got {insert_window_ms}")
         self.store = store
         self.owns_store = owns_store
         """Whether :meth:`close` closes the store (a worker process opened it for this service)."""
         self.api_keys = api_keys
         self.timeout_s = timeout_ms / 1000
+        self.insert_window_s = insert_window_ms / 1000
         self.anchors = anchors
         self._options = retriever_options
         self.not_ready: str | None = "loading the retriever (and the embedding model)"
@@ -161,6 +189,9 @@ class Service:
         self._resolver: ControllingAuthorityRetriever | None = None
         self._bm25: ControllingAuthorityRetriever | None = None
         self._dense: ControllingAuthorityRetriever | None = None
+        self._storing = threading.Lock()  # one write at a time, so a key's right to a doc_id holds until it is used
+        self._joining = threading.Lock()
+        self._group: list[_Insert] | None = None  # inserts waiting for the next store ingest
 
     def load(self) -> None:
         """Build the retrievers (loading MiniLM for a dense channel); /readyz answers 200 after."""
@@ -288,33 +319,145 @@ class Service:
 
     # ------------------------------------------------------------------ inserts
     def insert(self, items: list[Any], key: ApiKey | None) -> RecordsResponse | RecordsRejected:
-        """Ingest a batch whole or not at all; what it voided, as far as ``key`` may read."""
+        """Store one request's records whole or not at all; what they voided, as far as ``key`` may read.
+
+        The records are validated (and their scope filled) here, so a bad request is refused on its
+        own. Requests within ``insert_window_ms`` of each other, or arriving while a store ingest
+        runs, are then stored by one ingest (Chroma's per-call cost is paid once per group)."""
+        parsed = parse_records(items, _REQUEST)
+        filled = self.store.extractor.fill(parsed.records, source=_REQUEST, lines=parsed.lines)  # an LLM may be slow
+        if parsed.errors or filled.errors:
+            return self._rejected(parsed.errors + filled.errors, len(items))
+        warnings = [str(m) for m in missing_scope(self.store.policy, filled.records)] + filled.warnings
+        pending = _Insert(filled.records, key, warnings)
+        if self.insert_window_s == 0:
+            with self._storing:
+                self._store_alone(pending)
+        else:
+            self._join(pending)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.answer is not None
+        return pending.answer
+
+    def _join(self, pending: _Insert) -> None:
+        """Join the open group, or open one and store it after the window (a group commit)."""
+        with self._joining:
+            group, leads = self._group, self._group is None
+            if group is None:
+                group = self._group = []
+            group.append(pending)
+        if not leads:
+            pending.done.wait()
+            return
+        time.sleep(self.insert_window_s)
+        with self._storing:  # while an earlier group is stored, this one keeps taking requests
+            with self._joining:
+                self._group = None
+            self._store(group)
+
+    def _store(self, group: list[_Insert]) -> None:
+        """One ingest for the group; if it fails or rejects anything (a cycle, a doc_id two requests
+        send), each request alone, so that one request's problem never fails another."""
         try:
-            report = self.store.ingest(items, progress=False, atomic=True)
+            ready = [p for p in group if not self._refused(p)]
+            if not (len(ready) > 1 and self._store_together(ready)):
+                for pending in ready:
+                    self._store_alone(pending)
+        finally:
+            for pending in group:
+                pending.done.set()
+
+    def _store_together(self, group: list[_Insert]) -> bool:
+        """Ingest the group's records at once and answer each request its part; False: nothing was stored."""
+        try:
+            report = self.store.ingest([r for p in group for r in p.records], progress=False, atomic=True)
+        except Exception as exc:
+            log.info("a group of %d inserts was not stored together (%s); storing each alone", len(group), type(exc).__name__)
+            return False
+        if report.errors:
+            return False
+        edges = _edges_by_request(group, report)
+        for n, pending in enumerate(group):
+            mine = {r.doc_id for r in pending.records}
+            pending.answer = self._answer(pending, [d for d in report.added if d in mine],
+                                          [d for d in report.updated if d in mine], edges[n])
+        return True
+
+    def _store_alone(self, pending: _Insert) -> None:
+        """Ingest one request's records; its answer, or the error its request raises."""
+        if self._refused(pending):  # again: a request stored just before may have taken a doc_id
+            return
+        try:
+            report = self.store.ingest(pending.records, progress=False, atomic=True)
         except Exception as exc:
             log.warning("insert failed: %s: %s", type(exc).__name__, exc)
-            self.metrics.ingested.labels("failed").inc(len(items))
-            raise Unavailable(f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry") \
-                from exc
+            self.metrics.ingested.labels("failed").inc(len(pending.records))
+            pending.error = Unavailable(
+                f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry")
+            return
         if report.errors:
-            self.metrics.ingested.labels("rejected").inc(len(items))
-            return RecordsRejected(
-                detail=f"{len({e.line for e in report.errors})} of {len(items)} records rejected; nothing was stored",
-                errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in report.errors],
-            )
-        for outcome, count in (("added", len(report.added)), ("updated", len(report.updated)), ("unchanged", report.unchanged)):
+            pending.answer = self._rejected(report.errors, len(pending.records))
+        else:
+            pending.answer = self._answer(pending, report.added, report.updated, report.new_edges)
+
+    def _refused(self, pending: _Insert) -> bool:
+        """Whether the request replaces a record its key does not own (then its error says so). A key of
+        a tenant replaces only its tenant's records that it may read: a doc_id is no way to overwrite
+        another tenant's record, or to make a public one private."""
+        key = pending.key
+        if key is None or key.tenant is None:
+            return False
+        with self.store.lock.read():
+            for number, record in enumerate(pending.records, start=1):
+                held = self.store.records.get(record.doc_id)
+                if held is not None and (held.tenant != key.tenant or not key.caller.can_read(held)):
+                    pending.error = Forbidden(f"key {key.name!r} may not replace record {number} ({record.doc_id!r}): "
+                                              "the doc_id is taken by a record this key does not own; nothing was stored")
+                    return True
+        return False
+
+    def _answer(self, pending: _Insert, added: list[str], updated: list[str], edges: list[Edge]) -> RecordsResponse:
+        """What one request stored, and the edges it made that its key may read."""
+        unchanged = len(pending.records) - len(added) - len(updated)
+        for outcome, count in (("added", len(added)), ("updated", len(updated)), ("unchanged", unchanged)):
             self.metrics.ingested.labels(outcome).inc(count)
+        key = pending.key
         with self.store.lock.read():
             records = self.store.records
             readable: Callable[[str], bool] = (lambda _d: True) if key is None else (
                 lambda d: d in records and key.caller.can_read(records[d]))
-            edges = [e for e in report.new_edges if readable(e.superseder) and readable(e.target)]
+            shown = [e for e in edges if readable(e.superseder) and readable(e.target)]
         return RecordsResponse(
-            added=report.added, updated=report.updated, unchanged=report.unchanged,
-            newly_superseded=sorted({e.target for e in edges}),
-            new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in edges],
-            warnings=[str(m) for m in report.missing_scope] + report.warnings,
+            added=added, updated=updated, unchanged=unchanged,
+            newly_superseded=sorted({e.target for e in shown}),
+            new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in shown],
+            warnings=pending.warnings,
         )
+
+    def _rejected(self, errors: list[RecordError], count: int) -> RecordsRejected:
+        self.metrics.ingested.labels("rejected").inc(count)
+        return RecordsRejected(
+            detail=f"{len({e.line for e in errors})} of {count} records rejected; nothing was stored",
+            errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in errors],
+        )
+
+
+def _edges_by_request(group: list[_Insert], report: IngestReport) -> list[list[Edge]]:
+    """A group ingest's new edges, per request: each to the request whose record made it. The store
+    adds records one by one, each linking to those already there, so an edge is made by the later
+    of its two records that this ingest added or replaced (an unchanged one was not added again)."""
+    changed = set(report.added) | set(report.updated)
+    made_by: dict[str, tuple[int, int]] = {}  # doc_id -> (its place in the ingest, its request)
+    for n, pending in enumerate(group):
+        for record in pending.records:
+            if record.doc_id in changed:
+                made_by[record.doc_id] = (len(made_by), n)
+    edges: list[list[Edge]] = [[] for _ in group]
+    for edge in report.new_edges:
+        _, n = max(made_by[d] for d in (edge.superseder, edge.target) if d in made_by)
+        edges[n].append(edge)
+    return edges
 
 
 def _timed(
@@ -325,14 +468,19 @@ def _timed(
 
 
 # ---------------------------------------------------------------------- HTTP
-class _TooLarge(Exception):
-    pass
+class _Refused(Exception):
+    """A request answered before the app sees it (its body is too large, or its length unreadable)."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers
 
 
 class _Edge:
-    """Outermost ASGI layer: refuses bodies over ``max_body`` bytes (413), times every request
-    into the metrics and marks every response ``nosniff`` (a JSON string holding retrieved text
-    is never read as HTML)."""
+    """Outermost ASGI layer: reads a request's body before the app sees it and refuses one over
+    ``max_body`` bytes with 413, declared (Content-Length) or not (chunked), closing the connection
+    rather than reading the rest; times every request into the metrics and marks every response
+    ``nosniff`` (a JSON string holding retrieved text is never read as HTML)."""
 
     def __init__(self, app: Any, metrics: Metrics, max_body: int):
         self.app, self.metrics, self.max_body = app, metrics, max_body
@@ -350,28 +498,50 @@ class _Edge:
                 message["headers"] = [*message.get("headers", []), (b"x-content-type-options", b"nosniff")]
             await send(message)
 
-        received = 0
-
-        async def limited() -> Any:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_body:
-                raise _TooLarge
-            return message
-
         try:
-            length = dict(scope["headers"]).get(b"content-length")
-            if length is not None and int(length) > self.max_body:
-                raise _TooLarge
-            await self.app(scope, limited, marked)
-        except _TooLarge:
-            await JSONResponse({"detail": f"the body is larger than {self.max_body} bytes"}, 413)(scope, receive, marked)
-        except ValueError:  # a Content-Length that is not a number
-            await JSONResponse({"detail": "bad Content-Length header"}, 400)(scope, receive, marked)
+            try:
+                body = await self._body(scope, receive)
+            except _Refused as refused:
+                await JSONResponse({"detail": refused.detail}, refused.status, refused.headers)(scope, receive, marked)
+                return
+            if body is None:
+                status[0] = 499  # the client left before it had sent its request
+                return
+            unread = True
+
+            async def replay() -> Any:
+                nonlocal unread
+                if unread:
+                    unread = False
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()  # the app may wait for the client to disconnect
+
+            await self.app(scope, replay, marked)
         finally:
             path = scope["path"] if scope["path"] in _PATHS else "other"
             self.metrics.requests.labels(path, str(status[0])).observe(time.perf_counter() - started)
+
+    async def _body(self, scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]]) -> bytes | None:
+        """The whole body, up to ``max_body`` bytes (None: the client disconnected)."""
+        too_large = _Refused(413, f"the body is larger than {self.max_body} bytes", {"Connection": "close"})
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise _Refused(400, "bad Content-Length header")
+            if int(length) > self.max_body:
+                raise too_large
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise too_large
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
 
 _RECORDS_BODY = {
@@ -431,6 +601,10 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
     @app.exception_handler(Unavailable)
     async def unavailable(_: Request, exc: Unavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, 503)
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, 403)
 
     @app.post("/retrieve", response_model=RetrieveResponse, responses={
         400: {"description": "a caller in the body of a server with API keys"}, 401: {"description": "no or unknown key"},

@@ -35,6 +35,7 @@ class WorkerSettings(BaseModel):
     authority_schema: str | None = None
     api_keys: str | None = None
     timeout_ms: float = 2000
+    insert_window_ms: float = 2.0
     anchors: str = "hybrid"
     retriever_options: dict[str, Any] = {}
     max_body_bytes: int = 16 * 2**20
@@ -51,8 +52,8 @@ def worker_app() -> Any:
     store = CARStore.open(settings.store, authority_url=settings.authority_url, authority_schema=settings.authority_schema,
                           chroma_timeout_s=settings.chroma_timeout_s)
     keys = load_api_keys(settings.api_keys) if settings.api_keys else None
-    service = Service(store, api_keys=keys, timeout_ms=settings.timeout_ms, anchors=settings.anchors,  # type: ignore[arg-type]
-                      owns_store=True, **settings.retriever_options)
+    service = Service(store, api_keys=keys, timeout_ms=settings.timeout_ms, insert_window_ms=settings.insert_window_ms,
+                      anchors=settings.anchors, owns_store=True, **settings.retriever_options)  # type: ignore[arg-type]
     return create_app(service, max_body_bytes=settings.max_body_bytes)
 
 

@@ -1,30 +1,29 @@
 """`car-rag serve` end to end: a real uvicorn server on loopback over a real store (MiniLM,
 embedded Chroma or a `chroma run` server), reached with httpx. Retrieval in every format,
-inserts, API-key tenancy, bad input, metrics, OpenAPI, and a degraded answer when the
-vector store stalls or dies."""
+inserts, API-key tenancy (randomized: test_serve_tenancy.py), bad input, metrics, OpenAPI, and a
+degraded answer when the vector store stalls or dies."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
+import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import xml.etree.ElementTree as ET
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
-from servers import HOST, chroma_run, free_port
+from servers import HOST, chroma_run, free_port, serving
 
 from car_rag import CARStore
 from car_rag.cli import main
-from car_rag.serve.app import DENSE_SHARE, Service, create_app
+from car_rag.serve.app import DENSE_SHARE, Service
 from car_rag.serve.keys import hash_key, load_api_keys
 
 SECRET = "ACME-INTERNAL-7731"
@@ -50,24 +49,6 @@ def keys_file(folder):
 
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-@contextmanager
-def serving(service: Service, **options):
-    """The app on a free loopback port in a uvicorn thread, ready; stopped at the end."""
-    server = uvicorn.Server(uvicorn.Config(create_app(service, **options), host=HOST, port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://{HOST}:{server.config.port}"
-    deadline = time.monotonic() + 60
-    while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not get ready within 60 s"
-        time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -163,19 +144,6 @@ def test_a_key_reads_as_its_tenant(url):
     assert SECRET not in globex.text and ACME_PATCH["doc_id"] not in globex.text
 
 
-def test_randomized_requests_never_show_a_tenant_another_tenants_record(url, demo_queries):
-    rng = random.Random(19)
-    questions = [q["query"] for q in demo_queries] + ["Is serialbox still exposed to CVE-2099-10010?", "serialbox 9.9.9"]
-    headers = [{}, auth("k-globex"), auth("k-owner"), auth("wrong"), auth("k-acm"), auth("K-ACME"), {"Authorization": "Bearer"}]
-    with httpx.Client(base_url=url, timeout=60) as client:
-        for _ in range(200):
-            got = client.post("/retrieve", json={"query": rng.choice(questions), "format": rng.choice(["json", "xml", "reader",
-                              "plain"]), "with_text": True, "k": rng.randint(1, 10)}, headers=rng.choice(headers))
-            assert got.status_code in (200, 401), got.text
-            assert SECRET not in got.text and ACME_PATCH["doc_id"] not in got.text
-        assert SECRET not in client.get("/metrics").text and "acme" not in client.get("/metrics").text
-
-
 # --------------------------------------------------------------------------- inserts
 def test_an_insert_is_seen_by_the_next_retrieve_and_says_what_it_voided(url):
     patch = {"doc_id": "sec-mdrender-2.0.1-acme-release", "doc_type": "patch_release", "tenant": "acme",
@@ -204,12 +172,6 @@ def test_a_batch_with_a_bad_record_is_refused_whole_with_the_record_and_field_na
                                      ["message"]}]
     assert "nothing was stored" in got.json()["detail"]
     assert good["doc_id"] not in store.records and "sec-bad" not in store.records
-    malformed = httpx.post(f"{url}/records", content=b'{"doc_id": ', headers={**auth("k-owner"),
-                           "Content-Type": "application/json"})
-    assert malformed.status_code == 422 and "not JSON" in malformed.json()["detail"]
-    deep = httpx.post(f"{url}/records", content=b"[" * 100_000 + b"]" * 100_000, headers={**auth("k-owner"),
-                      "Content-Type": "application/json"})
-    assert deep.status_code == 422 and "not JSON" in deep.json()["detail"]
 
 
 def test_writes_need_a_writer_key_for_their_own_tenant(url, store):
@@ -221,18 +183,83 @@ def test_writes_need_a_writer_key_for_their_own_tenant(url, store):
     assert record["doc_id"] not in store.records
 
 
-def test_bad_requests_get_a_clear_4xx_and_no_echo(url):
-    long = retrieve(url, "k-globex", query="x" * 100_000)
-    assert long.status_code == 422 and "4096" in long.text and len(long.text) < 1000
-    assert retrieve(url, "k-globex", query="q", format="html").status_code == 422
-    assert retrieve(url, "k-globex", query="   ").status_code == 422
-    assert retrieve(url, "k-globex", query="q", k=0).status_code == 422
-    assert retrieve(url, "k-globex", query="q", filters={"sources": ["x"]}).status_code == 422
-    bad_json = httpx.post(f"{url}/retrieve", content=b"{", headers={**auth("k-globex"), "Content-Type": "application/json"})
-    assert bad_json.status_code == 422
-    big = httpx.post(f"{url}/records", content=b"[" + b" " * (2**20 + 10) + b"]", headers={**auth("k-owner"),
-                     "Content-Type": "application/json"}, timeout=60)
-    assert big.status_code == 413 and "larger than" in big.json()["detail"]
+def contents(store: CARStore) -> tuple:
+    """What the store holds: ids and fingerprints (records.sqlite and in memory), the edges (both),
+    BM25's documents and Chroma's vector count."""
+    with closing(sqlite3.connect(store.path / "records.sqlite")) as db:
+        stored = sorted(db.execute("SELECT doc_id, fingerprint FROM records"))
+        stored_edges = sorted(db.execute("SELECT superseder, target, rule, confidence FROM edges"))
+    with store.lock.read():
+        held = sorted((d, r.fingerprint()) for d, r in store.records.items())
+        edges = sorted((e.superseder, e.target, e.rule, e.confidence) for e in store.graph.edges())
+        bm25 = list(store.lexical.doc_ids)
+    return stored, stored_edges, held, edges, bm25, store.dense.collection.count()
+
+
+HUGE = 50 * 2**20
+
+
+def streamed(sent: list[int]) -> Iterator[bytes]:
+    """50 MB of JSON white space, 64 KiB at a time; ``sent`` counts what the server took of it."""
+    for _ in range(HUGE // 2**16):
+        sent[0] += 2**16
+        yield b" " * 2**16
+
+
+CYCLE = {"doc_id": "sec-axios-cve-2099-10003-disclosure", "doc_type": "vulnerability_disclosure",
+         "text": "axios SSRF, restated", "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
+         "supersedes": ["sec-axios-1.7.4-release"]}  # which already voids it
+TARSTREAM = {"doc_id": "sec-tarstream-5.0.0-release", "doc_type": "patch_release", "text": "tarstream 5.0.0",
+             "scope": {"package": "tarstream", "cve_id": "CVE-2099-10103"}}
+Send = Callable[[httpx.Client, list[int]], httpx.Response]
+JSON = {"Content-Type": "application/json"}
+BAD_REQUESTS: dict[str, tuple[Send, int, str]] = {  # what is sent, the status, what the answer says
+    "records-malformed-json": (lambda c, _: c.post("/records", content=b'{"doc_id": ', headers={**auth("k-owner"), **JSON}),
+                               422, "not JSON"),
+    "records-nested-too-deep": (lambda c, _: c.post("/records", content=b"[" * 100_000 + b"]" * 100_000,
+                                                    headers={**auth("k-owner"), **JSON}), 422, "not JSON"),
+    "records-none": (lambda c, _: c.post("/records", json=[], headers=auth("k-owner")), 422, "no records"),
+    "records-bad-field-in-batch": (lambda c, _: c.post("/records", json=[TARSTREAM, {**TARSTREAM, "doc_id": "sec-bad",
+                                   "published_at": 2024}], headers=auth("k-owner")), 422, '"field":"published_at"'),
+    "records-closing-a-cycle": (lambda c, _: c.post("/records", json=[TARSTREAM, CYCLE], headers=auth("k-owner")),
+                                422, "supersession cycle"),
+    "records-other-tenant": (lambda c, _: c.post("/records", json={**TARSTREAM, "tenant": "globex"},
+                                                 headers=auth("k-acme-writer")), 403, "tenant 'acme' only"),
+    "records-reader-key": (lambda c, _: c.post("/records", json=TARSTREAM, headers=auth("k-globex")), 403, "may not write"),
+    "records-no-key": (lambda c, _: c.post("/records", json=TARSTREAM), 401, "missing API key"),
+    "records-50mb-declared": (lambda c, sent: c.post("/records", content=streamed(sent), headers={
+        **auth("k-owner"), **JSON, "Content-Length": str(HUGE)}), 413, "larger than"),
+    "records-50mb-chunked": (lambda c, sent: c.post("/records", content=streamed(sent), headers={**auth("k-owner"), **JSON}),
+                             413, "larger than"),
+    "retrieve-50mb-chunked": (lambda c, sent: c.post("/retrieve", content=streamed(sent),
+                                                     headers={**auth("k-globex"), **JSON}), 413, "larger than"),
+    "retrieve-100k-query": (lambda c, _: c.post("/retrieve", json={"query": "x" * 100_000}, headers=auth("k-globex")),
+                            422, "at most 4096 characters"),
+    "retrieve-unknown-format": (lambda c, _: c.post("/retrieve", json={"query": "q", "format": "html"},
+                                                    headers=auth("k-globex")), 422, "'json', 'xml', 'reader' or 'plain'"),
+    "retrieve-blank-query": (lambda c, _: c.post("/retrieve", json={"query": "   "}, headers=auth("k-globex")), 422,
+                             "must not be blank"),
+    "retrieve-k-0": (lambda c, _: c.post("/retrieve", json={"query": "q", "k": 0}, headers=auth("k-globex")), 422,
+                     "greater than or equal to 1"),
+    "retrieve-filters": (lambda c, _: c.post("/retrieve", json={"query": "q", "filters": {"sources": ["x"]}},
+                                             headers=auth("k-globex")), 422, "Extra inputs are not permitted"),
+    "retrieve-malformed-json": (lambda c, _: c.post("/retrieve", content=b"{", headers={**auth("k-globex"), **JSON}), 422,
+                                "json_invalid"),
+    "retrieve-caller-in-body": (lambda c, _: c.post("/retrieve", json={"query": "q", "caller": {"tenant": "acme"}},
+                                                    headers=auth("k-globex")), 400, "takes the caller from the API key"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_a_bad_request_gets_a_clear_4xx_echoes_nothing_and_changes_nothing_stored(url, store, case):
+    send, status, says = BAD_REQUESTS[case]
+    before, sent = contents(store), [0]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        got = send(client, sent)
+    assert got.status_code == status and says in got.text, got.text
+    assert len(got.text) < 1000  # neither the 100k query nor the body comes back
+    assert sent[0] < HUGE // 4  # a body over the limit is refused, not read to its end
+    assert contents(store) == before
 
 
 def test_metrics_are_prometheus_text_with_stages_and_store_size(url, store):
