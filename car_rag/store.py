@@ -438,6 +438,7 @@ class CARStore:
         embeddings: Mapping[str, Sequence[float]] | None = None,
         strict: bool = False,
         atomic: bool = False,
+        may_replace: Callable[[Record, Record], str | None] | None = None,
     ) -> IngestReport:
         """Add or replace records from a JSONL path or an iterable; bad records are reported.
 
@@ -454,6 +455,11 @@ class CARStore:
 
         ``atomic`` stores nothing when any record is rejected (``report.errors``): a batch goes in
         whole or not at all, as a service's clients expect of one request.
+
+        ``may_replace(stored, new)`` is asked, for each record that would replace a stored one,
+        whether it may (None) or why not (the record is rejected with that reason, field
+        ``doc_id``); it sees the store as the write sees it (in a shared store, after every other
+        process's commit), so no other writer can take the doc_id between the check and the write.
         """
         started = time.perf_counter()
         label = str(source) if isinstance(source, (str, Path)) else "<records>"
@@ -505,11 +511,16 @@ class CARStore:
                             report.unchanged += 1
                             continue
                         previous = self.graph.records.get(record.doc_id)
-                        try:
-                            report.new_edges.extend(self.graph.add(record))
-                        except SupersessionCycleError as exc:
+                        refusal = None if previous is None or may_replace is None else may_replace(previous, record)
+                        problem = None if refusal is None else ("doc_id", refusal)
+                        if problem is None:
+                            try:
+                                report.new_edges.extend(self.graph.add(record))
+                            except SupersessionCycleError as exc:
+                                problem = ("supersedes", str(exc))
+                        if problem is not None:
                             line = loaded.lines.get(record.doc_id)
-                            report.errors.append(RecordError(label, line, record.doc_id, "supersedes", str(exc)))
+                            report.errors.append(RecordError(label, line, record.doc_id, *problem))
                             if atomic:
                                 self._undo(accepted, replaced, report)
                                 accepted, replaced = [], []
@@ -549,9 +560,9 @@ class CARStore:
 
     def _log_ingest(self, label: str, report: IngestReport) -> None:
         log.info("%s: ingested %s: %s; %d records held", self.location, label, report.summary(), len(self))
-        if report.new_edges:
-            log.debug("%s: %d new supersession edges; newly superseded: %s", self.location, len(report.new_edges),
-                      ", ".join(report.newly_superseded[:20]) + (" ..." if len(report.newly_superseded) > 20 else ""))
+        if report.new_edges:  # counts only: a log line is read by people who may not read every record
+            log.debug("%s: %d new supersession edges; %d records newly superseded", self.location, len(report.new_edges),
+                      len(report.newly_superseded))
         log.debug("%s: ingest timings (s): %s", self.location, ", ".join(f"{k} {v:.3f}" for k, v in report.timings_s.items()))
 
     def _vectors(
@@ -631,8 +642,8 @@ class CARStore:
             try:
                 self.graph.add(change.record)
             except SupersessionCycleError:
-                log.error("%s: change %d (%s) closes a cycle in this process's graph, which its writer's did not: "
-                          "re-reading the store", self.location, change.number, change.record.doc_id)
+                log.error("%s: change %d closes a cycle in this process's graph, which its writer's did not: "
+                          "re-reading the store", self.location, change.number)
                 self._load()
                 return fresh
         ids = [c.record.doc_id for c in fresh]

@@ -189,7 +189,7 @@ class Service:
         self._resolver: ControllingAuthorityRetriever | None = None
         self._bm25: ControllingAuthorityRetriever | None = None
         self._dense: ControllingAuthorityRetriever | None = None
-        self._storing = threading.Lock()  # one write at a time, so a key's right to a doc_id holds until it is used
+        self._storing = threading.Lock()  # one group stored at a time; the next one gathers meanwhile
         self._joining = threading.Lock()
         self._group: list[_Insert] | None = None  # inserts waiting for the next store ingest
 
@@ -358,11 +358,11 @@ class Service:
 
     def _store(self, group: list[_Insert]) -> None:
         """One ingest for the group; if it fails or rejects anything (a cycle, a doc_id two requests
-        send), each request alone, so that one request's problem never fails another."""
+        send, a record its key may not replace), each request alone, so that one request's problem
+        never fails another."""
         try:
-            ready = [p for p in group if not self._refused(p)]
-            if not (len(ready) > 1 and self._store_together(ready)):
-                for pending in ready:
+            if not (len(group) > 1 and self._store_together(group)):
+                for pending in group:
                     self._store_alone(pending)
         finally:
             for pending in group:
@@ -371,7 +371,8 @@ class Service:
     def _store_together(self, group: list[_Insert]) -> bool:
         """Ingest the group's records at once and answer each request its part; False: nothing was stored."""
         try:
-            report = self.store.ingest([r for p in group for r in p.records], progress=False, atomic=True)
+            report = self.store.ingest([r for p in group for r in p.records], progress=False, atomic=True,
+                                       may_replace=_Owners(group))
         except Exception as exc:
             log.info("a group of %d inserts was not stored together (%s); storing each alone", len(group), type(exc).__name__)
             return False
@@ -386,36 +387,24 @@ class Service:
 
     def _store_alone(self, pending: _Insert) -> None:
         """Ingest one request's records; its answer, or the error its request raises."""
-        if self._refused(pending):  # again: a request stored just before may have taken a doc_id
-            return
+        owners = _Owners([pending])
         try:
-            report = self.store.ingest(pending.records, progress=False, atomic=True)
+            report = self.store.ingest(pending.records, progress=False, atomic=True, may_replace=owners)
         except Exception as exc:
             log.warning("insert failed: %s: %s", type(exc).__name__, exc)
             self.metrics.ingested.labels("failed").inc(len(pending.records))
             pending.error = Unavailable(
                 f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry")
             return
-        if report.errors:
+        if owners.refused:
+            number, doc_id = owners.refused[0]
+            assert pending.key is not None
+            pending.error = Forbidden(f"key {pending.key.name!r} may not replace record {number} ({doc_id!r}): "
+                                      "the doc_id is taken by a record this key does not own; nothing was stored")
+        elif report.errors:
             pending.answer = self._rejected(report.errors, len(pending.records))
         else:
             pending.answer = self._answer(pending, report.added, report.updated, report.new_edges)
-
-    def _refused(self, pending: _Insert) -> bool:
-        """Whether the request replaces a record its key does not own (then its error says so). A key of
-        a tenant replaces only its tenant's records that it may read: a doc_id is no way to overwrite
-        another tenant's record, or to make a public one private."""
-        key = pending.key
-        if key is None or key.tenant is None:
-            return False
-        with self.store.lock.read():
-            for number, record in enumerate(pending.records, start=1):
-                held = self.store.records.get(record.doc_id)
-                if held is not None and (held.tenant != key.tenant or not key.caller.can_read(held)):
-                    pending.error = Forbidden(f"key {key.name!r} may not replace record {number} ({record.doc_id!r}): "
-                                              "the doc_id is taken by a record this key does not own; nothing was stored")
-                    return True
-        return False
 
     def _answer(self, pending: _Insert, added: list[str], updated: list[str], edges: list[Edge]) -> RecordsResponse:
         """What one request stored, and the edges it made that its key may read."""
@@ -441,6 +430,25 @@ class Service:
             detail=f"{len({e.line for e in errors})} of {count} records rejected; nothing was stored",
             errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in errors],
         )
+
+
+class _Owners:
+    """Whether each record of a group's requests may replace the stored record of its doc_id (the
+    store asks while the write holds its turn, so the answer holds across processes): a key of a
+    tenant replaces only its tenant's records that it may read, so a doc_id is no way to overwrite
+    another tenant's record or to make a public one private. Keeps what it refused."""
+
+    def __init__(self, group: list[_Insert]):
+        self.keys = {r.doc_id: (number, p.key) for p in group for number, r in enumerate(p.records, start=1)}
+        self.refused: list[tuple[int, str]] = []
+        """(position in its request, doc_id) of each record refused."""
+
+    def __call__(self, held: Record, new: Record) -> str | None:
+        number, key = self.keys[new.doc_id]
+        if key is None or key.tenant is None or (held.tenant == key.tenant and key.caller.can_read(held)):
+            return None
+        self.refused.append((number, new.doc_id))
+        return "the doc_id is taken by a record this key does not own"
 
 
 def _edges_by_request(group: list[_Insert], report: IngestReport) -> list[list[Edge]]:
