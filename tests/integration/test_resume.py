@@ -1,11 +1,19 @@
-"""Chunked ingest: each chunk is committed before the next is embedded, and chunks change
-nothing that is stored. Real MiniLM, real embedded Chroma; the corpus is the scale benchmark's
-seeded generator (chains, shared scopes, explicit ``supersedes``)."""
+"""Chunked ingest: each chunk is committed before the next is embedded, a SIGKILL keeps the
+committed chunks in a store that opens consistent, and the same command run again resumes,
+embedding only what was not committed. Real MiniLM, real embedded Chroma, the real CLI in a
+child process; the corpus is the scale benchmark's seeded generator (chains, shared scopes,
+explicit ``supersedes``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 import sqlite3
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
@@ -18,9 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals" / "perf"))
 from corpus import generate  # noqa: E402
 from helpers_records import edge_set  # noqa: E402
 
-from car_rag import CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
+import car_rag  # noqa: E402
+from car_rag import AuthorityGraph, CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
 from car_rag.channels import make_lexical_index  # noqa: E402
 
+ROOT = Path(car_rag.__file__).resolve().parents[1]
+"""The checkout whose car_rag the tests import: the child CLI runs the same one."""
 QUERIES = ["remote code execution in the object loader", "path traversal when extracting archives",
            "which release fixes the SQL injection in the query builder"]
 
@@ -34,6 +45,10 @@ def committed(store: Path) -> int:
         return 0
 
 
+def vector_ids(store: CARStore) -> set[str]:
+    return set(store.dense.collection.get(include=[])["ids"])
+
+
 def bm25_matches_a_fresh_build(store: CARStore) -> None:
     """BM25 indexes every record once and scores as an index built afresh over them in its order."""
     ids = store.lexical.doc_ids
@@ -42,6 +57,83 @@ def bm25_matches_a_fresh_build(store: CARStore) -> None:
     fresh.build(ids, [store.records[d].text for d in ids])
     for query in QUERIES:
         np.testing.assert_allclose(store.lexical.scores(query), fresh.scores(query), rtol=1e-5, atol=1e-6)
+
+
+def edges_match_a_rebuild(store: CARStore) -> None:
+    """The store's edges (read back from its edges table on open) equal a graph built afresh."""
+    rebuilt = AuthorityGraph(store.policy)
+    for record in store.records.values():
+        rebuilt.add(record)
+    assert edge_set(store.graph) == edge_set(rebuilt)
+
+
+def write_jsonl(path: Path, records: Sequence[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- a SIGKILL, then the same command
+def test_a_killed_ingest_keeps_whole_chunks_and_the_same_command_resumes(tmp_path, security_policy, embedder):
+    records = generate(2000, seed=19, queries=1).records
+    ids = [r["doc_id"] for r in records]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
+    chunk = 250
+    store = tmp_path / "store"
+    command = [sys.executable, "-m", "car_rag", "ingest", str(corpus), "--store", str(store), "--policy", "security-advisory",
+               "--quiet", "--chunk-size", str(chunk)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and child.poll() is None and not (store / "records.sqlite").is_file():
+        time.sleep(0.02)
+    while time.monotonic() < deadline and child.poll() is None and not committed(store):
+        time.sleep(0.02)
+    assert child.poll() is None, f"the ingest ended before it was killed: {child.communicate()}"
+    os.kill(child.pid, signal.SIGKILL)
+    child.communicate(timeout=60)
+    kept = committed(store)
+    assert kept % chunk == 0 and chunk <= kept < len(records), kept  # whole chunks, one transaction each
+
+    # What the kill left, opened by a copy (the store itself goes to the re-run as the kill left it).
+    crashed = CARStore.open(shutil.copytree(store, tmp_path / "crashed"), embedder=embedder)
+    try:
+        assert list(crashed.records) == ids[:kept]
+        vectors = vector_ids(crashed)
+        assert set(ids[:kept]) <= vectors  # every record has its vector ...
+        assert vectors - set(ids[:kept]) <= set(ids[kept : kept + chunk])  # ... and no more than the cut chunk's are orphans
+        bm25_matches_a_fresh_build(crashed)
+        edges_match_a_rebuild(crashed)
+        retriever = ControllingAuthorityRetriever(crashed, anchors="hybrid")
+        assert {r.doc_id for q in QUERIES for r in retriever.retrieve(q)} <= set(ids[:kept])
+    finally:
+        crashed.close()
+
+    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    # Only what was not committed was embedded: the committed records were skipped before encoding.
+    assert f"{kept} records were already stored: skipped, not embedded again" in again.stdout
+    assert f"{len(records) - kept} added, 0 updated, {kept} unchanged, 0 rejected" in again.stdout
+
+    resumed = CARStore.open(store, embedder=embedder)
+    uninterrupted = CARStore.open(tmp_path / "uninterrupted", security_policy, embedder=embedder)
+    try:
+        assert vector_ids(resumed) == set(ids)  # the cut chunk's orphans were written over
+        vectors = resumed.dense.collection.get(ids=ids, include=["embeddings"])
+        sample = vectors["ids"][::50]
+        np.testing.assert_allclose([vectors["embeddings"][i] for i in range(0, len(ids), 50)],
+                                   embedder.encode([resumed.get(d).text for d in sample]), atol=1e-5)
+        # An ingest that nothing interrupted, given the same vectors (the model's work is checked above).
+        report = uninterrupted.ingest(corpus, progress=False, chunk_size=chunk,
+                                      embeddings=dict(zip(vectors["ids"], vectors["embeddings"])))
+        assert report.errors == [] and len(report.added) == len(records)
+        assert resumed.records == uninterrupted.records and list(resumed.records) == ids
+        assert edge_set(resumed.graph) == edge_set(uninterrupted.graph)
+        assert resumed.lexical.doc_ids == uninterrupted.lexical.doc_ids == ids  # the input's order, kill or not
+        bm25_matches_a_fresh_build(resumed)
+    finally:
+        resumed.close()
+        uninterrupted.close()
 
 
 # --------------------------------------------------------------------------- chunks change nothing stored
