@@ -55,10 +55,11 @@ duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.
 FORMAT_VERSION = 1
 DEFAULT_CHUNK = 512
 """Records an ingest embeds and commits together (:meth:`CARStore.ingest`). On ghsa-freeform (2,318
-records, most of 256 tokens; ``evals/ingest_resume.py``) chunks of 128 to 1,024 records take the time
-of one chunk within the machine's noise (embedding is 95% of it, whatever the chunk); the writes cost
-about 1 s more at 128 or 256, 0.5 s at 512. A crash loses at most the chunk being embedded: at 512
-about 18 s of work on those long texts, a few seconds on short records; its vectors take 0.8 MB."""
+records; ``evals/results/ingest/``) embedding is 95% of an ingest at any chunk size, and chunks of 128
+to 1,024 took the time of one chunk within the machine's noise; what chunks add is in the writes (2.2 s
+in one chunk, 2.4 to 3.7 s in chunks of 1,024 down to 128). A crash loses at most the chunk being
+embedded: at 512, about 20 s of work on those long texts, under 10 s on short records; its vectors
+take 0.8 MB."""
 RESERVED_METADATA = LAYOUT_KEYS
 """Metadata keys a scope key may not take (see :mod:`car_rag.layout`)."""
 
