@@ -31,7 +31,7 @@ from car_rag.extras import MissingExtraError, require
 from car_rag.pg_server import DEFAULT_PORT
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from car_rag.serve import INSERT_WINDOW_MS
-from car_rag.store import CONFIG_FILE
+from car_rag.store import CONFIG_FILE, DEFAULT_CHUNK
 
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext
@@ -161,7 +161,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend,
                        encoder=args.encoder, **_authority(args)) as store:
-        report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict)
+        report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
+        if report.unchanged and (report.added or report.updated):  # a re-run after a crash, or an extended corpus
+            print(f"{report.unchanged} records were already stored: skipped, not embedded again")
         for error in report.errors:
             print(f"rejected: {error}", file=sys.stderr)
         problem = "error" if args.strict else "warning"
@@ -582,7 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Add or replace records in a store (idempotent by doc_id). Rejected records are named on stderr "
         "with file:line and the rest are stored; the exit status is then 1. The policy's [record_scope] "
         "extractors fill missing scope keys; each rule that still cannot fire for some record is named "
-        "as a warning (with --strict: an error, and nothing is stored).",
+        "as a warning (with --strict: an error, and nothing is stored). Records are committed --chunk-size at a time: "
+        "after a crash, the same command resumes, embedding only what was not committed.",
     )
     ingest.add_argument("corpus", type=Path, help="JSONL corpus in the neutral record format")
     ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
@@ -594,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
                              "PyTorch); an existing store keeps its own (default: onnx for a new store)")
     _authority_arguments(ingest)
+    ingest.add_argument("--chunk-size", type=_count, default=DEFAULT_CHUNK,
+                        help="records embedded and committed together: a crash keeps every committed chunk, and running "
+                             "the same command again resumes after them")
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.add_argument("--strict", action="store_true",
                         help="store nothing (exit 1) when a rule cannot fire for some record for want of a scope key, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,6 +71,13 @@ class LexicalIndex(ABC):
     def _load_body(self, folder: Path) -> None: ...
 
     def save(self, folder: Path) -> None:
+        """Write the index into ``folder``. ``index.json`` is removed first and put back whole
+        last: a process killed while saving leaves no index whose files disagree with the
+        records it names (the store rebuilds it from its records instead)."""
         folder.mkdir(parents=True, exist_ok=True)
+        meta = folder / "index.json"
+        meta.unlink(missing_ok=True)
         self._save_body(folder)
-        (folder / "index.json").write_text(json.dumps({"backend": self.backend, "doc_ids": self.doc_ids}))
+        partial = meta.with_name(meta.name + ".partial")
+        partial.write_text(json.dumps({"backend": self.backend, "doc_ids": self.doc_ids}))
+        os.replace(partial, meta)

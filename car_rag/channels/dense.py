@@ -71,7 +71,8 @@ class _ExactIndex:
         could move a score by one bit, and a tie at the cut with it)."""
         self.ids = list(ids)
         self.rows = {doc_id: i for i, doc_id in enumerate(self.ids)}
-        self._matrix = np.ascontiguousarray(unit_rows, dtype=np.float32)
+        # An empty store's copy holds a (0, 0) matrix, which no vector can be put beside.
+        self._matrix = np.ascontiguousarray(unit_rows, dtype=np.float32) if self.ids else None
 
     def rows_in_use(self) -> np.ndarray:
         return np.zeros((0, 0), dtype=np.float32) if self._matrix is None else self._matrix[: len(self.ids)]

@@ -614,6 +614,21 @@ def test_reingest_after_a_crash_between_vectors_and_records_clears_stale_metadat
     reopened.close()
 
 
+def test_an_empty_store_reopened_takes_its_first_ingest(tmp_path, demo_policy, embedder, demo_records):
+    """A store closed (or killed) before any record was stored kept an exact-search copy of no
+    vectors; the next process must search exactly over what it ingests."""
+    path = tmp_path / "store"
+    CARStore.open(path, demo_policy, embedder=embedder).close()
+    store = CARStore.open(path, embedder=embedder)
+    try:
+        assert store.dense.exact
+        assert len(store.ingest(demo_records, progress=False).added) == 45
+        zip_fix = store.get(ZIP_FINAL_FIX)
+        assert store.dense.exact and store.dense.search(embedder.encode([zip_fix.text])[0], 1)[0].doc_id == ZIP_FINAL_FIX
+    finally:
+        store.close()
+
+
 def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, security_policy, embedder):
     import sqlite3
 

@@ -125,6 +125,33 @@ def test_a_store_reopened_after_unsaved_inserts_catches_its_index_up(tmp_path, s
     store.close()
 
 
+class Killed(BaseException):
+    """The process dying at this point (SIGKILL cannot be caught; the test stops the save here)."""
+
+
+def test_a_store_killed_while_saving_its_index_reopens_with_a_right_one(tmp_path, security_policy, embedder) -> None:
+    store = CARStore.open(tmp_path, security_policy, embedder=embedder)
+    first = [_record(i, "vulnerability_disclosure", f"pkg{i}", f"CVE-2024-{1000 + i}", i) for i in range(20)]
+    store.ingest(first, progress=False)
+    more = [_record(50 + i, "patch_release", f"pkg{i}", f"CVE-2024-{1000 + i}", 40 + i) for i in range(5)]
+    save_body = store.lexical._save_body
+
+    def dies_after_the_body(folder) -> None:
+        save_body(folder)  # the postings of all 25 records are on disk; what names them is not yet
+        raise Killed
+
+    store.lexical._save_body = dies_after_the_body
+    with pytest.raises(Killed):
+        store.ingest(more, progress=False)  # 5 of 25: the index is saved after the records commit
+    reopened = CARStore.open(tmp_path, embedder=embedder)
+    ids = [r["doc_id"] for r in first + more]
+    assert reopened.lexical.doc_ids == ids
+    texts = [reopened.records[d].text for d in ids]
+    np.testing.assert_allclose(reopened.lexical.scores("pkg3 release notes"), _bm25s_scores(ids, texts, "pkg3 release notes"),
+                               rtol=1e-5)
+    reopened.close()
+
+
 # One operation per step: insert the next record of a shuffled pool, or query a package.
 POOL = (
     [_record(i, "vulnerability_disclosure", f"p{i % 3}", f"CVE-2024-{i % 4}", i) for i in range(6)]
