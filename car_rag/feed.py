@@ -4,7 +4,8 @@ Every process that shares a store on PostgreSQL (:mod:`car_rag.pg_log`) holds th
 graph, BM25 and exact-search vectors in memory. A writer's commit sends ``NOTIFY`` on the
 store's channel; :class:`ChangeFeed` listens on a connection of its own and, at each signal
 (and every ``poll_s`` without one), applies the changes committed since the last it applied
-(:meth:`~car_rag.store.CARStore.catch_up`) and hands the vector store what waits in the outbox.
+(:meth:`~car_rag.store.CARStore.catch_up`). A second thread hands the vector store what waits in
+the outbox, so a slow or stalled vector store never holds up the feed.
 Changes are read by number, never from the notifications, so a signal lost while reconnecting
 costs at most one poll.
 
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 
 MAX_RETRY_S = 5.0
 """The longest wait between two attempts to reach PostgreSQL again."""
+OUTBOX_GRACE_S = 5.0
+"""How long a record's vector is left to its writer (which hands it over right after its commit)
+before the feed's drainer takes it: a writer waiting for its own vectors never waits behind
+another process's call to the vector store."""
 
 
 class ChangeFeed:
@@ -53,14 +58,19 @@ class ChangeFeed:
         self.listeners: list[Callable[[list[Change]], None]] = []
         """Called after each step with the changes it applied, often none (a service's metrics)."""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="car-rag-feed", daemon=True)
+        self._drain_wanted = threading.Event()
+        self._threads = [threading.Thread(target=self._run, name="car-rag-feed", daemon=True),
+                         threading.Thread(target=self._drain, name="car-rag-outbox", daemon=True)]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.poll_s + 2 * MAX_RETRY_S)
+        self._drain_wanted.set()
+        for thread in self._threads:
+            thread.join(timeout=self.poll_s + 2 * MAX_RETRY_S)
 
     def _run(self) -> None:
         sql = self.log.psycopg.sql
@@ -87,13 +97,19 @@ class ChangeFeed:
         self.delays.extend(now - c.committed_at for c in applied)
         for listener in self.listeners:
             listener(applied)
-        try:
-            if self.log.count_pending():
-                self.store.drain_outbox()
-        except self.log.psycopg.Error:
-            raise
-        except Exception as exc:  # the vector store is down: the vectors wait in the outbox
-            log.debug("%s: the outbox waits for the vector store: %s: %s", self.store.location, type(exc).__name__, exc)
+        self._drain_wanted.set()
+
+    def _drain(self) -> None:
+        """After each step (or every ``poll_s``), hand over what waits in the outbox; the vector
+        store down, the vectors wait there until a later attempt succeeds."""
+        while not self._stop.is_set():
+            self._drain_wanted.wait(self.poll_s)
+            self._drain_wanted.clear()
+            try:
+                if not self._stop.is_set() and self.log.count_pending():
+                    self.store.drain_outbox(min_age_s=OUTBOX_GRACE_S)
+            except Exception as exc:
+                log.debug("%s: the outbox waits: %s: %s", self.store.location, type(exc).__name__, exc)
 
     def _up(self) -> None:
         if not self.connected:

@@ -135,14 +135,21 @@ class PostgresRecordLog(RecordLog):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")  # one snapshot for all of it
             count = conn.execute(self._sql("SELECT count(*) FROM {records}")).fetchone()[0]
             vectors = "vector" if count <= vectors_up_to else "NULL"
-            rows = conn.execute(self._sql(f"SELECT doc_id, body, {vectors} FROM {{records}} ORDER BY seq")).fetchall()
+            records: list[Record] = []
+            kept: dict[str, np.ndarray] = {}
+            with conn.cursor(name="car_rag_load") as cursor:  # server-side: bodies parsed as they arrive, not all held
+                cursor.itersize = 5000
+                cursor.execute(self._sql(f"SELECT doc_id, body, {vectors} FROM {{records}} ORDER BY seq"))
+                for doc_id, body, data in cursor:
+                    records.append(parse_stored(body, self.location))
+                    if data is not None:
+                        kept[doc_id] = np.frombuffer(data, dtype="<f4")
             edges, disputed = (
                 [Edge(*row) for row in conn.execute(self._sql(f"SELECT superseder, target, rule, confidence FROM {{{t}}}"))]
                 for t in ("edges", "disputed_edges")
             )
             head = conn.execute(self._sql("SELECT coalesce(max(change), 0) FROM {records}")).fetchone()[0]
-        kept = {doc_id: v for doc_id, _, data in rows if (v := _vector(data)) is not None}
-        return LoggedState([parse_stored(body, self.location) for _, body, _ in rows], edges, disputed, head, kept)
+        return LoggedState(records, edges, disputed, head, kept)
 
     def fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
         with self._guard:
@@ -152,10 +159,12 @@ class PostgresRecordLog(RecordLog):
         with self._guard:
             return list(self._reader().execute(self._sql("SELECT doc_id, fingerprint FROM {records} ORDER BY seq")))
 
-    def changes(self, after: int) -> list[Change]:
-        """Changes committed after ``after``, oldest first (the change feed)."""
+    def changes(self, after: int, *, vectors: bool = True) -> list[Change]:
+        """Changes committed after ``after``, oldest first (the change feed); ``vectors``: with
+        each record's vector (a process that searches exactly needs them, one past the
+        exact-search limit does not)."""
         with self._guard:
-            return _changes(self._reader(), self._sql, after)
+            return _changes(self._reader(), self._sql, after, vectors)
 
     def head(self) -> int:
         """The newest committed change."""
@@ -179,11 +188,12 @@ class PostgresRecordLog(RecordLog):
                 raise
 
     # ------------------------------------------------------------------ the vector outbox
-    def pending(self, limit: int = 500, doc_ids: Sequence[str] | None = None) -> Outbox:
+    def pending(self, limit: int = 500, doc_ids: Sequence[str] | None = None, min_age_s: float = 0.0) -> Outbox:
         """Up to ``limit`` records whose vectors the vector store has not taken, in a transaction
         of their own (``with log.pending() as outbox: … outbox.done(...)``); ``doc_ids``: only
-        those, waiting for another process that is handing them over (a writer's own records)."""
-        return Outbox(self, limit, doc_ids)
+        those, waiting for another process that is handing them over (a writer's own records);
+        ``min_age_s``: only those written at least that long ago (their writer had its chance)."""
+        return Outbox(self, limit, doc_ids, min_age_s)
 
     def count_pending(self) -> int:
         with self._guard:
@@ -200,8 +210,8 @@ class _PostgresWriter(LogWriter):
     def __init__(self, log: PostgresRecordLog, conn: Any):
         self.log, self.conn = log, conn
 
-    def changes(self, after: int) -> list[Change]:
-        return _changes(self.conn, self.log._sql, after)
+    def changes(self, after: int, *, vectors: bool = True) -> list[Change]:
+        return _changes(self.conn, self.log._sql, after, vectors)
 
     def fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return _fingerprints(self.conn, self.log._sql, doc_ids)
@@ -245,8 +255,8 @@ class Outbox:
     processes draining at once take different ones (``FOR UPDATE SKIP LOCKED``), or, for given
     records, wait until another process has handed them over (then none is still pending)."""
 
-    def __init__(self, log: PostgresRecordLog, limit: int, doc_ids: Sequence[str] | None = None):
-        self.log, self.limit, self.doc_ids = log, limit, doc_ids
+    def __init__(self, log: PostgresRecordLog, limit: int, doc_ids: Sequence[str] | None = None, min_age_s: float = 0.0):
+        self.log, self.limit, self.doc_ids, self.min_age_s = log, limit, doc_ids, min_age_s
         self.rows: list[tuple[str, int, Record, np.ndarray]] = []
         """(doc_id, change, record, vector), oldest change first."""
         self._done: list[tuple[str, int]] = []
@@ -255,8 +265,9 @@ class Outbox:
         self.conn = self.log.connect(autocommit=False, role="outbox")
         if self.doc_ids is None:
             found = self.conn.execute(self.log._sql(
-                "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending ORDER BY change LIMIT %s "
-                "FOR UPDATE SKIP LOCKED"), (self.limit,)).fetchall()
+                "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending AND committed_at <= "
+                "clock_timestamp() - make_interval(secs => %s) ORDER BY change LIMIT %s FOR UPDATE SKIP LOCKED"),
+                (self.min_age_s, self.limit)).fetchall()
         else:
             found = self.conn.execute(self.log._sql(
                 "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending AND doc_id = ANY(%s) "
@@ -288,10 +299,10 @@ def _fingerprints(conn: Any, sql: Any, doc_ids: Sequence[str]) -> dict[str, str]
     return dict(rows.fetchall())
 
 
-def _changes(conn: Any, sql: Any, after: int) -> list[Change]:
+def _changes(conn: Any, sql: Any, after: int, vectors: bool) -> list[Change]:
     rows = conn.execute(sql(
-        "SELECT change, body, vector, extract(epoch FROM committed_at) FROM {records} WHERE change > %s ORDER BY change"),
-        (after,)).fetchall()
+        f"SELECT change, body, {'vector' if vectors else 'NULL'}, extract(epoch FROM committed_at) FROM {{records}} "
+        "WHERE change > %s ORDER BY change"), (after,)).fetchall()
     return [Change(int(n), parse_stored(body, "the change feed"), _vector(v), float(at)) for n, body, v, at in rows]
 
 

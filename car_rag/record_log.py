@@ -58,7 +58,9 @@ class Change:
     record: Record
     vector: np.ndarray | None
     committed_at: float
-    """Seconds since the epoch, by the database's clock."""
+    """When its writer wrote the record, in seconds since the epoch by the database's clock: its
+    transaction's remaining statements and commit follow, so a delay measured from it is an
+    upper bound."""
 
 
 def parse_stored(body: str, location: str) -> Record:
@@ -79,9 +81,9 @@ class LogWriter(ABC):
     """Whether :meth:`commit` has run (what failed before it left nothing stored)."""
 
     @abstractmethod
-    def changes(self, after: int) -> list[Change]:
+    def changes(self, after: int, *, vectors: bool = True) -> list[Change]:
         """Changes committed by other writers after ``after``, oldest first (a log one process
-        owns has none)."""
+        owns has none); ``vectors``: with the records' vectors, where kept."""
 
     @abstractmethod
     def fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:
@@ -189,7 +191,7 @@ class _SqliteWriter(LogWriter):
     def __init__(self, db: sqlite3.Connection):
         self._db = db
 
-    def changes(self, after: int) -> list[Change]:
+    def changes(self, after: int, *, vectors: bool = True) -> list[Change]:
         return []
 
     def fingerprints(self, doc_ids: Sequence[str]) -> dict[str, str]:

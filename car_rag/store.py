@@ -56,6 +56,9 @@ DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "ma
 """Chroma's defaults (ef 100, M 16) lose up to 9 of the exact top 10 on templated corpora with
 duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.3 ms/query."""
 FORMAT_VERSION = 1
+SHARED_CHROMA_TIMEOUT_S = 30.0
+"""A shared store's bound on each Chroma call when none is given: a writer waits for its own
+vectors to be handed over, and must not wait for ever on a server that stopped answering."""
 DEFAULT_CHUNK = 512
 """Records an ingest embeds and commits together (:meth:`CARStore.ingest`). On ghsa-freeform (2,318
 records; ``evals/results/ingest/``) embedding is 95% of an ingest at any chunk size, and chunks of 128
@@ -232,8 +235,9 @@ class CARStore:
         ``bm25_backend``, the Chroma ``hnsw`` index settings (see ``DEFAULT_HNSW``) and the
         ``encoder`` (``"onnx"`` or ``"torch"``, see :class:`Embedder`): a new store takes the
         given one (default ``"onnx"``), an existing one its own, and refuses another.
-        ``chroma_timeout_s`` bounds every call to that server (default: none, chromadb's own),
-        so a server that stops answering fails a query or an insert instead of hanging it.
+        ``chroma_timeout_s`` bounds every call to that server (default: none, chromadb's own;
+        :data:`SHARED_CHROMA_TIMEOUT_S` for a shared store), so a server that stops answering fails
+        a query or an insert instead of hanging it.
 
         ``authority_url`` (``postgresql://…``) opens a store that several processes share: its
         records, edges, entity index and configuration live in that database (in the schema
@@ -312,6 +316,8 @@ class CARStore:
             embedder = Embedder(config["embedding_model"], encoder=encoder)
         if shared is not None:
             path.mkdir(parents=True, exist_ok=True)
+        if shared is not None and chroma_timeout_s is None:
+            chroma_timeout_s = SHARED_CHROMA_TIMEOUT_S
         store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s, log=shared)
         log.info("opened store %s: %d records, policy %r", where, len(store), store.policy.name)
         if follow:
@@ -362,6 +368,12 @@ class CARStore:
             parsed = urlparse(url)
             if parsed.scheme not in ("http", "https") or not parsed.hostname:
                 raise StoreError(f"chroma_url must look like http://host:port, got {url!r}")
+            if self.chroma_timeout_s is not None:
+                # chromadb's client asks the server who we are as it is made, with no timeout: a
+                # server that accepts and never answers would hold this thread for ever
+                import httpx
+
+                httpx.get(f"{url.rstrip('/')}/api/v2/heartbeat", timeout=self.chroma_timeout_s).raise_for_status()
             client = chromadb.HttpClient(
                 host=parsed.hostname, port=parsed.port or 8000, ssl=parsed.scheme == "https", settings=settings
             )
@@ -548,7 +560,7 @@ class CARStore:
         part = IngestReport()
         vectors = self._vectors(chunk, embeddings, part)  # outside the lock: the slow part
         with self.log.transaction() as tx:  # a shared log: this process's turn among the writers
-            others = tx.changes(self.head)  # what other processes committed before this turn
+            others = tx.changes(self.head, vectors=self.dense.exact)  # what other processes committed before this turn
             with self.lock.write():
                 self._apply(others)
                 # Another thread or process may have ingested some of these since they were read.
@@ -712,7 +724,7 @@ class CARStore:
         returns the changes applied. A store on a log of its own has nothing to catch up."""
         if not self.log.shared:
             return []
-        changes = self._shared_log.changes(self.head)
+        changes = self._shared_log.changes(self.head, vectors=self.dense.exact)
         if not changes:
             return []
         with self.lock.write():
@@ -721,19 +733,21 @@ class CARStore:
             log.debug("%s: applied %d changes up to %d", self.location, len(applied), self.head)
         return applied
 
-    def drain_outbox(self, doc_ids: Sequence[str] | None = None, *, batch: int = 500) -> int:
+    def drain_outbox(self, doc_ids: Sequence[str] | None = None, *, batch: int = 500, min_age_s: float = 0.0) -> int:
         """Hand the vector store every vector the shared log holds that it has not taken (the
         outbox: written after each commit, retried from here when the vector store failed);
         processes draining at once take different records. ``doc_ids``: only those (a writer's
         own records: it waits for another process handing them over, so that when it returns
-        they are in the vector store). Returns how many this call handed over."""
+        they are in the vector store); ``min_age_s``: only records written at least that long
+        ago (the change feed's retries leave the fresh ones to their writer). Returns how many
+        this call handed over."""
         if not self.log.shared:
             return 0
         if doc_ids is not None:
             return sum(self._hand_over(self._shared_log.pending(batch, doc_ids[i : i + batch]))
                        for i in range(0, len(doc_ids), batch))
         done = 0
-        while handed := self._hand_over(self._shared_log.pending(batch)):
+        while handed := self._hand_over(self._shared_log.pending(batch, min_age_s=min_age_s)):
             done += handed
         return done
 
@@ -803,7 +817,9 @@ class CARStore:
         return [d for d, _ in self.log.ordered()]
 
     def _rebuild_lexical(self) -> None:
-        ordered = self._ordered_ids()
+        # In ingest order; a shared log may already hold records other processes committed since
+        # this one last applied changes: they join when they are applied.
+        ordered = [d for d in self._ordered_ids() if d in self.graph.records]
         index = make_lexical_index(self.config["bm25_backend"])
         index.build(ordered, [self.graph.records[d].text for d in ordered])
         self.lexical = index

@@ -114,7 +114,7 @@ class Metrics:
                                 registry=self.registry)
         self.ingested = Counter("car_rag_records_ingested", "Records posted, by outcome", ["outcome"], registry=self.registry)
         self.feed_delay = Histogram("car_rag_change_feed_delay_seconds",
-                                    "From a change's commit (another process's write) to this process applying it",
+                                    "From a change's write (another process's, in its transaction) to this process applying it",
                                     buckets=_SECONDS, registry=self.registry)
         def gauge(name: str, text: str) -> Gauge:
             return Gauge(name, text, registry=self.registry, multiprocess_mode="liveall")
@@ -380,6 +380,7 @@ class Service:
             return False
         edges = _edges_by_request(group, report)
         for n, pending in enumerate(group):
+            pending.warnings += [w for w in report.warnings if w not in pending.warnings]  # the outbox's concern all
             mine = {r.doc_id for r in pending.records}
             pending.answer = self._answer(pending, [d for d in report.added if d in mine],
                                           [d for d in report.updated if d in mine], edges[n])
@@ -404,6 +405,7 @@ class Service:
         elif report.errors:
             pending.answer = self._rejected(report.errors, len(pending.records))
         else:
+            pending.warnings += [w for w in report.warnings if w not in pending.warnings]  # vectors in the outbox
             pending.answer = self._answer(pending, report.added, report.updated, report.new_edges)
 
     def _answer(self, pending: _Insert, added: list[str], updated: list[str], edges: list[Edge]) -> RecordsResponse:

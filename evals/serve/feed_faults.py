@@ -1,5 +1,6 @@
-"""Two faults of the change feed found while measuring it (``stage2_sql.py``), reproduced on a real
-PostgreSQL and ``chroma run``:
+"""Two faults of the change feed found while measuring it (``stage2_sql.py``), on a real PostgreSQL
+and ``chroma run``. Both are fixed (the outbox is drained on a thread of its own; BM25 is rebuilt
+over the records the graph holds): this script shows how each case goes now. As found:
 
 1. **A stalled Chroma stops the feed.** ``ChangeFeed._step`` hands the outbox's vectors to Chroma on
    the feed thread, after applying changes; while that call hangs, no later commit is applied, and
@@ -92,8 +93,8 @@ def replaced_while_committing(url: str, chroma_url: str, work: Path) -> list[str
     first.ingest([replaced], progress=False)  # a replacement, waiting in the log for the follower
     read, late = follower.log.changes, []
 
-    def read_then_commit(after: int) -> list:
-        changes = read(after)
+    def read_then_commit(after: int, **options: object) -> list:
+        changes = read(after, **options)
         if not late:  # another process commits right after the follower has read its changes
             late.append(second.ingest([_record("late", "lodash late release notes")], progress=False))
         return changes
