@@ -88,7 +88,7 @@ class ChangeFeed:
         for listener in self.listeners:
             listener(applied)
         try:
-            if self.log.count_pending():
+            if self.log.outbox and self.log.count_pending():  # pgvector takes vectors in the commit
                 self.store.drain_outbox()
         except self.log.psycopg.Error:
             raise
