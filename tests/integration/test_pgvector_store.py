@@ -18,6 +18,7 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Policy, Record
 from car_rag.channels.pgvector import PgVectorChannel
+from car_rag.cli import main
 from car_rag.eligibility import CallerContext
 from car_rag.store import StoreError
 
@@ -242,3 +243,17 @@ def test_a_contradicting_vector_store_is_refused(pg_demo, new_database, tmp_path
                       hnsw={"space": "l2"})
     with pytest.raises(StoreError, match="no car-rag store"):  # nothing was stored by the refusal
         CARStore.open(tmp_path, authority_url=fresh)
+
+
+def test_car_rag_ingest_vector_store_pgvector(new_database, tmp_path, demo_corpus_path, capsys) -> None:
+    url = new_database()
+    assert main(["ingest", str(demo_corpus_path), "--store", str(tmp_path / "cache"), "--vector-store", "pgvector"]) == 2
+    assert "--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url" in capsys.readouterr().err
+    policy = str(Path(demo_corpus_path).parent / "policy.toml")
+    assert main(["ingest", str(demo_corpus_path), "--store", str(tmp_path / "cache"), "--policy", policy,
+                 "--authority-url", url, "--vector-store", "pgvector", "--quiet"]) == 0
+    assert "45 added" in capsys.readouterr().out
+    with psycopg.connect(url) as conn:
+        config, embedded = conn.execute(
+            "SELECT config, (SELECT count(embedding) FROM car_rag.records) FROM car_rag.store").fetchone()
+    assert config["vector_store"] == "pgvector" and embedded == 45
