@@ -62,11 +62,15 @@ class PgVectorChannel(VectorChannel):
             conn = self._idle.pop() if self._idle else None
         try:
             if conn is None:
-                conn = self.log.connect()
+                conn = self.log.connect(role="vectors")
                 # The cast loads pgvector first, so that it checks the settings (else a wrong value
-                # would be a warning when it loads, and the setting its default).
+                # would be a warning when it loads, and the setting its default). pgvector's cost
+                # estimate grows with ef_search: at ef_search 200 the planner chose an exact sequential
+                # scan over 20k records (70 ms instead of 4, evals/serve/pgvector.py); a search HNSW
+                # leaves short gets that exact scan anyway (_nearest).
                 conn.execute("SELECT '[0]'::vector, set_config('hnsw.ef_search', %s, false), "
-                             "set_config('hnsw.iterative_scan', %s, false)", (str(self.ef_search), self.iterative_scan))
+                             "set_config('hnsw.iterative_scan', %s, false), set_config('enable_seqscan', 'off', false)",
+                             (str(self.ef_search), self.iterative_scan))
             yield conn
         except BaseException:
             if conn is not None:

@@ -3,8 +3,7 @@ PostgreSQL with pgvector (``car_rag.pg_server`` through the harness's fresh data
 the demo corpus.
 
 Small stores are searched exactly in memory, as on Chroma; the SQL path (the HNSW index) answers
-past the exact limit, which these tests lower. On tables this small the planner would rather scan
-than use the index, so the databases that test the index turn sequential scans off."""
+past the exact limit, which these tests lower."""
 
 from __future__ import annotations
 
@@ -26,28 +25,18 @@ K = 10
 
 
 @pytest.fixture(scope="module")
-def new_database() -> Iterator[Callable[..., str]]:
-    """A function giving a fresh database (``postgresql://`` URL) with the given settings for every
-    session (``ALTER DATABASE ... SET``), on one server stopped after the module."""
+def new_database() -> Iterator[Callable[[], str]]:
+    """A function giving a fresh database (its ``postgresql://`` URL), on one server stopped after the module."""
     from car_rag_evals.pgserver import pg_databases
 
     with pg_databases() as fresh:
-
-        def make(**settings: str | int) -> str:
-            url = fresh().replace("postgresql+psycopg://", "postgresql://", 1)
-            with psycopg.connect(url, autocommit=True) as conn:
-                name = conn.execute("SELECT current_database()").fetchone()[0]
-                for setting, value in settings.items():
-                    conn.execute(f"ALTER DATABASE {name} SET {setting.replace('__', '.')} = {value}")
-            return url
-
-        yield make
+        yield lambda: fresh().replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 @pytest.fixture(scope="module")
 def pg_demo(new_database, tmp_path_factory, demo_policy: Policy, embedder: Embedder, demo_corpus_path: Path) -> Iterator[str]:
-    """The demo corpus in a pgvector store (its database's URL); the index answers every SQL search."""
-    url = new_database(enable_seqscan="off")
+    """The demo corpus in a pgvector store (its database's URL)."""
+    url = new_database()
     with CARStore.open(tmp_path_factory.mktemp("pg-demo"), demo_policy, embedder=embedder, authority_url=url,
                        vector_store="pgvector") as store:
         report = store.ingest(demo_corpus_path, progress=False)
@@ -163,7 +152,7 @@ def test_the_caller_gate_is_inside_the_sql_search(new_database, tmp_path, demo_r
     readable top 10 (no exact scan needed). Every caller gets exactly the top k of what it may read,
     on the SQL path and on exact search (whose mask the same SQL condition gives)."""
     records, restricted = _gated_corpus(demo_records)
-    url = new_database(enable_seqscan="off")
+    url = new_database()
     vectors = embedder.encode([r["text"] for r in records])
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     query = embedder.encode(["Is lodash still vulnerable to prototype pollution through merge?"])[0]
@@ -194,7 +183,7 @@ def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(new_database, t
     to an acme analyst here, and the filter leaves none: the channel sees that more are readable
     and answers with an exact scan, the same top 10."""
     records, _ = _gated_corpus(demo_records)
-    url = new_database(enable_seqscan="off")
+    url = new_database()
     vectors = embedder.encode([r["text"] for r in records])
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     query = embedder.encode(["Is lodash still vulnerable to prototype pollution through merge?"])[0]
