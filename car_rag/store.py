@@ -60,9 +60,9 @@ VECTOR_STORES = ("chroma", "pgvector")
 server), or pgvector in the PostgreSQL of a shared store (its records' own table)."""
 DEFAULT_PGVECTOR_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 400, "max_neighbors": 32}
 """pgvector's HNSW index in Chroma's words (``max_neighbors`` is pgvector's ``m``). On 100k templated
-records (``evals/serve/pgvector.py``) pgvector's own defaults (m 16, ef_construction 64, ef_search 40)
-found 0.60 of the exact top 10, and Chroma's values above only 0.87 on pgvector's graph against 0.95
-on Chroma's; ef_search 400 reaches 0.94 at ~7 ms a search."""
+records (``evals/results/serve/pgvector-100k.md``) pgvector's index defaults (m 16, ef_construction 64)
+found 0.72-0.89 of the exact top 10 at ef_search 100-400; with Chroma's values above its graph found
+0.87-0.90 (two builds) against Chroma's 0.95; ef_search 400 finds 0.94-0.96 at 6 ms p50, 800 0.99 at 12."""
 FORMAT_VERSION = 1
 DEFAULT_CHUNK = 512
 """Records an ingest embeds and commits together (:meth:`CARStore.ingest`). On ghsa-freeform (2,318
