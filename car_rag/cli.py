@@ -31,7 +31,7 @@ from car_rag.extras import MissingExtraError, require
 from car_rag.pg_server import DEFAULT_PORT
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from car_rag.serve import INSERT_WINDOW_MS
-from car_rag.store import CONFIG_FILE, DEFAULT_CHUNK
+from car_rag.store import CONFIG_FILE, DEFAULT_CHUNK, VECTOR_STORES
 
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext
@@ -159,8 +159,11 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
 
+    if args.vector_store == "pgvector" and (args.authority_url is None or args.chroma_url is not None):
+        raise UsageError("--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url, "
+                         "and no --chroma-url")
     with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend,
-                       encoder=args.encoder, **_authority(args)) as store:
+                       encoder=args.encoder, vector_store=args.vector_store, **_authority(args)) as store:
         report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
         if report.unchanged and (report.added or report.updated):  # a re-run after a crash, or an extended corpus
             print(f"{report.unchanged} records were already stored: skipped, not embedded again")
@@ -580,7 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = command(
         "ingest", "add or replace records in a store (idempotent by doc_id)",
         ("car-rag ingest corpus.jsonl --store ./store --policy security-advisory",
-         "car-rag ingest more.jsonl --store ./store          # the store remembers its policy"),
+         "car-rag ingest more.jsonl --store ./store          # the store remembers its policy",
+         "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag ingest corpus.jsonl --store ./cache --policy security-advisory "
+         "--vector-store pgvector"),
         "Add or replace records in a store (idempotent by doc_id). Rejected records are named on stderr "
         "with file:line and the rest are stored; the exit status is then 1. The policy's [record_scope] "
         "extractors fill missing scope keys; each rule that still cannot fire for some record is named "
@@ -597,6 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
                              "PyTorch); an existing store keeps its own (default: onnx for a new store)")
     _authority_arguments(ingest)
+    ingest.add_argument("--vector-store", choices=list(VECTOR_STORES),
+                        help="where a new store keeps the vectors it searches past 20k records: chroma (embedded, or the "
+                             "server of --chroma-url) or pgvector (in the PostgreSQL of --authority-url, written with "
+                             "the records); an existing store keeps its own (default: chroma for a new store)")
     ingest.add_argument("--chunk-size", type=_count, default=DEFAULT_CHUNK,
                         help="records embedded and committed together: a crash keeps every committed chunk, and running "
                              "the same command again resumes after them")

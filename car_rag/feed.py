@@ -106,7 +106,7 @@ class ChangeFeed:
             self._drain_wanted.wait(self.poll_s)
             self._drain_wanted.clear()
             try:
-                if not self._stop.is_set() and self.log.count_pending():
+                if not self._stop.is_set() and self.log.outbox and self.log.count_pending():  # pgvector: no outbox
                     self.store.drain_outbox(min_age_s=OUTBOX_GRACE_S)
             except Exception as exc:
                 log.debug("%s: the outbox waits: %s: %s", self.store.location, type(exc).__name__, exc)

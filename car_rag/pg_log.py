@@ -7,7 +7,10 @@ stores::
     records        doc_id, seq (ingest order, kept when a record is replaced), change (the commit
                    that wrote it last: the change feed), fingerprint, body (the record as JSON),
                    vector (float32; the copy the vector store is filled from), vector_pending
-                   (the durable outbox: true until the vector store has taken it), committed_at
+                   (the durable outbox: true until the vector store has taken it), committed_at;
+                   with the pgvector engine (:class:`VectorColumn`) also embedding (the vector as
+                   pgvector's type, under an HNSW index) and tenant, public, readers (what the
+                   caller gate reads), written in the same transaction
     edges          supersession edges (superseder, target, rule, confidence)
     disputed_edges the claims of disputed pairs, both directions
     scope_index    (key, value, doc_id): the entity index, a btree on key and value
@@ -26,21 +29,26 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from car_rag.eligibility import governance_metadata
 from car_rag.extras import require
 from car_rag.graph import Edge
 from car_rag.record_log import Change, LoggedState, LogWriter, RecordLog, parse_stored
 from car_rag.records import Record
 
-__all__ = ["PostgresRecordLog", "Outbox", "DEFAULT_SCHEMA", "redact_url"]
+__all__ = ["PostgresRecordLog", "Outbox", "VectorColumn", "DEFAULT_SCHEMA", "redact_url"]
 
 DEFAULT_SCHEMA = "car_rag"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 _LOCK_CLASS = 0x0CA7  # the first key of car-rag's advisory locks; the second is the schema's hash
 CONNECT_TIMEOUT_S = 5
+PGVECTOR_MIN = (0, 8)
+"""pgvector's first release with iterative index scans, which keep a filtered HNSW search from
+returning fewer than k records (``hnsw.iterative_scan``)."""
 
 
 def redact_url(url: str) -> str:
@@ -54,6 +62,19 @@ def _vector_bytes(vector: np.ndarray) -> bytes:
 
 def _vector(data: bytes | None) -> np.ndarray | None:
     return None if data is None else np.frombuffer(data, dtype="<f4")
+
+
+@dataclass(frozen=True)
+class VectorColumn:
+    """The records' vectors as a pgvector column, ``vector(dimension)`` under an HNSW index for
+    cosine distance (``m``, ``ef_construction``), and the fields the caller gate reads as columns:
+    what a store whose vector engine is pgvector searches in SQL
+    (:class:`~car_rag.channels.pgvector.PgVectorChannel`). Written in the records' own
+    transaction, so nothing waits in an outbox."""
+
+    dimension: int
+    m: int
+    ef_construction: int
 
 
 class PostgresRecordLog(RecordLog):
@@ -78,6 +99,8 @@ class PostgresRecordLog(RecordLog):
         self._turn = threading.Lock()  # one write transaction at a time on the writing connection
         self._read: Any = None
         self._write: Any = None
+        self.vector_column: VectorColumn | None = None
+        """Set by :meth:`use_vector_column`: the pgvector column each write fills."""
 
     # ------------------------------------------------------------------ connections
     def connect(self, *, autocommit: bool = True, role: str = "read") -> Any:
@@ -108,10 +131,11 @@ class PostgresRecordLog(RecordLog):
         return self.psycopg.sql.SQL(text).format(**{n: self._table(n) for n in names if "{" + n + "}" in text})
 
     # ------------------------------------------------------------------ setup
-    def setup(self, config: dict[str, Any] | None) -> dict[str, Any] | None:
+    def setup(self, config: dict[str, Any] | None, *, vectors: VectorColumn | None = None) -> dict[str, Any] | None:
         """Create the schema when missing and return the stored configuration; store ``config``
-        when none is stored yet (the first process to open a new store). Processes opening the
-        same new store at once take turns."""
+        when none is stored yet (the first process to open a new store), with the pgvector column
+        ``vectors`` when given (in the same transaction: no such store without it). Processes
+        opening the same new store at once take turns."""
         sql = self.psycopg.sql
         with self.connect(autocommit=False, role="setup") as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", self._lock_key)
@@ -120,9 +144,32 @@ class PostgresRecordLog(RecordLog):
                 conn.execute(self._sql(statement))
             row = conn.execute(self._sql("SELECT config FROM {store} WHERE id = 1")).fetchone()
             if row is None and config is not None:
+                if vectors is not None:
+                    self._add_vector_column(conn, vectors)
                 conn.execute(self._sql("INSERT INTO {store} (id, config) VALUES (1, %s)"), (json.dumps(config),))
                 return config
             return None if row is None else dict(row[0])
+
+    def _add_vector_column(self, conn: Any, column: VectorColumn) -> None:
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except self.psycopg.Error as exc:
+            raise RuntimeError(f"{self.location}: the pgvector engine needs the vector extension in this database "
+                               f"({str(exc).strip()}): CREATE EXTENSION vector as a user allowed to") from None
+        version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+        if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < PGVECTOR_MIN:
+            raise RuntimeError(f"{self.location}: the pgvector engine needs pgvector {'.'.join(map(str, PGVECTOR_MIN))} or "
+                               f"later (iterative index scans keep filtered searches whole); this database has {version}: "
+                               "ALTER EXTENSION vector UPDATE")
+        conn.execute(self._sql(f"ALTER TABLE {{records}} ADD COLUMN embedding vector({int(column.dimension)}), "
+                               "ADD COLUMN tenant text, ADD COLUMN public boolean, ADD COLUMN readers text[]"))
+        conn.execute(self._sql(f"CREATE INDEX records_embedding ON {{records}} USING hnsw (embedding vector_cosine_ops) "
+                               f"WITH (m = {int(column.m)}, ef_construction = {int(column.ef_construction)})"))
+
+    def use_vector_column(self, column: VectorColumn) -> None:
+        """Write every record's vector and caller-gate fields to the pgvector columns that
+        :meth:`setup` made, in the records' own transaction: no vector waits in the outbox."""
+        self.vector_column, self.outbox = column, False
 
     def replace_config(self, config: dict[str, Any]) -> None:
         """Store ``config`` (a policy upgrade that only adds rules, see ``CARStore.open``)."""
@@ -223,15 +270,25 @@ class _PostgresWriter(LogWriter):
         seq, change = conn.execute(sql("SELECT coalesce(max(seq), 0), coalesce(max(change), 0) FROM {records}")).fetchone()
         pending = vectors is not None and self.log.outbox
         ids = [r.doc_id for r in records]
+        written: list[tuple[Any, ...]] = [(r.doc_id, seq + i, change + i, r.fingerprint(), r.model_dump_json(),
+                                            None if vectors is None else _vector_bytes(vectors[i - 1]), pending)
+                                           for i, r in enumerate(records, 1)]
+        columns, values, updates = "", "", ""
+        if self.log.vector_column is not None:
+            if vectors is None:
+                raise ValueError(f"{self.log.location} searches vectors in SQL: every record written needs its vector")
+            columns, values = ", embedding, tenant, public, readers", ", %s::vector, %s, %s, %s"
+            updates = (", embedding = excluded.embedding, tenant = excluded.tenant, public = excluded.public, "
+                       "readers = excluded.readers")
+            written = [(*row, vector.tolist(), *_gate(r)) for row, vector, r in zip(written, vectors, records)]
         with conn.cursor() as cur:
             cur.executemany(
-                sql("INSERT INTO {records} (doc_id, seq, change, fingerprint, body, vector, vector_pending) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (doc_id) DO UPDATE SET change = excluded.change, "
-                    "fingerprint = excluded.fingerprint, body = excluded.body, vector = excluded.vector, "
-                    "vector_pending = excluded.vector_pending, committed_at = clock_timestamp()"),
-                [(r.doc_id, seq + i, change + i, r.fingerprint(), r.model_dump_json(),
-                  None if vectors is None else _vector_bytes(vectors[i - 1]), pending)
-                 for i, r in enumerate(records, 1)],
+                sql(f"INSERT INTO {{records}} (doc_id, seq, change, fingerprint, body, vector, vector_pending{columns}) "
+                    f"VALUES (%s, %s, %s, %s, %s, %s, %s{values}) ON CONFLICT (doc_id) DO UPDATE SET "
+                    "change = excluded.change, fingerprint = excluded.fingerprint, body = excluded.body, "
+                    f"vector = excluded.vector, vector_pending = excluded.vector_pending{updates}, "
+                    "committed_at = clock_timestamp()"),
+                written,
             )
             for table in ("edges", "disputed_edges"):
                 cur.execute(sql(f"DELETE FROM {{{table}}} WHERE superseder = ANY(%s) OR target = ANY(%s)"), (ids, ids))
@@ -292,6 +349,13 @@ class Outbox:
                 self.conn.rollback()
         finally:
             self.conn.close()
+
+
+def _gate(record: Record) -> tuple[str, bool, list[str]]:
+    """The caller gate's fields of ``record`` (:func:`~car_rag.eligibility.governance_metadata`) as
+    the tenant, public and readers columns."""
+    meta = governance_metadata(record)
+    return meta["car_tenant"], meta["car_public"], list(meta.get("allowed_principals", []))
 
 
 def _fingerprints(conn: Any, sql: Any, doc_ids: Sequence[str]) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 A store is a directory::
 
-    car-store.json    configuration: policy, embedding model and encoder, Chroma location, BM25 backend
+    car-store.json    configuration: policy, embedding model and encoder, vector store (Chroma location), BM25 backend
     records.sqlite    records (in ingest order) and supersession edges
     bm25/             the lexical index
     dense-exact.npz   a copy of the vectors for exact search (up to 20k records), checked against the records
@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from car_rag.channels import DenseChannel, LexicalIndex, load_lexical_index, make_lexical_index
+from car_rag.channels import DenseChannel, LexicalIndex, VectorChannel, load_lexical_index, make_lexical_index
 from car_rag.embedding import DEFAULT_MODEL, Embedder
 from car_rag.extractors import MissingScope, ScopeExtractor, missing_scope
 from car_rag.extras import require
@@ -44,7 +44,7 @@ from car_rag.records import LoadReport, Record, RecordError, load_records, parse
 
 if TYPE_CHECKING:
     from car_rag.feed import ChangeFeed
-    from car_rag.pg_log import Outbox, PostgresRecordLog
+    from car_rag.pg_log import Outbox, PostgresRecordLog, VectorColumn
 
 __all__ = ["CARStore", "IngestReport", "StoreError", "RESERVED_METADATA", "chroma_metadata"]
 
@@ -55,6 +55,14 @@ DENSE_COPY = "dense-exact.npz"
 DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}
 """Chroma's defaults (ef 100, M 16) lose up to 9 of the exact top 10 on templated corpora with
 duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.3 ms/query."""
+VECTOR_STORES = ("chroma", "pgvector")
+"""Where a store's vectors are searched past the exact limit: a Chroma collection (embedded, or a
+server), or pgvector in the PostgreSQL of a shared store (its records' own table)."""
+DEFAULT_PGVECTOR_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 400, "max_neighbors": 32}
+"""pgvector's HNSW index in Chroma's words (``max_neighbors`` is pgvector's ``m``). On 100k templated
+records (``evals/results/serve/pgvector-100k.md``) pgvector's index defaults (m 16, ef_construction 64)
+found 0.72-0.89 of the exact top 10 at ef_search 100-400; with Chroma's values above its graph found
+0.87-0.90 (two builds) against Chroma's 0.95; ef_search 400 finds 0.94-0.96 at 6 ms p50, 800 0.99 at 12."""
 FORMAT_VERSION = 1
 SHARED_CHROMA_TIMEOUT_S = 30.0
 """A shared store's bound on each Chroma call when none is given: a writer waits for its own
@@ -72,6 +80,28 @@ RESERVED_METADATA = LAYOUT_KEYS
 
 class StoreError(RuntimeError):
     """A store that cannot be opened or written as asked."""
+
+
+def vector_store_of(config: Mapping[str, Any]) -> str:
+    """The engine a store's vectors are in (its configuration); stores from before the field: Chroma."""
+    return str(config.get("vector_store", "chroma"))
+
+
+def _vectors_at(config: Mapping[str, Any]) -> str:
+    """Where a store's vectors are, for messages."""
+    if vector_store_of(config) == "pgvector":
+        return "pgvector beside its records"
+    return f"Chroma at {config['chroma_url']}" if config.get("chroma_url") else "embedded Chroma"
+
+
+def _vector_column(config: Mapping[str, Any]) -> VectorColumn:
+    """The pgvector column and HNSW index of a store on pgvector, from its configuration."""
+    from car_rag.pg_log import VectorColumn
+
+    hnsw = config["hnsw"]
+    if set(hnsw) - set(DEFAULT_PGVECTOR_HNSW) or hnsw["space"] != "cosine":
+        raise StoreError(f"pgvector's HNSW index takes {sorted(DEFAULT_PGVECTOR_HNSW)} with space 'cosine', got {hnsw}")
+    return VectorColumn(config["vector_dimension"], hnsw["max_neighbors"], hnsw["ef_construction"])
 
 
 def built_encoder(config: Mapping[str, Any]) -> str:
@@ -194,22 +224,35 @@ class CARStore:
         """The newest change of a shared log this process has applied."""
         self.feed: ChangeFeed | None = None
         """Set by :meth:`follow`: what keeps this process up with the others' commits."""
-        if self.log.shared and not config.get("chroma_url"):
+        self.dense: VectorChannel
+        """Dense search: exact in memory up to its limit, else the vector store's HNSW index."""
+        self._client: Any = None
+        """The Chroma client of a store on Chroma."""
+        if vector_store_of(config) == "pgvector":
+            from car_rag.channels.pgvector import PgVectorChannel
+
+            if not self.log.shared:
+                raise StoreError(f"store {path} names pgvector as its vector store, which only a store on PostgreSQL has")
+            self._shared_log.use_vector_column(_vector_column(config))
+            self.dense = PgVectorChannel(self._shared_log, ef_search=config["hnsw"]["ef_search"])
+        elif self.log.shared and not config.get("chroma_url"):
             raise StoreError(f"store {self.log.location} has no Chroma server: the processes sharing it cannot share "
                              "an embedded vector database")
-        def collection() -> Any:
-            return self._client.get_or_create_collection(
-                config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)}
-            )
-
-        if self.log.shared and chroma_client is None:
+        elif self.log.shared and chroma_client is None:
             # Its vectors are in the log too: the store opens, and answers, while Chroma is down.
-            self._client: Any = _Deferred(self._connect_chroma)
-            self.dense = DenseChannel(_Deferred(collection))
+            self._client = _Deferred(self._connect_chroma)
+            self.dense = DenseChannel(_Deferred(self._collection))
         else:
             self._client = chroma_client or self._connect_chroma()
-            self.dense = DenseChannel(collection())
+            self.dense = DenseChannel(self._collection())
         self._load()
+
+    def _collection(self) -> Any:
+        """The store's Chroma collection (made on first use)."""
+        return self._client.get_or_create_collection(
+            self.config["collection"], embedding_function=None,
+            configuration={"hnsw": self.config.get("hnsw", DEFAULT_HNSW)},
+        )
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -226,6 +269,7 @@ class CARStore:
         chroma_timeout_s: float | None = None,
         authority_url: str | None = None,
         authority_schema: str | None = None,
+        vector_store: str | None = None,
         follow: bool = True,
     ) -> CARStore:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
@@ -245,10 +289,20 @@ class CARStore:
         ``chroma_url``, and ``path`` is a folder of this process's own (caches). Every process
         keeps the graph and BM25 in memory and, with ``follow``, applies what the others commit
         within moments (:mod:`car_rag.feed`).
+
+        ``vector_store="pgvector"`` keeps such a store's vectors in that same database instead of
+        Chroma (a ``vector`` column under an HNSW index, written in the records' own transaction;
+        ``hnsw`` as for Chroma, see ``DEFAULT_PGVECTOR_HNSW``). A store remembers its vector store
+        (``"chroma"`` or ``"pgvector"``) and refuses the other.
         """
         path = Path(path)
         if embedder is not None and encoder is not None and embedder.encoder != encoder:
             raise ValueError(f"encoder={encoder!r} contradicts the embedder given ({embedder.encoder!r})")
+        if vector_store not in (None, *VECTOR_STORES):
+            raise ValueError(f"vector_store must be one of {', '.join(VECTOR_STORES)}, got {vector_store!r}")
+        if vector_store == "pgvector" and (chroma_url is not None or authority_url is None):
+            raise ValueError("vector_store='pgvector' keeps the vectors beside the records of a store on PostgreSQL: "
+                             "pass authority_url (--authority-url), and no chroma_url")
         config_file = path / CONFIG_FILE
         wanted = load_policy(policy) if policy is not None else None
         shared: PostgresRecordLog | None = None
@@ -273,26 +327,33 @@ class CARStore:
                 "policy": json.loads(wanted.model_dump_json()),
                 "embedding_model": embedder.model_name,
                 "encoder": embedder.encoder,
-                "collection": f"car-{uuid.uuid4().hex[:16]}",
-                "chroma_url": chroma_url,
+                "vector_store": vector_store or "chroma",
                 "bm25_backend": bm25_backend,
-                "hnsw": {**DEFAULT_HNSW, **(hnsw or {})},
             }
+            if vector_store == "pgvector":
+                config["vector_dimension"] = embedder.dimension
+                config["hnsw"] = {**DEFAULT_PGVECTOR_HNSW, **(hnsw or {})}
+            else:
+                config["collection"] = f"car-{uuid.uuid4().hex[:16]}"
+                config["chroma_url"] = chroma_url
+                config["hnsw"] = {**DEFAULT_HNSW, **(hnsw or {})}
             if shared is None:
                 try:
                     store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s)  # connect before pinning
                 except Exception as exc:
                     raise StoreError(f"cannot create a store at {path}: {exc}") from exc
                 config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False))
-                log.info("created store %s (policy %r, vectors in %s)", path, wanted.name, chroma_url or "embedded Chroma")
+                log.info("created store %s (policy %r, vectors in %s)", path, wanted.name, _vectors_at(config))
                 return store
-            if not chroma_url:
+            if not chroma_url and vector_store != "pgvector":
                 raise StoreError(f"a store on PostgreSQL ({where}) keeps its vectors where every process reaches them: "
-                                 "pass chroma_url (--chroma-url) of a Chroma server")
-            stored = shared.setup(config)  # ours, or the one another process stored first
+                                 "pass chroma_url (--chroma-url) of a Chroma server, or vector_store='pgvector' "
+                                 "(--vector-store pgvector) to keep them in that database")
+            pgvector = _vector_column(config) if vector_store == "pgvector" else None
+            stored = shared.setup(config, vectors=pgvector)  # ours, or the one another process stored first
             assert stored is not None
             if stored is config:
-                log.info("created store %s (policy %r, vectors in %s)", where, wanted.name, chroma_url)
+                log.info("created store %s (policy %r, vectors in %s)", where, wanted.name, _vectors_at(config))
         config = stored
         if config.get("format_version") != FORMAT_VERSION:
             raise StoreError(f"{where}: unsupported store format {config.get('format_version')!r}")
@@ -310,8 +371,11 @@ class CARStore:
             # in the caller's words and fills the scope of what it ingests with the caller's
             # extractors; the stored policy is left as built.
             config = {**config, "policy": json.loads(wanted.model_dump_json())}
+        if vector_store is not None and vector_store != vector_store_of(config):
+            raise StoreError(f"store {where} uses {_vectors_at(config)}, not {vector_store}: a store keeps the vector "
+                             "store it was made with (ingest into a new store to change it)")
         if chroma_url is not None and chroma_url != config.get("chroma_url"):
-            raise StoreError(f"store {where} uses Chroma at {config.get('chroma_url') or 'embedded'}, not {chroma_url}")
+            raise StoreError(f"store {where} uses {_vectors_at(config)}, not Chroma at {chroma_url}")
         if embedder is None and encoder is not None:
             embedder = Embedder(config["embedding_model"], encoder=encoder)
         if shared is not None:
@@ -408,14 +472,15 @@ class CARStore:
             return
         # Vectors are written before records, so ids in Chroma that the records table lacks
         # were cut off by a crash in between; re-ingesting one must clear its stale metadata.
-        vectors = self.dense.collection.count()
+        chroma = self._chroma
+        vectors = chroma.collection.count()
         if vectors != len(records):
-            self._orphans = set(self.dense.ids()) - set(self.graph.records)
+            self._orphans = set(chroma.ids()) - set(self.graph.records)
             if self._orphans:
                 log.warning("%s: %d vectors have no stored record (an ingest was cut off); re-ingesting them clears them",
                             self.path, len(self._orphans))
         # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
-        self.dense.load(ordered, vectors, copy=self.path / DENSE_COPY, stamp=self._stamp())
+        chroma.load(ordered, vectors, copy=self.path / DENSE_COPY, stamp=self._stamp())
         bm25_dir = self.path / "bm25"
         if (bm25_dir / "index.json").is_file():
             self.lexical = load_lexical_index(bm25_dir)
@@ -432,12 +497,25 @@ class CARStore:
             self.lexical.build(ordered, [r.text for r in records])
             self.flush()
 
+    @property
+    def _chroma(self) -> DenseChannel:
+        """The dense channel of a store whose vectors are in Chroma (every store in a folder)."""
+        assert isinstance(self.dense, DenseChannel)
+        return self.dense
+
+    @property
+    def _outbox(self) -> bool:
+        """Whether the vectors reach the vector store after the commit, from the shared log's
+        outbox (a Chroma server; pgvector takes them in the commit)."""
+        return self.log.shared and self._shared_log.outbox
+
     def close(self) -> None:
         if self.feed is not None:
             self.feed.stop()
         with self.lock.write():
             if self._unsaved:
                 self.flush()
+            self.dense.close()
             self.log.close()
 
     def __enter__(self) -> CARStore:
@@ -608,7 +686,7 @@ class CARStore:
                                     self.location, label)
                         self._load()  # the graph may be ahead of what was written: re-read the log
                     raise
-        if self.log.shared and accepted:
+        if self._outbox and accepted:
             self._drain_after_ingest([r.doc_id for r in accepted], part)
         return part
 
@@ -651,14 +729,14 @@ class CARStore:
     ) -> None:
         """Make ``records`` (already in the graph) durable, then searchable. Into a log one process
         owns, vectors go first (a crash before the records' commit leaves orphan vectors, healed by
-        re-ingesting); into a shared log, the records' vectors commit with them and the vector
-        store is handed them after the commit (:meth:`drain_outbox`)."""
+        re-ingesting); into a shared log, the records' vectors commit with them and a Chroma server
+        is handed them after the commit (:meth:`drain_outbox`); pgvector searches them as committed."""
         timings = report.timings_s
         texts = [r.text for r in records]
         ids = [r.doc_id for r in records]
         if not self.log.shared:
             tick = time.perf_counter()
-            self.dense.upsert(
+            self._chroma.upsert(
                 ids, vectors, texts, [chroma_metadata(r) for r in records], self._client.get_max_batch_size(),
                 progress=progress, stored=set(report.updated) | (self._orphans & set(ids)),
             )
@@ -740,8 +818,9 @@ class CARStore:
         own records: it waits for another process handing them over, so that when it returns
         they are in the vector store); ``min_age_s``: only records written at least that long
         ago (the change feed's retries leave the fresh ones to their writer). Returns how many
-        this call handed over."""
-        if not self.log.shared:
+        this call handed over (none where the vector store took them in the commit: a log of one
+        process's own, or pgvector)."""
+        if not self._outbox:
             return 0
         if doc_ids is not None:
             return sum(self._hand_over(self._shared_log.pending(batch, doc_ids[i : i + batch]))
@@ -756,7 +835,7 @@ class CARStore:
         with pending as outbox:
             if outbox.rows:
                 records = [r for _, _, r, _ in outbox.rows]
-                self.dense.upsert(
+                self._chroma.upsert(
                     [r.doc_id for r in records], np.vstack([v for *_, v in outbox.rows]), [r.text for r in records],
                     [chroma_metadata(r) for r in records], self._client.get_max_batch_size(), exact=False,
                 )
@@ -803,7 +882,7 @@ class CARStore:
             self._unsaved = 0
             return
         self.lexical.save(self.path / "bm25")
-        self.dense.save(self.path / DENSE_COPY, self._stamp())
+        self._chroma.save(self.path / DENSE_COPY, self._stamp())
         self._unsaved = 0
 
     def _stamp(self) -> str:

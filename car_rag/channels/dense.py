@@ -1,13 +1,16 @@
-"""Dense retrieval over a Chroma collection holding the records' embeddings.
+"""Dense retrieval: exact over vectors held in memory, else a vector engine's HNSW index.
 
 Up to :data:`EXACT_SEARCH_LIMIT` records the search is exact, over vectors held in memory:
-Chroma's HNSW builds are not reproducible (chromadb 1.x inserts a batch on several threads,
-ignores ``num_threads`` in embedded mode and takes no seed), so the same corpus ingested
-twice would rank differently; a matrix product over 20k MiniLM vectors takes about as long
-as one HNSW query. Reading those vectors back from Chroma takes about a second at 10k records
-(it hands them over as Python floats), which a process answering one query pays in full: the
-store keeps a copy beside itself (:meth:`DenseChannel.save`), used only while it matches the
-records exactly.
+HNSW builds are not reproducible (chromadb 1.x inserts a batch on several threads, ignores
+``num_threads`` in embedded mode and takes no seed), so the same corpus ingested twice would
+rank differently; a matrix product over 20k MiniLM vectors takes about as long as one HNSW
+query. That part is one code path (:class:`VectorChannel`) whichever engine holds the vectors:
+Chroma (:class:`DenseChannel`) or pgvector in the store's PostgreSQL
+(:class:`~car_rag.channels.pgvector.PgVectorChannel`).
+
+Reading the vectors back from Chroma takes about a second at 10k records (it hands them over
+as Python floats), which a process answering one query pays in full: a store on Chroma keeps a
+copy beside itself (:meth:`DenseChannel.save`), used only while it matches the records exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Collection, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ from tqdm.auto import tqdm
 
 from car_rag.channels.base import ChannelHit
 
-__all__ = ["DenseChannel", "EXACT_SEARCH_LIMIT"]
+__all__ = ["VectorChannel", "DenseChannel", "EXACT_SEARCH_LIMIT"]
 
 log = logging.getLogger(__name__)
 
@@ -95,26 +99,119 @@ class _ExactIndex:
         return [ChannelHit(self.ids[i], float(scores[i]), rank) for rank, i in enumerate(best, 1)]
 
 
-class DenseChannel:
-    """Nearest neighbours by cosine similarity; ``where`` is a Chroma metadata filter applied
-    before ranking (a pre-filter, so filtered-out records are never candidates).
+class VectorChannel(ABC):
+    """Nearest neighbours by cosine similarity; ``where`` is the caller gate as a Chroma metadata
+    filter (:meth:`~car_rag.eligibility.CallerContext.chroma_where`), applied before ranking (a
+    pre-filter, so filtered-out records are never candidates).
 
-    Chroma's HNSW index answers until :meth:`load` has read the vectors of a collection of at
-    most ``exact_limit`` records; from then on the search is exact, and stays so while
-    :meth:`upsert` keeps the collection within that size.
-    """
+    Up to ``exact_limit`` records (:meth:`hold`, :meth:`put`) the search is exact, and the engine
+    at most says which records ``where`` admits (:meth:`_matching`, where the caller gives no
+    ``readable``); past it the engine's approximate index answers (:meth:`_nearest`). An engine
+    implements those two."""
 
-    def __init__(self, collection: Any, *, exact_limit: int = EXACT_SEARCH_LIMIT):
-        self.collection = collection
-        self.exact_limit = exact_limit
+    def __init__(self, *, exact_limit: int = EXACT_SEARCH_LIMIT):
+        self._exact_limit = exact_limit
         self._exact: _ExactIndex | None = None
         self._allowed: dict[str, np.ndarray] = {}
         """Rows each ``where`` filter admits (exact search), keyed by the filter as JSON."""
 
     @property
     def exact(self) -> bool:
-        """Whether searches are exact (else Chroma's approximate HNSW index answers)."""
+        """Whether searches are exact (else the engine's approximate HNSW index answers)."""
         return self._exact is not None
+
+    @property
+    def exact_limit(self) -> int:
+        """The most records searched exactly; lowered below what is held, the engine answers from now on."""
+        return self._exact_limit
+
+    @exact_limit.setter
+    def exact_limit(self, limit: int) -> None:
+        self._exact_limit = limit
+        if self._exact is not None and len(self._exact.ids) > limit:
+            self._exact, self._allowed = None, {}
+
+    @abstractmethod
+    def _nearest(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None) -> list[ChannelHit]:
+        """The engine's approximate top ``k`` among the records ``where`` admits."""
+
+    @abstractmethod
+    def _matching(self, where: Mapping[str, Any]) -> Iterable[str]:
+        """The ids of every record ``where`` admits, as the engine evaluates it."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Let go of what the engine holds open (connections); the channel is not used after."""
+
+    def hold(self, order: Sequence[str], vectors: Mapping[str, np.ndarray]) -> None:
+        """Search exactly over ``vectors`` (rows in ``order``), read from elsewhere than the engine
+        (a shared record log keeps them); beyond ``exact_limit`` records, the engine answers."""
+        self._allowed = {}
+        self._exact = None
+        if len(order) <= self.exact_limit:
+            if missing := [d for d in order if d not in vectors]:
+                raise ValueError(f"no vector for {len(missing)} records (e.g. {missing[0]!r}) to search exactly")
+            exact = _ExactIndex()
+            if order:
+                exact.put(order, np.vstack([vectors[d] for d in order]))
+            self._exact = exact
+
+    def put(self, doc_ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Set the exact-search rows of ``doc_ids`` (no-op when the engine answers): records another
+        process wrote, or whose vectors reach the engine later."""
+        self._allowed = {}
+        if self._exact is not None:
+            self._exact.put(doc_ids, vectors)
+            if len(self._exact.ids) > self.exact_limit:
+                self._exact = None  # grown past the limit: HNSW from now on
+
+    def search(
+        self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None,
+        readable: Callable[[Sequence[str]], np.ndarray] | None = None,
+    ) -> list[ChannelHit]:
+        """Top ``k`` by cosine among the records ``where`` admits. ``readable`` (ids → mask)
+        decides the same from the records in memory, so exact search never asks the engine
+        (which may be down, or behind a shared store's commits); the engine's search uses ``where``."""
+        if k <= 0:
+            return []
+        exact = self._exact
+        if exact is not None:
+            return exact.search(vector, k, self._admitted(exact, where, readable) if where else None)
+        return self._nearest(vector, k, where or None)
+
+    def _admitted(
+        self, exact: _ExactIndex, where: Mapping[str, Any], readable: Callable[[Sequence[str]], np.ndarray] | None
+    ) -> np.ndarray:
+        """The rows ``where`` admits, by ``readable`` or as the engine evaluates it (once per filter
+        until the rows change)."""
+        key = json.dumps(where, sort_keys=True, default=str)
+        mask = self._allowed.get(key)
+        if mask is not None:
+            return mask
+        if readable is not None:
+            mask = readable(exact.ids)
+        else:
+            admitted = self._matching(where)
+            mask = np.zeros(len(exact.ids), dtype=bool)
+            mask[[exact.rows[d] for d in admitted if d in exact.rows]] = True
+        if len(self._allowed) >= 64:
+            self._allowed = {}
+        self._allowed[key] = mask
+        return mask
+
+
+class DenseChannel(VectorChannel):
+    """Dense search over a Chroma collection holding the records' embeddings (embedded, or a
+    Chroma server).
+
+    Chroma's HNSW index answers until :meth:`load` (or :meth:`hold`) has taken the vectors of at
+    most ``exact_limit`` records; from then on the search is exact, and stays so while
+    :meth:`upsert` keeps the collection within that size.
+    """
+
+    def __init__(self, collection: Any, *, exact_limit: int = EXACT_SEARCH_LIMIT):
+        super().__init__(exact_limit=exact_limit)
+        self.collection = collection
 
     def load(
         self, order: Sequence[str] = (), count: int | None = None, *, copy: Path | None = None, stamp: str = ""
@@ -146,29 +243,6 @@ class DenseChannel:
                 self.save(copy, stamp)
             except OSError as exc:  # a read-only store still answers; it reads Chroma next time too
                 log.debug("cannot keep the exact-search vectors in %s: %s", copy, exc)
-
-    def hold(self, order: Sequence[str], vectors: Mapping[str, np.ndarray]) -> None:
-        """Search exactly over ``vectors`` (rows in ``order``), read from elsewhere than the
-        collection (a shared record log keeps them); beyond ``exact_limit`` records, Chroma
-        answers."""
-        self._allowed = {}
-        self._exact = None
-        if len(order) <= self.exact_limit:
-            if missing := [d for d in order if d not in vectors]:
-                raise ValueError(f"no vector for {len(missing)} records (e.g. {missing[0]!r}) to search exactly")
-            exact = _ExactIndex()
-            if order:
-                exact.put(order, np.vstack([vectors[d] for d in order]))
-            self._exact = exact
-
-    def put(self, doc_ids: Sequence[str], vectors: np.ndarray) -> None:
-        """Set the exact-search rows of ``doc_ids`` (no-op when Chroma answers): records another
-        process wrote, or whose vectors reach the collection later."""
-        self._allowed = {}
-        if self._exact is not None:
-            self._exact.put(doc_ids, vectors)
-            if len(self._exact.ids) > self.exact_limit:
-                self._exact = None  # grown past the limit: HNSW from now on
 
     def save(self, path: Path, stamp: str) -> None:
         """Keep the in-memory vectors in ``path`` with ``stamp`` for :meth:`load` (written whole
@@ -245,18 +319,7 @@ class DenseChannel:
             if len(got) < page:
                 return out
 
-    def search(
-        self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None,
-        readable: Callable[[Sequence[str]], np.ndarray] | None = None,
-    ) -> list[ChannelHit]:
-        """Top ``k`` by cosine among the records ``where`` admits. ``readable`` (ids → mask)
-        decides the same from the records in memory, so exact search never asks the collection
-        (which may be down, or behind a shared store's commits); Chroma's search uses ``where``."""
-        if k <= 0:
-            return []
-        exact = self._exact
-        if exact is not None:
-            return exact.search(vector, k, self._admitted(exact, where, readable) if where else None)
+    def _nearest(self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None) -> list[ChannelHit]:
         # No count() first: it scans the collection (~19 ms at 100k records), and Chroma
         # answers an empty collection or k above its size with what it has.
         result = self.collection.query(
@@ -268,22 +331,8 @@ class DenseChannel:
         ids, distances = result["ids"][0], result["distances"][0]
         return [ChannelHit(d, 1.0 - float(dist), r) for r, (d, dist) in enumerate(zip(ids, distances), 1)]
 
-    def _admitted(
-        self, exact: _ExactIndex, where: Mapping[str, Any], readable: Callable[[Sequence[str]], np.ndarray] | None
-    ) -> np.ndarray:
-        """The rows ``where`` admits, by ``readable`` or as Chroma evaluates it (once per filter
-        until the rows change)."""
-        key = json.dumps(where, sort_keys=True, default=str)
-        mask = self._allowed.get(key)
-        if mask is not None:
-            return mask
-        if readable is not None:
-            mask = readable(exact.ids)
-        else:
-            admitted = self.collection.get(where=dict(where), include=[])["ids"]
-            mask = np.zeros(len(exact.ids), dtype=bool)
-            mask[[exact.rows[d] for d in admitted if d in exact.rows]] = True
-        if len(self._allowed) >= 64:
-            self._allowed = {}
-        self._allowed[key] = mask
-        return mask
+    def _matching(self, where: Mapping[str, Any]) -> list[str]:
+        return list(self.collection.get(where=dict(where), include=[])["ids"])
+
+    def close(self) -> None:
+        """Nothing to let go of: the Chroma client is the store's."""
