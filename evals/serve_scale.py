@@ -30,9 +30,8 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
+import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -106,7 +105,7 @@ def serve(args: argparse.Namespace, url: str, schema: str, *options: str):
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
-        yield base, time.perf_counter() - started
+        yield base, time.perf_counter() - started, proc
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -116,29 +115,69 @@ def serve(args: argparse.Namespace, url: str, schema: str, *options: str):
         log.close()
 
 
-def over_http(base: str, questions: list[str], concurrency: int, requests: int) -> dict:
-    asked = [questions[i % len(questions)] for i in range(requests)]
-    ms: list[float] = []
-    errors = 0
-    local = threading.local()
+WRK_SCRIPT = """
+local bodies = {%s}
+local i = 0
+request = function()
+  i = i %% #bodies + 1
+  return wrk.format("POST", "/retrieve", {["Content-Type"] = "application/json"}, bodies[i])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('RESULT {"p50": %%f, "p95": %%f, "p99": %%f, "requests": %%d, "non2xx": %%d, '
+    .. '"errors": %%d, "us": %%d}\\n',
+    latency:percentile(50) / 1000, latency:percentile(95) / 1000, latency:percentile(99) / 1000, summary.requests,
+    e.status, e.connect + e.read + e.write + e.timeout, summary.duration))
+end
+"""
 
-    def ask(q: str) -> None:
-        nonlocal errors
-        client = getattr(local, "client", None) or httpx.Client(base_url=base, timeout=60)
-        local.client = client
-        tick = time.perf_counter()
-        got = client.post("/retrieve", json={"query": q, "k": 5})
-        ms.append((time.perf_counter() - tick) * 1000)
-        errors += got.status_code != 200
 
-    for q in questions[: 2 * concurrency]:  # warm every connection and worker
-        ask(q)
-    ms.clear()
-    tick = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(ask, asked))
-    wall = time.perf_counter() - tick
-    return {**summary(ms), "rps": requests / wall, "errors": errors, "load": load()}
+def cpu_seconds(server: subprocess.Popen) -> dict[str, float]:
+    """CPU seconds so far of the server (with its workers), PostgreSQL and the Chroma server."""
+    import psutil
+
+    def used(procs: list) -> float:
+        total = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    root = psutil.Process(server.pid)
+    every = list(psutil.process_iter(["name", "cmdline"]))
+    return {
+        "server": used([root, *root.children(recursive=True)]),
+        "postgres": used([p for p in every if (p.info["name"] or "").startswith("postgres")]),
+        "chroma": used([p for p in every if "chroma" in " ".join(cmd := p.info["cmdline"] or []) and "run" in cmd]),
+    }
+
+
+def over_http(base: str, server: subprocess.Popen, questions: list[str], concurrency: int, seconds: int) -> dict:
+    """``wrk`` (C, so the load generator takes little of the two cores) asking the questions in turn
+    at ``concurrency`` for ``seconds``; latency percentiles, requests/s, and the CPU each part used."""
+    import resource
+
+    bodies = ", ".join(json.dumps(json.dumps({"query": q, "k": 5})) for q in questions)
+    script = Path(tempfile.mkstemp(suffix=".lua")[1])
+    script.write_text(WRK_SCRIPT % bodies)
+    def wrk(duration: int) -> str:
+        command = ["wrk", "-t", str(min(2, concurrency)), "-c", str(concurrency), "-d", f"{duration}s", "-s", str(script), base]
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+    wrk(3)  # warm every connection and worker
+    before, client_before, tick = cpu_seconds(server), resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    out = wrk(seconds)
+    wall, after, client_after = time.perf_counter() - tick, cpu_seconds(server), resource.getrusage(resource.RUSAGE_CHILDREN)
+    script.unlink()
+    got = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    client = (client_after.ru_utime + client_after.ru_stime) - (client_before.ru_utime + client_before.ru_stime)
+    cores = {part: (after[part] - before[part]) / wall for part in after}
+    return {"p50": got["p50"], "p95": got["p95"], "p99": got["p99"], "n": got["requests"],
+            "rps": got["requests"] / (got["us"] / 1e6), "errors": got["non2xx"] + got["errors"], "load": load(),
+            "cores": {**cores, "wrk": client / wall}}
 
 
 def in_process(url: str, schema: str, args: argparse.Namespace, questions: list[str], anchors: str) -> dict:
@@ -168,7 +207,7 @@ def propagation(args: argparse.Namespace, url: str, schema: str, corpus_records:
         store.close()
     picked = rng.sample(unpatched, args.writes)
     delays: list[float] = []
-    with serve(args, url, schema, "--anchors", "bm25") as (a, _), serve(args, url, schema, "--anchors", "bm25") as (b, _), \
+    with serve(args, url, schema, "--anchors", "bm25") as (a, _, _), serve(args, url, schema, "--anchors", "bm25") as (b, _, _), \
             httpx.Client(timeout=60) as client:
         for n, disclosure in enumerate(picked):
             patch = {"doc_id": f"serve-scale-patch-{n}-{time.time_ns()}", "doc_type": "patch_release",
@@ -196,7 +235,8 @@ def propagation(args: argparse.Namespace, url: str, schema: str, corpus_records:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--requests", type=int, default=1000, help="requests per condition")
+    parser.add_argument("--requests", type=int, default=1000, help="requests in process per condition")
+    parser.add_argument("--seconds", type=int, default=20, help="seconds of load over HTTP per condition (wrk)")
     parser.add_argument("--writes", type=int, default=50, help="propagation: patch releases posted")
     parser.add_argument("--stores", type=Path, default=Path(".perf-stores"))
     parser.add_argument("--only", choices=["latency", "propagation"], help="run one part (default: both)")
@@ -207,7 +247,8 @@ def main() -> None:
     schema = f"serve_{args.size}"
     pgdir = args.stores / "serve-pg"
     url = pg_server.start(pgdir, port=55432 + args.size % 97)
-    results: dict = {"size": args.size, "requests": args.requests, "command": " ".join(sys.argv), "load_at_start": load()}
+    results: dict = {"size": args.size, "requests": args.requests, "seconds": args.seconds, "command": " ".join(sys.argv),
+                     "load_at_start": load()}
     try:
         with ChromaServer(args.stores / f"serve-chroma-{args.size}") as chroma:
             _repoint_chroma(url, schema, chroma.url)
@@ -218,10 +259,10 @@ def main() -> None:
                 results[f"in_process_{anchors}"] = in_process(url, schema, args, questions, anchors)
                 print(anchors, "in process", results[f"in_process_{anchors}"], flush=True)
                 for workers in (1, 2):
-                    with serve(args, url, schema, "--anchors", anchors, "--workers", str(workers)) as (base, ready_s):
+                    with serve(args, url, schema, "--anchors", anchors, "--workers", str(workers)) as (base, ready_s, proc):
                         for concurrency in (1, 8) if workers == 1 else (8,):
                             key = f"http_{anchors}_w{workers}_c{concurrency}"
-                            results[key] = {**over_http(base, questions, concurrency, args.requests), "ready_s": ready_s}
+                            results[key] = {**over_http(base, proc, questions, concurrency, args.seconds), "ready_s": ready_s}
                             print(key, results[key], flush=True)
             if args.only != "latency":
                 results["propagation"] = propagation(args, url, schema, records)
@@ -250,15 +291,20 @@ def report(r: dict) -> str:
         m = r[key]
         ratio = f"{m['p50'] / r[baseline]['p50']:.2f}x" if baseline else ""
         rps = f"{m['rps']:.1f}" if "rps" in m else ""
-        cells = [name, f"{m['p50']:.1f}", f"{m['p95']:.1f}", f"{m['p99']:.1f}", rps, ratio, str(m.get("errors", "")),
+        cores = m.get("cores")
+        used = "" if cores is None else " / ".join(f"{cores[p]:.2f}" for p in ("server", "wrk", "postgres", "chroma"))
+        cells = [name, f"{m['p50']:.1f}", f"{m['p95']:.1f}", f"{m['p99']:.1f}", rps, ratio, str(m.get("errors", "")), used,
                  f"{m['load']:.1f}"]
         return "| " + " | ".join(cells) + " |"
 
     lines = [f"# car-rag serve over a shared store: {r['size']:,} records", "",
-             f"`{r['command']}`; {r['requests']} requests per row; load average at start {r['load_at_start']:.1f} "
-             "(two shared cores; the load generator runs on the same two).", "",
-             "| condition | p50 ms | p95 ms | p99 ms | requests/s | p50 vs in process | errors | load |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"`{r['command']}`; in process {r['requests']} questions in turn, over HTTP `wrk` for {r.get('seconds', 20)} s "
+             f"per row (the scale benchmark's 200 questions in turn, JSON, k 5, no API key); load average at start "
+             f"{r['load_at_start']:.1f} (two shared cores; the load generator and both servers run on the same two). "
+             "Cores used: CPU seconds per second of wall time, per process group.", "",
+             "| condition | p50 ms | p95 ms | p99 ms | requests/s | p50 vs in process | errors | cores used: server / wrk / "
+             "PostgreSQL / Chroma | load |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for anchors in ("hybrid", "bm25") if "in_process_bm25" in r else ():
         base = f"in_process_{anchors}"
         lines.append(row(f"{anchors}: in process", base))
@@ -266,7 +312,7 @@ def report(r: dict) -> str:
         lines.append(row(f"{anchors}: HTTP, 1 worker, concurrency 8", f"http_{anchors}_w1_c8", base))
         lines.append(row(f"{anchors}: HTTP, 2 workers, concurrency 8", f"http_{anchors}_w2_c8", base))
         one, two = r[f"http_{anchors}_w1_c8"]["rps"], r[f"http_{anchors}_w2_c8"]["rps"]
-        lines.append(f"| {anchors}: 2 workers / 1 worker, requests/s | | | | {two / one:.2f}x | | | |")
+        lines.append(f"| {anchors}: 2 workers / 1 worker, requests/s | | | | {two / one:.2f}x | | | | |")
     p = r.get("propagation")
     lines += [] if p is None else ["", f"Propagation ({p['n']} patch releases posted to one server, polled on another): "
               f"p50 {p['p50']:.0f} ms, p95 {p['p95']:.0f} ms, max {p['max']:.0f} ms; {p['within_1s']}/{p['n']} within 1 s "
