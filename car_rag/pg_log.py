@@ -46,6 +46,9 @@ DEFAULT_SCHEMA = "car_rag"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 _LOCK_CLASS = 0x0CA7  # the first key of car-rag's advisory locks; the second is the schema's hash
 CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_S = 30
+"""The longest any statement may run, waiting for another writer's turn included: a stalled
+database fails a write (a 503 that stores nothing) instead of holding it for ever."""
 PGVECTOR_MIN = (0, 8)
 """pgvector's first release with iterative index scans, which keep a filtered HNSW search from
 returning fewer than k records (``hnsw.iterative_scan``)."""
@@ -99,6 +102,8 @@ class PostgresRecordLog(RecordLog):
         self._turn = threading.Lock()  # one write transaction at a time on the writing connection
         self._read: Any = None
         self._write: Any = None
+        self.statement_timeout_s = STATEMENT_TIMEOUT_S
+        """Bound on each statement of connections made from now on."""
         self.vector_column: VectorColumn | None = None
         """Set by :meth:`use_vector_column`: the pgvector column each write fills."""
 
@@ -108,7 +113,8 @@ class PostgresRecordLog(RecordLog):
         in ``pg_stat_activity`` by this process and its ``role`` (read, write, feed, outbox)."""
         try:
             return self.psycopg.connect(self.url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S,
-                                        application_name=f"car-rag {os.getpid()} {role}")
+                                        application_name=f"car-rag {os.getpid()} {role}",
+                                        options=f"-c statement_timeout={self.statement_timeout_s * 1000:.0f}")
         except self.psycopg.Error as exc:
             raise self.psycopg.OperationalError(f"cannot reach PostgreSQL at {redact_url(self.url)}: {exc}") from None
 

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -220,6 +221,22 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
         assert rerun.returncode == 0, rerun.stderr
         wait_for(lambda: len(a) == 2001, "the follower applies the batch written again")
         assert a.records["r-last"].text == "release notes, corrected"
+
+
+def test_a_writer_whose_turn_never_comes_fails_within_its_bound(tmp_path, pg, chroma, schema, security_policy):
+    """A write waits for its turn among the writers, but not for ever: a stalled database (here
+    another session holding the writers' lock) fails it at the statement timeout, nothing stored."""
+    record = {"doc_id": "r1", "doc_type": "patch_release", "text": "release notes", "scope": {"package": "p"}}
+    with CARStore.open(tmp_path / "a", security_policy, chroma_url=chroma, authority_url=pg, authority_schema=schema) as a:
+        a.log.statement_timeout_s = 2  # its connections are made at its first write
+        with psycopg.connect(pg) as holder:
+            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", a._shared_log._lock_key)  # held until rollback
+            tick = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+                a.ingest([record], progress=False, embeddings=vectors_for([record]))
+            assert 2 <= time.monotonic() - tick < 15 and len(a) == 0
+            holder.rollback()
+        assert a.ingest([record], progress=False, embeddings=vectors_for([record])).added == ["r1"]
 
 
 def test_opening_a_shared_store_says_what_is_wrong(tmp_path, pg, chroma, schema, security_policy, legal_policy):
