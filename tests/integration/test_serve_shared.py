@@ -6,11 +6,9 @@ under load, PostgreSQL restarted, Chroma gone; and a write seen by every process
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -21,25 +19,19 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
 from servers import HOST, chroma_cli, chroma_run, free_port, postgres, wait_for
 
 from car_rag import CARStore, pg_server
 
-PATCH = {"doc_id": "sec-mdrender-2.0.1-release", "doc_type": "patch_release",
-         "text": "mdrender 2.0.1: raw HTML in link titles is escaped before rendering.",
-         "scope": {"package": "mdrender", "cve_id": "CVE-2099-10009"}, "published_at": "2025-03-01"}
-VOIDED = "sec-mdrender-cve-2099-10009-disclosure"
+PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 QUESTION = "Is mdrender still vulnerable to CVE-2099-10009?"
 
 
 @pytest.fixture(scope="module")
 def pg():
-    folder = Path(tempfile.mkdtemp(prefix="car-rag-test-pg-"))
-    try:
-        with postgres(folder) as (url, port):
-            yield url, folder, port
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with postgres() as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +92,8 @@ def statuses(base: str, question: str = QUESTION) -> dict[str, str]:
 def test_a_write_to_one_process_is_seen_by_another(tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
     url, _, _ = pg
     schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
-    with serving(url, schema, tmp_path, "--anchors", "bm25") as (a, _), serving(url, schema, tmp_path, "--anchors", "bm25") as (b, _):
+    with serving(url, schema, tmp_path, "--anchors", "bm25") as (a, _), \
+            serving(url, schema, tmp_path, "--anchors", "bm25") as (b, _):
         assert statuses(b)[VOIDED] == "active"
         posted = httpx.post(f"{a}/records", json=PATCH, timeout=60)
         assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
@@ -153,29 +146,25 @@ def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, ch
 
 
 def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma, demo_policy, embedder, demo_corpus_path):
-    folder = Path(tempfile.mkdtemp(prefix="car-rag-test-pg-"))
-    try:
-        with postgres(folder) as (url, port):
-            schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
-            with serving(url, schema, tmp_path, "--anchors", "bm25") as (base, _):
-                pg_server.stop(folder)
-                unready = wait_for(lambda: (r := httpx.get(f"{base}/readyz", timeout=5)).status_code == 503 and r,
-                                   "/readyz says not ready", 15, 0.1)
-                assert "shared store is unreachable" in unready.json()["reason"]
-                # answers go on from what this process holds, labelled
-                answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 5}, timeout=30)
-                assert answer.status_code == 200
-                assert any(d.startswith("authority: the shared store is unreachable")
-                           for d in answer.json()["diagnostics"]["degraded"])
-                refused = httpx.post(f"{base}/records", json=PATCH, timeout=60)
-                assert refused.status_code == 503 and "no record of it was stored" in refused.json()["detail"]
-                pg_server.start(folder, host=HOST, port=port)
-                wait_for(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, "ready again", 30, 0.1)
-                posted = httpx.post(f"{base}/records", json=PATCH, timeout=60)
-                assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
-                assert statuses(base)[VOIDED] == "superseded"
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with postgres() as (url, folder, port):  # a server of its own: this test stops it
+        schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
+        with serving(url, schema, tmp_path, "--anchors", "bm25") as (base, _):
+            pg_server.stop(folder)
+            unready = wait_for(lambda: (r := httpx.get(f"{base}/readyz", timeout=5)).status_code == 503 and r,
+                               "/readyz says not ready", 15, 0.1)
+            assert "shared store is unreachable" in unready.json()["reason"]
+            # answers go on from what this process holds, labelled
+            answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 5}, timeout=30)
+            assert answer.status_code == 200
+            degraded = answer.json()["diagnostics"]["degraded"]
+            assert any(d.startswith("authority: the shared store is unreachable") for d in degraded), degraded
+            refused = httpx.post(f"{base}/records", json=PATCH, timeout=60)
+            assert refused.status_code == 503 and "no record of it was stored" in refused.json()["detail"]
+            pg_server.start(folder, host=HOST, port=port)
+            wait_for(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, "ready again", 30, 0.1)
+            posted = httpx.post(f"{base}/records", json=PATCH, timeout=60)
+            assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
+            assert statuses(base)[VOIDED] == "superseded"
 
 
 def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox(tmp_path, pg, demo_policy, embedder,

@@ -8,41 +8,31 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import psycopg
 import pytest
+from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, day, edge_set
 from servers import HOST, chroma_cli, chroma_run, postgres, wait_for
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag.graph import AuthorityGraph
 from car_rag.records import Record
-from helpers_records import day, edge_set
 
-PATCH = {"doc_id": "sec-mdrender-2.0.1-release", "doc_type": "patch_release",
-         "text": "mdrender 2.0.1: raw HTML in link titles is escaped before rendering.",
-         "scope": {"package": "mdrender", "cve_id": "CVE-2099-10009"}, "published_at": "2025-03-01"}
-VOIDED = "sec-mdrender-cve-2099-10009-disclosure"
+PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 
 
 @pytest.fixture(scope="module")
 def pg():
-    folder = Path(tempfile.mkdtemp(prefix="car-rag-test-pg-"))
-    try:
-        with postgres(folder) as (url, _):
-            yield url
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with postgres() as (url, _, _):
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +69,8 @@ def test_processes_share_one_truth(tmp_path, pg, chroma, schema, demo_policy, em
         assert a.dense.collection.count() == 45  # the outbox drained into the Chroma server
         ask_a, ask_b = ControllingAuthorityRetriever(a), ControllingAuthorityRetriever(b)
         for q in demo_queries:
-            top = lambda r: [(x.doc_id, x.status, x.rank) for x in r.retrieve(q["query"]).top(5)]  # noqa: E731
-            assert top(ask_a) == top(ask_b), q["query"]
+            tops = [[(x.doc_id, x.status, x.rank) for x in ask.retrieve(q["query"]).top(5)] for ask in (ask_a, ask_b)]
+            assert tops[0] == tops[1], q["query"]
 
         inserted = b.ingest([PATCH], progress=False)  # the other process writes
         assert inserted.newly_superseded == [VOIDED]
