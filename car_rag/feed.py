@@ -21,15 +21,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from car_rag.record_log import Change
 
 if TYPE_CHECKING:
     from car_rag.pg_log import PostgresRecordLog
-    from car_rag.store import CARStore
 
-__all__ = ["ChangeFeed"]
+__all__ = ["ChangeFeed", "Follower"]
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +40,21 @@ before the feed's drainer takes it: a writer waiting for its own vectors never w
 another process's call to the vector store."""
 
 
+class Follower(Protocol):
+    """What the feed keeps up: a store over a shared log (:class:`~car_rag.store.CARStore`)."""
+
+    @property
+    def location(self) -> str: ...
+
+    def catch_up(self) -> list[Change]: ...
+
+    def drain_outbox(self, *, min_age_s: float) -> int: ...
+
+
 class ChangeFeed:
     """A thread that applies a shared log's new changes to one store as they are committed."""
 
-    def __init__(self, store: CARStore, shared: PostgresRecordLog, *, poll_s: float = 1.0):
+    def __init__(self, store: Follower, shared: PostgresRecordLog, *, poll_s: float = 1.0):
         if poll_s <= 0:
             raise ValueError(f"poll_s must be positive, got {poll_s}")
         self.store, self.log, self.poll_s = store, shared, poll_s

