@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from car_rag.ambiguity import Ambiguity
 from car_rag.channels.fusion import RRF_K, FusedHit
 from car_rag.eligibility import CallerContext
 from car_rag.graph import RSSG, AuthorityGraph, Edge
@@ -154,6 +155,9 @@ class RetrievalResult:
     and rule descriptions from it when none is passed."""
     scope_posterior: ScopePosterior | None = None
     """P(scope | question) where it was estimated (the core retriever's latent-scope step)."""
+    ambiguity: Ambiguity | None = None
+    """Set when the question plausibly names several scopes it does not tell apart (see
+    :mod:`car_rag.ambiguity`); None when one scope is clearly its subject or no posterior was estimated."""
 
     def __iter__(self) -> Iterator[RetrievedRecord]:
         return iter(self.ranked)
@@ -188,6 +192,7 @@ class RetrievalResult:
             "scope_ids": self.scope_ids,
             "records": [r.to_dict() for r in self.top(k)],
             "scope_posterior": self.scope_posterior.to_dict() if self.scope_posterior is not None else None,
+            "ambiguity": self.ambiguity.to_dict() if self.ambiguity is not None else None,
             "timings_ms": self.timings_ms,
         }
 
