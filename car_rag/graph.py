@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from car_rag.policy import EXPLICIT_RULE, WILDCARD, Policy
@@ -29,6 +29,7 @@ from car_rag.records import Record
 
 __all__ = ["Edge", "AuthorityGraph", "SupersessionCycleError", "RSSG"]
 
+_NONE: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class AuthorityGraph:
         self._weak: dict[tuple[str, str], float] = {}  # (superseder, target) -> confidence, for edges below 1
         self._explicit_waiting: dict[str, set[str]] = defaultdict(set)  # absent target -> superseders
         self._disputes: dict[str, dict[str, Edge]] = defaultdict(dict)  # record -> {other: other's claim over it}
+        self._value_log: list[tuple[str, str]] = []  # (key, value) pairs in the order they first got a record
 
     # ------------------------------------------------------------------ building
     def __len__(self) -> int:
@@ -129,7 +131,10 @@ class AuthorityGraph:
     def _index(self, record: Record) -> None:
         self.records[record.doc_id] = record
         for key, value in record.scope.items():
-            self._by_scope[(key, value)].add(record.doc_id)
+            bucket = self._by_scope[(key, value)]
+            if not bucket:
+                self._value_log.append((key, value))
+            bucket.add(record.doc_id)
         self._by_type[record.doc_type].add(record.doc_id)
 
     def _link(self, edge: Edge) -> None:
@@ -290,6 +295,17 @@ class AuthorityGraph:
     def holds(self, key: str, value: str) -> bool:
         """Whether some record's scope has ``key`` = ``value`` (one entity-index probe)."""
         return bool(self._by_scope.get((key, value)))
+
+    def scope_values_since(self, position: int) -> tuple[list[tuple[str, str]], int]:
+        """Scope ``(key, value)`` pairs that got their first record since ``position`` of this
+        graph's log, and the log's new end: what an index of scope values (scope linking)
+        needs to stay in step with inserts without rescanning. A pair may repeat (removed,
+        then held again); whether it is still held is :meth:`holds`'s answer."""
+        return self._value_log[position:], len(self._value_log)
+
+    def scope_members(self, key: str, value: str) -> Set[str]:
+        """Ids of the records whose scope has ``key`` = ``value`` (a read-only view)."""
+        return self._by_scope.get((key, value), _NONE)
 
     def scope_bucket(self, record: Record) -> list[Record]:
         """Records sharing ``record``'s scope on every policy scope key it has."""

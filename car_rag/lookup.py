@@ -20,16 +20,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from car_rag.channels.base import ChannelHit
+from car_rag.channels.fusion import FusedHit, calibrated_fusion
 from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph, SupersessionCycleError
+from car_rag.latent_scope import QuestionScope, detect_ambiguity, read_question_scope
 from car_rag.layout import LayoutError, RecordLayout, decode_list
 from car_rag.policy import WILDCARD, Policy
 from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, RetrievalResult, resolve_authority
 
 __all__ = [
-    "AuthorityClosure", "AuthorityStore", "ScopeQuery", "StoredItem", "aresolve_closure", "minimal_queries", "resolve_closure",
+    "SCORE_SCALES", "AuthorityClosure", "AuthorityStore", "ScopeQuery", "StoredItem", "aresolve_closure", "minimal_queries",
+    "resolve_closure",
 ]
+
+
+SCORE_SCALES: Mapping[str, str] = {
+    "dense": "dense", "bm25": "bm25",
+    "VectorIndexRetriever": "dense", "VectorStoreRetriever": "dense", "BM25Retriever": "bm25",
+}
+"""A Stage-1 channel (an integration names its retriever's type) -> the scale of its scores
+that calibrated fusion reads (``dense``: cosine similarity; ``bm25``: relative to the best)."""
 
 
 @dataclass(frozen=True)
@@ -249,11 +261,32 @@ class AuthorityClosure:
 
     # ------------------------------------------------------------------ result
     def finish(self, caller: CallerContext | None = None) -> RetrievalResult:
-        """Stage 3 over the records found: car-rag's RSSG and active frontier."""
-        return resolve_authority(
+        """Stage 3 over the records found: car-rag's RSSG and active frontier; where the anchors'
+        scores have a scale car-rag knows, also the scope posterior and the ambiguity."""
+        scope, candidates = self._question_scope(caller)
+        result = resolve_authority(
             self.graph, self.policy, self.query, self.anchors, caller, scope_lookup_limit=self.scope_lookup_limit,
-            min_confidence=self.min_confidence,
+            min_confidence=self.min_confidence, posterior=None if scope is None else scope.posterior,
         )
+        if scope is not None:
+            result.scope_links = scope.links
+            readable = caller.can_read if caller is not None else (lambda _r: True)
+            result.ambiguity = detect_ambiguity(candidates, scope.posterior, self.graph, self.policy, readable=readable)
+        return result
+
+    def _question_scope(self, caller: CallerContext | None) -> tuple[QuestionScope | None, list[FusedHit]]:
+        """The latent-scope reading of the anchors, when every anchor has a score from a channel
+        whose scale calibrated fusion knows (a vector retriever's similarity, BM25): the
+        framework's own order is kept; only the probabilities and the ambiguity are added.
+        Ranks alone say nothing about how sure Stage 1 was, so rank-only anchors get none."""
+        scales = {SCORE_SCALES.get(a.channel, "") for a in self.anchors}
+        if not self.anchors or len(scales) != 1 or "" in scales or any(a.score is None for a in self.anchors):
+            return None, []
+        scale = scales.pop()
+        run = [ChannelHit(a.doc_id, float(a.score or 0.0), a.rank) for a in self.anchors]
+        candidates = calibrated_fusion({scale: run})
+        readable = caller.can_read if caller is not None else None
+        return read_question_scope(self.query, candidates, self.graph, self.policy, readable=readable), candidates
 
 
 log = logging.getLogger(__name__)

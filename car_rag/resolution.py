@@ -23,6 +23,7 @@ from car_rag.graph import RSSG, AuthorityGraph, Edge
 from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import Policy
 from car_rag.records import Record
+from car_rag.scope_linking import Link
 
 __all__ = ["DEFAULT_MIN_CONFIDENCE", "Anchor", "RetrievalResult", "RetrievedRecord", "ResolutionMode", "resolve_authority"]
 
@@ -155,6 +156,8 @@ class RetrievalResult:
     and rule descriptions from it when none is passed."""
     scope_posterior: ScopePosterior | None = None
     """P(scope | question) where it was estimated (the core retriever's latent-scope step)."""
+    scope_links: tuple[Link, ...] = ()
+    """Scope values the question's words name (:mod:`car_rag.scope_linking`), as linked."""
     ambiguity: Ambiguity | None = None
     """Set when the question plausibly names several scopes it does not tell apart (see
     :mod:`car_rag.ambiguity`); None when one scope is clearly its subject or no posterior was estimated."""
@@ -192,6 +195,7 @@ class RetrievalResult:
             "scope_ids": self.scope_ids,
             "records": [r.to_dict() for r in self.top(k)],
             "scope_posterior": self.scope_posterior.to_dict() if self.scope_posterior is not None else None,
+            "scope_links": [link.to_dict() for link in self.scope_links],
             "ambiguity": self.ambiguity.to_dict() if self.ambiguity is not None else None,
             "timings_ms": self.timings_ms,
         }

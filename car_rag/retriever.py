@@ -16,10 +16,11 @@ from typing import Literal
 
 import numpy as np
 
+from car_rag.ambiguity import Ambiguity
 from car_rag.channels import ChannelHit, FusedHit, LexicalIndex, reciprocal_rank_fusion
 from car_rag.channels.fusion import DEFAULT_TEMPERATURES, calibrated_fusion
 from car_rag.eligibility import CallerContext
-from car_rag.latent_scope import ScopePosterior, estimate_scope_posterior, named_scope_ids, select_anchors
+from car_rag.latent_scope import AMBIGUITY_MARGIN, QuestionScope, TieOrder, detect_ambiguity, read_question_scope, select_anchors
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
 from car_rag.store import CARStore
 
@@ -52,9 +53,11 @@ class ControllingAuthorityRetriever:
     ``fusion`` is ``"calibrated"`` (per-channel softmax over the query's scores, averaged;
     ``temperatures`` per channel) or ``"rrf"`` (reciprocal rank fusion). With
     ``latent_scope`` (default) the ``depth`` fused candidates vote a posterior over scopes,
-    the anchors cover the probable scopes (``scope_ties``, ``scope_decay``: see
-    :func:`~car_rag.latent_scope.select_anchors`) and every record reports its scope's
-    probability; without it the top ``k1`` fused hits are the anchors, as in the paper.
+    the anchors cover the probable scopes (``scope_ties``, ``scope_decay``, ``scope_tie_order``:
+    see :func:`~car_rag.latent_scope.select_anchors`), every record reports its scope's
+    probability, and a question that plausibly names several scopes it does not tell apart
+    (within ``ambiguity_margin`` of the most probable) gets the result's ``ambiguity``; without
+    it the top ``k1`` fused hits are the anchors, as in the paper.
 
     ``min_confidence`` is τ of the safe frontier: only edges at least that sure void; see
     :data:`~car_rag.resolution.DEFAULT_MIN_CONFIDENCE` for why 0.5.
@@ -75,6 +78,8 @@ class ControllingAuthorityRetriever:
         latent_scope: bool = True,
         scope_ties: float = SCOPE_TIES,
         scope_decay: float = SCOPE_DECAY,
+        scope_tie_order: TieOrder = "score",
+        ambiguity_margin: float = AMBIGUITY_MARGIN,
         min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     ):
         if anchors not in ("bm25", "dense", "hybrid"):
@@ -89,6 +94,10 @@ class ControllingAuthorityRetriever:
             raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
         if not 0.0 <= scope_ties < 1.0 or not 0.0 < scope_decay <= 1.0:
             raise ValueError(f"need 0 <= scope_ties < 1 and 0 < scope_decay <= 1, got {scope_ties}, {scope_decay}")
+        if scope_tie_order not in ("score", "state"):
+            raise ValueError(f"scope_tie_order must be 'score' or 'state', got {scope_tie_order!r}")
+        if not 0.0 <= ambiguity_margin < 1.0:
+            raise ValueError(f"ambiguity_margin must be in [0, 1), got {ambiguity_margin}")
         self.temperatures = {**DEFAULT_TEMPERATURES, **(temperatures or {})}
         if any(t <= 0 for t in self.temperatures.values()):
             raise ValueError(f"temperatures must be positive, got {self.temperatures}")
@@ -96,6 +105,8 @@ class ControllingAuthorityRetriever:
         self.latent_scope = latent_scope
         self.scope_ties = scope_ties
         self.scope_decay = scope_decay
+        self.scope_tie_order: TieOrder = scope_tie_order
+        self.ambiguity_margin = ambiguity_margin
         self.store = store
         self.anchor_mode = anchors
         self.k1 = k1
@@ -161,19 +172,26 @@ class ControllingAuthorityRetriever:
 
     def _anchors(
         self, query: str, candidates: list[FusedHit], caller: CallerContext | None
-    ) -> tuple[list[FusedHit], dict[str, list[str]] | None, ScopePosterior | None]:
-        """Anchors, the scope ids the query names (None: the policy's patterns) and the posterior."""
+    ) -> tuple[list[FusedHit], QuestionScope | None, Ambiguity | None]:
+        """Anchors, what the question says about its scope (None without the latent-scope
+        step: the policy's patterns name it) and its ambiguity."""
         if not self.latent_scope:
             return candidates[: self.k1], None, None
         graph, policy = self.store.graph, self.store.policy
         can_read = None if caller is None else caller.can_read  # None: no read check at all (the fast path)
         readable = can_read or (lambda _r: True)
-        named = named_scope_ids(query, policy, graph, can_read)
-        posterior = estimate_scope_posterior(candidates, graph, policy, named, readable)
-        anchors = select_anchors(
-            candidates, posterior, graph, policy, self.k1, ties=self.scope_ties, decay=self.scope_decay, readable=readable
+        lexical = self.lexical or self.store.lexical
+        scope = read_question_scope(
+            query, candidates, graph, policy, readable=can_read, document_frequency=lexical.document_frequency
         )
-        return anchors, named, posterior
+        anchors = select_anchors(
+            candidates, scope.posterior, graph, policy, self.k1, ties=self.scope_ties, decay=self.scope_decay,
+            tie_order=self.scope_tie_order, readable=readable,
+        )
+        ambiguity = detect_ambiguity(
+            candidates, scope.posterior, graph, policy, margin=self.ambiguity_margin, readable=readable
+        )
+        return anchors, scope, ambiguity
 
     def _mask(self, caller: CallerContext | None) -> np.ndarray | None:
         if caller is None:
@@ -194,16 +212,21 @@ class ControllingAuthorityRetriever:
         anchors: list[FusedHit],
         caller: CallerContext | None = None,
         *,
-        scope_ids: dict[str, list[str]] | None = None,
-        posterior: ScopePosterior | None = None,
+        scope: QuestionScope | None = None,
+        ambiguity: Ambiguity | None = None,
     ) -> RetrievalResult:
         """Stage 2 + 3 over the store's graph for given Stage-1 anchors (see :func:`resolve_authority`)."""
         with self.store.lock.read():
-            return resolve_authority(
+            result = resolve_authority(
                 self.store.graph, self.store.policy, query, anchors, caller,
                 resolution=self.resolution, scope_lookup_limit=self.scope_lookup_limit,
-                scope_ids=scope_ids, posterior=posterior, min_confidence=self.min_confidence,
+                scope_ids=None if scope is None else scope.named,
+                posterior=None if scope is None else scope.posterior, min_confidence=self.min_confidence,
             )
+        if scope is not None:
+            result.scope_links = scope.links
+        result.ambiguity = ambiguity
+        return result
 
     # ------------------------------------------------------------------ all stages
     def resolve_runs(
@@ -220,9 +243,9 @@ class ControllingAuthorityRetriever:
         with self.store.lock.read():
             candidates = self.fuse(runs)
             stage1_done = time.perf_counter()
-            anchors, named, posterior = self._anchors(query, candidates, caller)
+            anchors, scope, ambiguity = self._anchors(query, candidates, caller)
             latent_done = time.perf_counter()
-            result = self.resolve(query, anchors, caller, scope_ids=named, posterior=posterior)
+            result = self.resolve(query, anchors, caller, scope=scope, ambiguity=ambiguity)
         result.timings_ms = {
             "stage1": (stage1_done - started) * 1000,
             "latent_scope": (latent_done - stage1_done) * 1000,

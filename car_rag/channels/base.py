@@ -46,6 +46,12 @@ class LexicalIndex(ABC):
     def scores(self, query: str) -> np.ndarray:
         """Score of every indexed record for ``query``, in index order."""
 
+    def document_frequency(self, phrase: str) -> int:
+        """How many indexed records contain ``phrase``'s words (any of them, here; backends that
+        keep postings count records holding all of them): how common a scope value is as a
+        word of the corpus, which scope linking weighs."""
+        return int(np.count_nonzero(self.scores(phrase) > 0))
+
     def search(self, query: str, k: int, mask: np.ndarray | None = None) -> list[ChannelHit]:
         """Top ``k`` records with a positive score; masked-out records are never scored."""
         scores = self.scores(query) if mask is None else np.where(mask, self.scores(query), 0.0)

@@ -129,6 +129,16 @@ class IncrementalBM25Index(LexicalIndex):
             scores[docs] += (idf * tf / (norm + tf)).astype(np.float32)
         return scores
 
+    def document_frequency(self, phrase: str) -> int:
+        """Records holding every word of ``phrase`` (postings intersected); 0 when a word was never indexed."""
+        ids = self._tokenizer.tokenize([phrase], update_vocab=False, return_as="ids", show_progress=False)[0]
+        if not ids or 0 in ids:  # only stop words, or a word no record holds
+            return 0
+        docs = self._postings(ids[0])[0]
+        for term in ids[1:]:
+            docs = np.intersect1d(docs, self._postings(term)[0], assume_unique=True)
+        return len(docs)
+
     # ------------------------------------------------------------------ persistence
     def _save_body(self, folder: Path) -> None:
         self._compact()

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
+from car_rag.evidence.digest import ambiguity_sentence
 from car_rag.evidence.packets import (
     AuthorityLink,
     EvidencePacket,
@@ -52,6 +53,7 @@ from car_rag.evidence.xml_tree import Element, iso_date, short_number
 from car_rag.policy import EXPLICIT_RULE
 
 if TYPE_CHECKING:
+    from car_rag.ambiguity import Ambiguity
     from car_rag.policy import Policy
     from car_rag.retriever import RetrievalResult
 
@@ -292,6 +294,8 @@ def _document(
     rationale: bool,
     indent: str | None,
     compact: bool,
+    ambiguity: Ambiguity | None,
+    policy: Policy | None,
 ) -> str:
     # A packet-ref may name an omitted or dropped packet (each is listed with its id), so a
     # packet renders the same whatever else is shown: prompts that share their first
@@ -300,6 +304,14 @@ def _document(
     for p in [*shown, *omitted, *dropped]:
         refs.setdefault(p.doc_id, p.evidence_packet_id)
     root = Element("evidence", {"query-id": query_id})
+    if ambiguity is not None:
+        note = root.add(Element("ambiguity", {"subjects": str(ambiguity.scopes)}, ambiguity_sentence(ambiguity, policy)))
+        for member in ambiguity.members:
+            note.add(Element("subject", {
+                "scope": "; ".join(f"{k}={v}" for k, v in member.scope.items()),
+                "probability": f"{member.probability:.2f}", "state": member.state,
+                "controlling": " ".join(member.controlling) or None,
+            }))
     for packet in shown:
         root.add(_packet_element(packet, refs, rationale, compact))
     for group in _conflict_groups(shown, compact):
@@ -370,7 +382,10 @@ def render_xml(
         shown, omitted = ordered, []
     dropped: list[EvidencePacket] = []
     count = token_counter or approx_tokens
-    options: dict[str, Any] = {"query_id": query_id, "rationale": rationale, "indent": indent, "compact": compact}
+    options: dict[str, Any] = {
+        "query_id": query_id, "rationale": rationale, "indent": indent, "compact": compact,
+        "ambiguity": getattr(evidence, "ambiguity", None), "policy": policy,
+    }
     text = _document(shown, omitted, dropped, budget=token_budget, **options)
     # Active packets precede superseded ones in ``shown``, each in rank order, so the last
     # one is always the least useful: superseded provenance first, lowest rank first.

@@ -13,13 +13,14 @@ of a version (evals/results/llm-ghsa-freeform-reader/choices/).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from car_rag.ambiguity import Ambiguity
 from car_rag.evidence.packets import AuthorityLink, EvidencePacket, confidence_words, scope_groups, uncertain_scope
 from car_rag.policy import Policy
 
-__all__ = ["DigestLine", "authority_digest", "record_phrase", "subject_phrase"]
+__all__ = ["DigestLine", "ambiguity_sentence", "authority_digest", "record_phrase", "subject_phrase"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,42 @@ def subject_phrase(scope: dict[str, str], policy: Policy | None = None) -> str:
     keys = [k for k in (policy.scope_keys if policy else ()) if k in scope]
     keys += [k for k in scope if not policy or k not in policy.scope_keys]
     return ", ".join(scope[k] for k in keys)
+
+
+_LISTED = 3
+"""Subjects named per state in the ambiguity sentence; the rest are counted."""
+
+
+def ambiguity_sentence(ambiguity: Ambiguity, policy: Policy | None = None) -> str:
+    """One line for the reader: how many subjects the question matches without telling them
+    apart, how many are in each current state, and that the evidence does not say which is
+    meant. "The question matches 9 subjects it does not tell apart (all puppet): 1 patched
+    (CVE-2024-00251), 8 vulnerable (CVE-2023-99314, CVE-2023-94633, CVE-2023-92794 and 5
+    more). The documents below do not say which one is meant." Values come from records:
+    white space of any kind (line and paragraph separators included) is folded to a space,
+    so no value can start a line of its own."""
+    members = ambiguity.members
+    keys = [k for k in (policy.scope_keys if policy else ()) if any(k in m.scope for m in members)]
+    keys += [k for m in members for k in m.scope if k not in keys]
+    shared = [k for k in keys if len({m.scope.get(k) for m in members}) == 1 and members[0].scope.get(k) is not None]
+    differing = [k for k in keys if k not in shared]
+
+    def fold(value: str) -> str:
+        return " ".join(value.split())
+
+    def named(scope: Mapping[str, str]) -> str:
+        return ", ".join(fold(scope[k]) for k in differing if k in scope) or "?"
+
+    parts = []
+    for state, count in ambiguity.states.items():
+        names = [named(m.scope) for m in members if m.state == state]
+        listed = ", ".join(names[:_LISTED]) + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+        parts.append(f"{count} {fold(state.replace('_', ' '))} ({listed})")
+    common = f" (all {', '.join(fold(members[0].scope[k]) for k in shared)})" if shared else ""
+    return (
+        f"The question matches {ambiguity.scopes} subjects it does not tell apart{common}: {'; '.join(parts)}. "
+        "The documents below do not say which one is meant."
+    )
 
 
 def _shared_scope(packets: Sequence[EvidencePacket]) -> dict[str, str]:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
-from car_rag.evidence.digest import subject_phrase
+from car_rag.evidence.digest import ambiguity_sentence, subject_phrase
 from car_rag.evidence.packets import SupersededMode, confidence_words, record_label, uncertain_scope
 from car_rag.evidence.xml_tree import iso_date
 
@@ -97,8 +97,11 @@ def render_plain(
     guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
     possibly: dict[str, list[tuple[str, float]]] = {}  # contested doc_id -> (its weak voider's label, confidence)
     disputed: dict[str, list[str]] = {}  # doc_id -> the records disputing its authority, with their rule
+    lead = ""  # the ambiguity sentence, where the question names several subjects it does not tell apart
     if hasattr(evidence, "top"):
         result = cast("RetrievalResult", evidence)
+        if result.ambiguity is not None:
+            lead = f"Note: {ambiguity_sentence(result.ambiguity, result.policy)}\n\n"
         shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
         # Named by label, not by document number: a token budget can renumber the documents.
         possibly = {r.doc_id: [(_label(result, e.superseder), e.confidence) for e in r.contested_by]
@@ -130,10 +133,10 @@ def render_plain(
     kept: list[str] = []
     for rec, text in zip(records, texts):
         trial = doc(len(kept) + 1, rec, text)
-        if token_budget is None or not kept or count("\n\n".join([*kept, trial])) <= token_budget:
+        if token_budget is None or not kept or count(lead + "\n\n".join([*kept, trial])) <= token_budget:
             kept.append(trial)
-    if token_budget is not None and kept and count(kept[0]) > token_budget:
+    if token_budget is not None and kept and count(lead + kept[0]) > token_budget:
         words = texts[0].split(" ")
-        keep = max(1, int(len(words) * token_budget / count(kept[0])))
+        keep = max(1, int(len(words) * max(token_budget - count(lead), 1) / count(kept[0])))
         kept[0] = doc(1, records[0], " ".join(words[:keep]) + " […]")
-    return "\n\n".join(kept)
+    return lead + "\n\n".join(kept)

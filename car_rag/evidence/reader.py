@@ -22,10 +22,10 @@ Every string is escaped by :mod:`car_rag.evidence.xml_tree`: retrieved text neve
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
-from car_rag.evidence.digest import authority_digest, record_phrase, subject_phrase
+from car_rag.evidence.digest import ambiguity_sentence, authority_digest, record_phrase, subject_phrase
 from car_rag.evidence.packets import (
     EvidencePacket,
     SupersededMode,
@@ -37,6 +37,7 @@ from car_rag.evidence.packets import (
 from car_rag.evidence.xml_tree import Element, iso_date
 
 if TYPE_CHECKING:
+    from car_rag.ambiguity import Ambiguity
     from car_rag.policy import Policy
     from car_rag.retriever import RetrievalResult
 
@@ -100,10 +101,12 @@ def _packet(packet: EvidencePacket, refs: dict[str, str], policy: Policy | None,
 
 def _document(
     shown: list[EvidencePacket], hidden_refs: dict[str, str], policy: Policy | None, *, query_id: str | None,
-    indent: str | None, dropped: list[str], cut_to: int | None,
+    indent: str | None, dropped: list[str], cut_to: int | None, ambiguity: Ambiguity | None,
 ) -> str:
     refs = {**hidden_refs, **{p.doc_id: p.evidence_packet_id for p in shown}}
     root = Element("evidence", {"query-id": query_id})
+    if ambiguity is not None:
+        root.add(Element("ambiguity", {"subjects": str(ambiguity.scopes)}, ambiguity_sentence(ambiguity, policy)))
     lines = authority_digest(shown, policy, refs=hidden_refs)
     if lines:
         root.add(Element("digest", text="\n".join(line.text for line in lines)))
@@ -153,7 +156,7 @@ def render_reader(
     shown = [p for p in ordered if p.is_active or superseded == "include"]
     not_shown = {p.doc_id: p.evidence_packet_id for p in ordered if p not in shown}
     count = token_counter or approx_tokens
-    options = {"query_id": query_id, "indent": indent}
+    options: dict[str, Any] = {"query_id": query_id, "indent": indent, "ambiguity": getattr(evidence, "ambiguity", None)}
     dropped: list[str] = []
     if token_budget is not None:
         # Greedy in reader order: keep each packet that still fits, drop one that does not

@@ -1,0 +1,211 @@
+"""Scope linking: the scope values a question names in its own words.
+
+Policy ``scope_patterns`` catch identifiers with a shape (``CVE-2019-10744``); a package
+called ``express``, a drug called ``metformin``, a party, a ticker written as a word have
+none. This module reads the question's word n-grams against every scope value the store
+holds, normalised (case, punctuation, a possessive ``'s``): ``Node.js`` names ``nodejs``,
+``Roberts v. Moore, 312 U.S. 760`` names ``roberts_v_moore_312us760``, ``EMP030-Harris's``
+names ``EMP030-Harris``. Exact forms are tried first; then a bounded fuzzy step drops a
+plural ending (``metformins``). Values of three characters or fewer (``C``, ``GE``, ``go``)
+link only where the question writes them verbatim, case included.
+
+A match is a *candidate*: ``express`` is also an English verb. :func:`accepted_links`
+keeps a candidate only where the evidence says the word names the entity here: its
+*specificity* (of the records whose text holds the value's words, the share that carry the
+value; a common word held by many other records scores low: the IDF weighting) and its
+*support* (the share of the question's scope posterior that Stage 1 already puts on scopes
+with that value).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import weakref
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from bm25s.stopwords import STOPWORDS_EN
+
+from car_rag.graph import AuthorityGraph
+from car_rag.records import Record
+
+__all__ = [
+    "Link", "ScopeValueIndex", "candidate_links", "accepted_links", "value_index",
+    "LINK_SUPPORT", "LINK_SPECIFICITY", "LINK_MIN_SUPPORT", "MAX_WORDS",
+]
+
+LINK_SUPPORT = 0.5
+"""A candidate links when Stage 1 already puts at least this share of the scope posterior on
+scopes holding the value (chosen on the dev suites: ``evals/do_no_harm.py``)."""
+LINK_SPECIFICITY = 0.5
+"""…or when at least this share of the records whose text holds the value's words carry the
+value (the word names the entity in this corpus, not something else)…"""
+LINK_MIN_SUPPORT = 0.05
+"""…and Stage 1 gives its scopes at least this share: a specific word the question uses in
+another sense ("how do I express …") is not linked where the posterior says no."""
+MAX_WORDS = 8
+"""The longest run of question words read as one value (a case citation runs to seven)."""
+SHORT = 3
+"""Values this short or shorter link only verbatim (tickers such as ``C``, ``GE``)."""
+
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b", re.IGNORECASE)
+_WORD = re.compile(r"[^\W_]+")
+_STOP = frozenset(STOPWORDS_EN)
+
+
+def words(text: str) -> list[str]:
+    """``text``'s words, normalised: NFKC, lower case, a possessive ``'s`` dropped, split at
+    anything that is not a letter or a digit."""
+    return _WORD.findall(_POSSESSIVE.sub("", unicodedata.normalize("NFKC", text)).lower())
+
+
+def forms(value: str) -> set[str]:
+    """The normalised forms a value is found by: its words spaced, and run together."""
+    parts = words(value)
+    return {" ".join(parts), "".join(parts)} - {""}
+
+
+@dataclass(frozen=True)
+class Link:
+    """Scope value ``value`` of ``key``, named by the question's words ``words``."""
+
+    key: str
+    value: str
+    words: str
+    match: Literal["exact", "fuzzy"]
+    specificity: float | None = None
+    """Of the records whose text holds the value's words, the share carrying the value (None:
+    no record's text holds them, e.g. a one-letter ticker the BM25 tokenizer drops)."""
+    support: float = 0.0
+    """The share of the question's scope posterior on scopes holding the value, before linking."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "key": self.key, "value": self.value, "words": self.words, "match": self.match,
+            "specificity": None if self.specificity is None else round(self.specificity, 4),
+            "support": round(self.support, 4),
+        }
+
+
+class ScopeValueIndex:
+    """Normalised forms of every scope value a graph holds, kept in step with its inserts
+    (it reads only the pairs added since it last looked)."""
+
+    def __init__(self, graph: AuthorityGraph):
+        self._graph = graph
+        self._position = 0
+        self._forms: dict[str, set[tuple[str, str]]] = defaultdict(set)
+
+    def lookup(self, form: str) -> set[tuple[str, str]]:
+        """``(key, value)`` pairs still held whose form is ``form``."""
+        pairs, self._position = self._graph.scope_values_since(self._position)
+        for key, value in pairs:
+            for f in forms(value):
+                self._forms[f].add((key, value))
+        return {pair for pair in self._forms.get(form, ()) if self._graph.holds(*pair)}
+
+
+_INDEXES: weakref.WeakKeyDictionary[AuthorityGraph, ScopeValueIndex] = weakref.WeakKeyDictionary()
+
+
+def value_index(graph: AuthorityGraph) -> ScopeValueIndex:
+    """The graph's scope-value index, built on first use and then kept in step."""
+    index = _INDEXES.get(graph)
+    if index is None:
+        index = _INDEXES[graph] = ScopeValueIndex(graph)
+    return index
+
+
+def _spans(query: str) -> list[tuple[int, int, str, list[str]]]:
+    """Every run of up to MAX_WORDS words: (start, end, verbatim text, normalised words)."""
+    text = _POSSESSIVE.sub("", unicodedata.normalize("NFKC", query))
+    found = [(m.start(), m.end(), m.group(0)) for m in _WORD.finditer(text)]
+    spans = []
+    for i in range(len(found)):
+        for j in range(i + 1, min(i + MAX_WORDS, len(found)) + 1):
+            parts = [w.lower() for _, _, w in found[i:j]]
+            spans.append((i, j, text[found[i][0] : found[j - 1][1]], parts))
+    return spans
+
+
+def _fuzzy(word: str) -> list[str]:
+    """A plural ending dropped (bounded: words of five letters or more, one ending)."""
+    if len(word) < 5 or not word.isalpha():
+        return []
+    return [word[:-2]] * word.endswith("es") + [word[:-1]] * word.endswith("s")
+
+
+def candidate_links(
+    query: str, graph: AuthorityGraph, readable: Callable[[Record], bool] | None = None
+) -> list[Link]:
+    """Scope values the question's words match (longest first, spans not overlapping), among
+    values held by records ``readable`` allows: a caller never learns that a value exists in
+    records it may not read."""
+    index = value_index(graph)
+    taken: set[int] = set()
+    links: list[Link] = []
+    for start, end, verbatim, parts in sorted(_spans(query), key=lambda s: (s[0] - s[1], s[0])):
+        if taken & set(range(start, end)):
+            continue
+        if len(parts) == 1 and parts[0] in _STOP:
+            continue
+        tries: list[tuple[str, Literal["exact", "fuzzy"]]] = [(" ".join(parts), "exact"), ("".join(parts), "exact")]
+        if len(parts) == 1:
+            tries += [(f, "fuzzy") for f in _fuzzy(parts[0])]
+        matched = []
+        for form, how in tries:
+            for key, value in sorted(index.lookup(form)):
+                if len(value) <= SHORT and value != verbatim:
+                    continue
+                if readable is not None and not any(readable(graph.records[d]) for d in graph.scope_members(key, value)):
+                    continue
+                matched.append(Link(key, value, verbatim, how))
+            if matched:
+                break
+        if matched:
+            taken |= set(range(start, end))
+            links += [m for m in matched if (m.key, m.value) not in {(x.key, x.value) for x in links}]
+    return links
+
+
+def accepted_links(
+    links: Iterable[Link],
+    graph: AuthorityGraph,
+    support: Callable[[str, str], float],
+    document_frequency: Callable[[str], int] | None = None,
+) -> list[Link]:
+    """The candidates the evidence says name the entity (see the module's docstring): each
+    returned with its specificity and support filled in."""
+    kept = []
+    for link in links:
+        share = support(link.key, link.value)
+        specificity = None
+        if document_frequency is not None:
+            held_by = document_frequency(" ".join(words(link.value)))
+            if held_by > 0:
+                specificity = min(1.0, len(graph.scope_members(link.key, link.value)) / held_by)
+        specific = specificity is not None and specificity >= LINK_SPECIFICITY and share >= LINK_MIN_SUPPORT
+        if share >= LINK_SUPPORT or specific:
+            kept.append(Link(link.key, link.value, link.words, link.match, specificity, share))
+    return kept
+
+
+def values_by_key(links: Sequence[Link]) -> dict[str, list[str]]:
+    """Linked values grouped by scope key, in the question's order."""
+    out: dict[str, list[str]] = {}
+    for link in links:
+        if link.value not in out.setdefault(link.key, []):
+            out[link.key].append(link.value)
+    return out
+
+
+def merge(first: Mapping[str, Sequence[str]], second: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Values by key from both, ``first``'s first."""
+    out = {k: list(v) for k, v in first.items()}
+    for key, values in second.items():
+        out.setdefault(key, [])
+        out[key] += [v for v in values if v not in out[key]]
+    return out
