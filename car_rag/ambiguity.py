@@ -55,3 +55,19 @@ class Ambiguity:
             "states": dict(self.states),
             "members": [m.to_dict() for m in self.members],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ambiguity:
+        """The inverse of :meth:`to_dict` (what framework annotations carry); ValueError names
+        the field that is missing or of the wrong type."""
+        try:
+            members = tuple(
+                AmbiguousScope(
+                    {str(k): str(v) for k, v in m["scope"].items()}, float(m["probability"]), str(m["state"]),
+                    tuple(str(d) for d in m.get("controlling", ())),
+                )
+                for m in data["members"]
+            )
+            return cls(int(data["scopes"]), {str(k): int(v) for k, v in data["states"].items()}, members)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"ambiguity: not an ambiguity object ({type(exc).__name__}: {exc})") from exc

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from car_rag.ambiguity import Ambiguity
 from car_rag.graph import Edge
 from car_rag.layout import (
+    CAR_AMBIGUITY,
     CAR_ANCHOR_ID,
     CAR_CONTESTED_BY,
     CAR_DISPUTED_BY,
@@ -22,6 +24,7 @@ from car_rag.layout import (
     CAR_RANK,
     CAR_ROLE,
     CAR_RULE,
+    CAR_SCOPE_PROBABILITY,
     CAR_STAGE1_CHANNEL,
     CAR_STAGE1_RANK,
     CAR_STAGE1_SCORE,
@@ -85,6 +88,8 @@ def annotations_for(item: RetrievedRecord, result: RetrievalResult) -> dict[str,
         CAR_STAGE1_CHANNEL: next(iter(hit.channel_ranks), None) if hit else None,
         CAR_POLICY: result.policy.name if result.policy is not None else None,
         CAR_QUERY: result.query,
+        CAR_SCOPE_PROBABILITY: None if item.scope_probability is None else round(item.scope_probability, 4),
+        CAR_AMBIGUITY: None if result.ambiguity is None else result.ambiguity.to_dict(),
     }
 
 
@@ -95,7 +100,7 @@ def unresolved_annotations(query: str, policy: Policy | None) -> dict[str, Any]:
         CAR_RULE: None, CAR_VOIDED_BY: [], CAR_VOIDS: [], CAR_CONTESTED_BY: [], CAR_DISPUTED_BY: [],
         CAR_HIDDEN_SUPERSEDER: False,
         CAR_STAGE1_RANK: None, CAR_STAGE1_SCORE: None, CAR_STAGE1_CHANNEL: None,
-        CAR_POLICY: policy.name if policy else None, CAR_QUERY: query,
+        CAR_POLICY: policy.name if policy else None, CAR_QUERY: query, CAR_SCOPE_PROBABILITY: None, CAR_AMBIGUITY: None,
     }
 
 
@@ -136,7 +141,12 @@ def _annotated(record: Record, meta: Mapping[str, Any], rank: int) -> RetrievedR
         contested_by=_edges(meta.get(CAR_CONTESTED_BY), record.doc_id, incoming=True),
         disputed_by=_edges(meta.get(CAR_DISPUTED_BY), record.doc_id, incoming=True),
         hidden_superseder=bool(meta.get(CAR_HIDDEN_SUPERSEDER)),
+        scope_probability=_probability(meta.get(CAR_SCOPE_PROBABILITY)),
     )
+
+
+def _probability(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _linked(link: Mapping[str, Any], rank: int) -> RetrievedRecord:
@@ -173,4 +183,7 @@ def result_from_annotations(
                 ranked.append(_linked(link, len(ranked) + 1))
     anchors = [r.stage1 for r in ranked if r.stage1 is not None]
     scope_ids = policy.scope_ids_in(query) if policy is not None else {}
-    return RetrievalResult(query, ranked, anchors, scope_ids, {}, policy)
+    result = RetrievalResult(query, ranked, anchors, scope_ids, {}, policy)
+    noted = next((meta[CAR_AMBIGUITY] for _, meta in items if isinstance(meta.get(CAR_AMBIGUITY), Mapping)), None)
+    result.ambiguity = None if noted is None else Ambiguity.from_dict(noted)
+    return result

@@ -129,6 +129,10 @@ def _caller(args: argparse.Namespace) -> CallerContext | None:
 
 
 def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
+    if result.ambiguity is not None:
+        from car_rag.evidence.digest import ambiguity_sentence
+
+        print(f"ambiguous: {ambiguity_sentence(result.ambiguity, result.policy)}", file=out)
     shown = result.top(k)
     ids = {r.doc_id for r in shown}
     provenance = [r for r in result.superseded if r.doc_id not in ids and set(r.superseded_by) & ids]
@@ -265,6 +269,11 @@ def _retriever_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-latent-scope", dest="latent_scope", action="store_false",
                         help="take the top k1 fused hits as anchors (the paper's two-stage) instead of anchors that "
                              "cover the probable scopes; records then carry no scope probability")
+    parser.add_argument("--scope-tie-order", default="score", choices=["score", "state"],
+                        help="order of scopes the question cannot tell apart: score (Stage-1 score, then newest; the "
+                             "default) or state (a different current state first, the order before issue 30, kept only "
+                             "to measure it: it wins where a benchmark asks about the one changed scope among identical "
+                             "ones and loses where most changed)")
     parser.add_argument("--resolution", default="rules", choices=["rules", "timestamp"],
                         help="rules: the policy's rules; timestamp: the paper's later-in-scope baseline")
     parser.add_argument("--min-confidence", type=_confidence, default=DEFAULT_MIN_CONFIDENCE,
@@ -276,7 +285,7 @@ def _retriever_arguments(parser: argparse.ArgumentParser) -> None:
 def _retriever_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of :class:`ControllingAuthorityRetriever` (but ``anchors``) from those options."""
     return {"k1": args.k1, "depth": max(args.depth, args.k1), "resolution": args.resolution, "fusion": args.fusion,
-            "latent_scope": args.latent_scope, "min_confidence": args.min_confidence}
+            "latent_scope": args.latent_scope, "scope_tie_order": args.scope_tie_order, "min_confidence": args.min_confidence}
 
 
 UNRESTRICTED_WARNING = (

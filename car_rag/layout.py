@@ -26,6 +26,7 @@ from car_rag.policy import Policy
 from car_rag.records import Record
 
 __all__ = [
+    "CAR_AMBIGUITY",
     "CAR_ANCHOR_ID",
     "CAR_ANNOTATION_KEYS",
     "CAR_CONTESTED_BY",
@@ -37,6 +38,7 @@ __all__ = [
     "CAR_RANK",
     "CAR_ROLE",
     "CAR_RULE",
+    "CAR_SCOPE_PROBABILITY",
     "CAR_STAGE1_CHANNEL",
     "CAR_STAGE1_RANK",
     "CAR_STAGE1_SCORE",
@@ -93,11 +95,16 @@ CAR_POLICY = "car_policy"
 """Name of the policy the record was resolved under."""
 CAR_QUERY = "car_query"
 """The query it was resolved for."""
+CAR_SCOPE_PROBABILITY = "car_scope_probability"
+"""How probable it is that the question is about this record's scope (None: not estimated)."""
+CAR_AMBIGUITY = "car_ambiguity"
+"""The result's ambiguity (:meth:`car_rag.ambiguity.Ambiguity.to_dict`), on every item; None when one
+scope is clearly the question's subject or no posterior was estimated."""
 
 CAR_ANNOTATION_KEYS = (
     CAR_STATUS, CAR_ROLE, CAR_RANK, CAR_ANCHOR_ID, CAR_SUPERSEDED_BY, CAR_RULE, CAR_VOIDED_BY, CAR_VOIDS,
     CAR_CONTESTED_BY, CAR_DISPUTED_BY, CAR_HIDDEN_SUPERSEDER, CAR_STAGE1_RANK, CAR_STAGE1_SCORE, CAR_STAGE1_CHANNEL,
-    CAR_POLICY, CAR_QUERY,
+    CAR_POLICY, CAR_QUERY, CAR_SCOPE_PROBABILITY, CAR_AMBIGUITY,
 )
 
 _LISTS = ("supersedes", "allowed_principals")

@@ -5,8 +5,9 @@ called ``express``, a drug called ``metformin``, a party, a ticker written as a 
 none. This module reads the question's word n-grams against every scope value the store
 holds, normalised (case, punctuation, a possessive ``'s``): ``Node.js`` names ``nodejs``,
 ``Roberts v. Moore, 312 U.S. 760`` names ``roberts_v_moore_312us760``, ``EMP030-Harris's``
-names ``EMP030-Harris``. Exact forms are tried first; then a bounded fuzzy step drops a
-plural ending (``metformins``). Values of three characters or fewer (``C``, ``GE``, ``go``)
+names ``EMP030-Harris``. Exact forms are tried first; then two bounded fuzzy steps: a
+plural ending dropped (``metformins``), and a name given without the numbers its value
+carries (``Harlan v. Mercer`` for ``harlan_v_mercer_611f3d204``). Values of three characters or fewer (``C``, ``GE``, ``go``)
 link only where the question writes them verbatim, case included.
 
 A match is a *candidate*: ``express`` is also an English verb. :func:`accepted_links`
@@ -62,10 +63,18 @@ def words(text: str) -> list[str]:
     return _WORD.findall(_POSSESSIVE.sub("", unicodedata.normalize("NFKC", text)).lower())
 
 
-def forms(value: str) -> set[str]:
-    """The normalised forms a value is found by: its words spaced, and run together."""
+def forms(value: str) -> dict[str, bool]:
+    """The normalised forms a value is found by, each with whether it is only a partial form:
+    its words spaced, and run together (exact); and for a value whose words are a name plus
+    numbers, the name alone (``harlan v mercer`` for ``harlan_v_mercer_611f3d204``: a case
+    named without its citation), a partial form."""
     parts = words(value)
-    return {" ".join(parts), "".join(parts)} - {""}
+    out = {" ".join(parts): False, "".join(parts): False}
+    name = [w for w in parts if not any(ch.isdigit() for ch in w)]
+    if len(name) >= 2 and len(name) < len(parts):
+        out.setdefault(" ".join(name), True)
+    out.pop("", None)
+    return out
 
 
 @dataclass(frozen=True)
@@ -97,15 +106,15 @@ class ScopeValueIndex:
     def __init__(self, graph: AuthorityGraph):
         self._graph = graph
         self._position = 0
-        self._forms: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self._forms: dict[str, set[tuple[str, str, bool]]] = defaultdict(set)
 
-    def lookup(self, form: str) -> set[tuple[str, str]]:
-        """``(key, value)`` pairs still held whose form is ``form``."""
+    def lookup(self, form: str) -> set[tuple[str, str, bool]]:
+        """``(key, value, partial)`` for the values still held that have ``form``."""
         pairs, self._position = self._graph.scope_values_since(self._position)
         for key, value in pairs:
-            for f in forms(value):
-                self._forms[f].add((key, value))
-        return {pair for pair in self._forms.get(form, ()) if self._graph.holds(*pair)}
+            for f, partial in forms(value).items():
+                self._forms[f].add((key, value, partial))
+        return {entry for entry in self._forms.get(form, ()) if self._graph.holds(entry[0], entry[1])}
 
 
 _INDEXES: weakref.WeakKeyDictionary[AuthorityGraph, ScopeValueIndex] = weakref.WeakKeyDictionary()
@@ -157,12 +166,12 @@ def candidate_links(
             tries += [(f, "fuzzy") for f in _fuzzy(parts[0])]
         matched = []
         for form, how in tries:
-            for key, value in sorted(index.lookup(form)):
+            for key, value, partial in sorted(index.lookup(form)):
                 if len(value) <= SHORT and value != verbatim:
                     continue
                 if readable is not None and not any(readable(graph.records[d]) for d in graph.scope_members(key, value)):
                     continue
-                matched.append(Link(key, value, verbatim, how))
+                matched.append(Link(key, value, verbatim, "fuzzy" if partial else how))
             if matched:
                 break
         if matched:

@@ -44,6 +44,7 @@ from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.serve.keys import ApiKey, ApiKeys
 from car_rag.serve.schema import (
+    AmbiguityOut,
     Candidate,
     ChannelEvidence,
     Diagnostics,
@@ -55,6 +56,7 @@ from car_rag.serve.schema import (
     RecordsResponse,
     RetrieveRequest,
     RetrieveResponse,
+    ScopeLinkOut,
     ScopeProbability,
 )
 from car_rag.store import CARStore, IngestReport
@@ -296,6 +298,8 @@ class Service:
                 anchors=len(result.anchors),
                 scope_ids=result.scope_ids,
                 scope_posterior=None if posterior is None else [ScopeProbability.model_validate(p) for p in posterior.to_dict()],
+                scope_links=[ScopeLinkOut.model_validate(link.to_dict()) for link in result.scope_links],
+                ambiguity=None if result.ambiguity is None else AmbiguityOut.model_validate(result.ambiguity.to_dict()),
                 degraded=degraded,
             ),
         )

@@ -120,12 +120,39 @@ class ScopeProbability(_Strict):
     probability: float
 
 
+class AmbiguousSubject(_Strict):
+    scope: dict[str, str]
+    probability: float
+    state: str = Field(description="its current state, in the policy's words")
+    controlling: list[str] = Field(description="the records that control it (those the key may read)")
+
+
+class AmbiguityOut(_Strict):
+    scopes: int = Field(description="how many scopes the question plausibly names without telling them apart (>= 2)")
+    states: dict[str, int] = Field(description="how many of them are in each current state")
+    members: list[AmbiguousSubject]
+
+
+class ScopeLinkOut(_Strict):
+    key: str
+    value: str
+    words: str = Field(description="the question's words that name it")
+    match: Literal["exact", "fuzzy"]
+    specificity: float | None
+    support: float
+
+
 class Diagnostics(_Strict):
     timings_ms: dict[str, float] = Field(description="bm25, dense (with the query embedding), stage1 .. total, evidence")
     channel_hits: dict[str, int]
     anchors: int
     scope_ids: dict[str, list[str]] = Field(description="scope values the question names")
     scope_posterior: list[ScopeProbability] | None
+    scope_links: list[ScopeLinkOut] = Field(description="scope values the question's words name")
+    ambiguity: AmbiguityOut | None = Field(
+        description="null when one scope is clearly the question's subject (or no posterior was estimated); else the "
+        "scopes it does not tell apart, counted by current state"
+    )
     degraded: list[str] = Field(description="channels left out of this answer, and why (e.g. 'dense: timeout after 750 ms')")
 
 

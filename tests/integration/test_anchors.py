@@ -1,6 +1,7 @@
 """Stage-1 anchors on a real store (MiniLM, embedded Chroma): the default fusion is never
-below its better channel on corpora built so that one channel is useless, and latent scope
-makes an ambiguous question's uncertainty visible (result, JSON, CLI)."""
+below its better channel on corpora built so that one channel is useless; an ambiguous
+question is reported as such (result, JSON, evidence, CLI), and a question that names its
+package in a plain word gets that scope at probability 1.0."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
 from car_rag.cli import main
+from car_rag.evidence import render_plain, render_reader, render_xml
 
 SEC = load_policy("security-advisory")
 
@@ -91,9 +93,27 @@ def test_an_ambiguous_question_shows_each_probable_scope_with_its_probability(am
     assert got["alpha-utils-p"][0] == "active" and got["beta-utils-d"][0] == "active"
     assert got["alpha-utils-d"][0] == "superseded"
     assert got["alpha-utils-p"][1] == pytest.approx(0.5, abs=0.01) and got["beta-utils-d"][1] == pytest.approx(0.5, abs=0.01)
+    assert result.ambiguity is not None
+    assert result.ambiguity.scopes == 2 and result.ambiguity.states == {"patched": 1, "vulnerable": 1}
+    sentence = "The question matches 2 subjects it does not tell apart"
+    assert render_plain(result, k=5).startswith(f"Note: {sentence}")
+    assert sentence in render_reader(result, k=5) and sentence in render_xml(result, k=5)
     named = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has CVE-2034-0002 been fixed?")
     assert named.top(1)[0].doc_id == "beta-utils-d"
-    assert named.top(1)[0].scope_probability > 0.5 > named.get("alpha-utils-p").scope_probability
+    assert named.top(1)[0].scope_probability == pytest.approx(1.0)
+    assert named.get("alpha-utils-p").scope_probability == pytest.approx(0.0)
+    assert named.ambiguity is None
+
+
+def test_a_package_named_in_a_plain_word_is_the_questions_scope(ambiguous_store):
+    result = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has the prototype pollution in alpha-utils been fixed?")
+    assert [(link.key, link.value) for link in result.scope_links] == [("package", "alpha-utils")]
+    assert result.top(1)[0].doc_id == "alpha-utils-p" and result.top(1)[0].scope_probability == pytest.approx(1.0)
+    assert result.ambiguity is None
+    # Without the latent-scope step nothing is linked and no probability is claimed.
+    plain = ControllingAuthorityRetriever(ambiguous_store, latent_scope=False).retrieve(
+        "Has the prototype pollution in alpha-utils been fixed?")
+    assert plain.scope_links == () and plain.ambiguity is None
 
 
 def test_cli_json_carries_scope_probabilities_and_the_posterior(ambiguous_store, capsys):
@@ -104,10 +124,18 @@ def test_cli_json_carries_scope_probabilities_and_the_posterior(ambiguous_store,
     assert all(isinstance(r["scope_probability"], float) for r in data["records"])
     assert [round(s["probability"], 1) for s in data["scope_posterior"]] == [0.5, 0.5]
     assert set(data["records"][0]["stage1"]["contributions"]) <= {"bm25", "dense"}
+    assert data["ambiguity"]["scopes"] == 2 and data["ambiguity"]["states"] == {"patched": 1, "vulnerable": 1}
+    assert {m["state"] for m in data["ambiguity"]["members"]} == {"patched", "vulnerable"}
+    assert main(["query", "--store", str(path), "Has the prototype pollution in merge been fixed?"]) == 0
+    assert capsys.readouterr().out.startswith("ambiguous: The question matches 2 subjects it does not tell apart")
+    for form in ("evidence", "reader", "xml"):
+        assert main(["query", "--store", str(path), "--format", form, "Has the prototype pollution in merge been fixed?"]) == 0
+        assert "The question matches 2 subjects it does not tell apart" in capsys.readouterr().out
     assert main(["query", "--store", str(path), "--format", "json", "--no-latent-scope", "--fusion", "rrf",
                  "Has the prototype pollution in merge been fixed?"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["scope_posterior"] is None and {r["scope_probability"] for r in data["records"]} == {None}
+    assert data["ambiguity"] is None
 
 
 def test_hnsw_search_runs_beside_bm25_and_answers_as_one_after_the_other(tmp_path, embedder, demo_policy, demo_corpus_path):

@@ -367,3 +367,28 @@ def test_car_rag_serve_runs_unrestricted_with_a_warning_and_refuses_workers(tmp_
         _, err = proc.communicate(timeout=30)
     assert "WARNING: no --api-keys" in err
     assert proc.returncode == 0, err
+
+
+def test_retrieve_reports_an_ambiguous_question_and_a_named_plain_word_scope(tmp_path, embedder):
+    from car_rag import Record, load_policy
+
+    attack = "Prototype pollution in the merge helper lets a remote attacker alter object prototypes."
+    records = [
+        Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure", scope={"package": pkg, "cve_id": cve})
+        for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002"))
+    ]
+    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
+                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+    with CARStore.open(tmp_path / "amb", load_policy("security-advisory"), embedder=embedder) as small:
+        assert small.ingest(records, progress=False).errors == []
+        with serving(Service(small, timeout_ms=20_000)) as base:
+            got = retrieve(base, None, query="Has the prototype pollution in merge been fixed?", k=5, format="plain")
+            assert got.status_code == 200, got.text
+            body = got.json()
+            ambiguity = body["diagnostics"]["ambiguity"]
+            assert ambiguity["scopes"] == 2 and ambiguity["states"] == {"patched": 1, "vulnerable": 1}
+            assert body["evidence_pack"]["text"].startswith("Note: The question matches 2 subjects it does not tell apart")
+            named = retrieve(base, None, query="Has the prototype pollution in alpha-utils been fixed?", k=5).json()
+            assert named["diagnostics"]["ambiguity"] is None
+            assert [(link["key"], link["value"]) for link in named["diagnostics"]["scope_links"]] == [("package", "alpha-utils")]
+            assert named["reranked"][0]["doc_id"] == "alpha-utils-p" and named["reranked"][0]["scope_probability"] == 1.0

@@ -246,3 +246,30 @@ def test_explicit_edge_from_another_scope_is_found(policy, records):
     meta = by_id(CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes)
     assert "vendor-bulletin" in meta["adv-yamlette-disclosure"][CAR_SUPERSEDED_BY]
     assert meta["vendor-bulletin"][CAR_ROLE] == "superseder"
+
+
+def test_an_ambiguous_question_carries_its_ambiguity_and_scope_probabilities(embed_model):
+    from car_rag import Record, load_policy
+    from llama_index.core import VectorStoreIndex
+
+    from llama_index.retrievers.car import CAR_AMBIGUITY, CAR_SCOPE_PROBABILITY, records_to_nodes
+
+    attack = "Prototype pollution in the merge helper lets a remote attacker alter object prototypes."
+    records = [
+        Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure", scope={"package": pkg, "cve_id": cve})
+        for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002"))
+    ]
+    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
+                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+    index = VectorStoreIndex(records_to_nodes(records), embed_model=embed_model)
+    retriever = CARRetriever.from_index(index, load_policy("security-advisory"), similarity_top_k=2)
+    nodes = retriever.retrieve("Has the prototype pollution in merge been fixed?")
+    meta = by_id(nodes)
+    ambiguity = meta["alpha-utils-p"][CAR_AMBIGUITY]
+    assert ambiguity["scopes"] == 2 and ambiguity["states"] == {"patched": 1, "vulnerable": 1}
+    assert all(m[CAR_AMBIGUITY] == ambiguity for m in meta.values())
+    assert meta["beta-utils-d"][CAR_SCOPE_PROBABILITY] == pytest.approx(0.5, abs=0.01)
+    # Named, the package is the question's scope: no ambiguity, probability 1.0.
+    named = by_id(retriever.retrieve("Has the prototype pollution in alpha-utils been fixed?"))
+    assert named["alpha-utils-p"][CAR_AMBIGUITY] is None
+    assert named["alpha-utils-p"][CAR_SCOPE_PROBABILITY] == pytest.approx(1.0)

@@ -19,8 +19,8 @@ from typing import Any
 from car_rag import Anchor, AuthorityClosure, AuthorityStore, CallerContext, LayoutError, Policy, RetrievalResult
 from car_rag.annotations import annotations_for, result_from_annotations, unresolved_annotations
 from car_rag.layout import (
-    CAR_ANCHOR_ID, CAR_ANNOTATION_KEYS, CAR_HIDDEN_SUPERSEDER, CAR_RANK, CAR_ROLE, CAR_RULE, CAR_STAGE1_RANK,
-    CAR_STAGE1_SCORE, CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDED_BY, CAR_VOIDS,
+    CAR_AMBIGUITY, CAR_ANCHOR_ID, CAR_ANNOTATION_KEYS, CAR_HIDDEN_SUPERSEDER, CAR_RANK, CAR_ROLE, CAR_RULE, CAR_STAGE1_RANK,
+    CAR_SCOPE_PROBABILITY, CAR_STAGE1_SCORE, CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDED_BY, CAR_VOIDS,
 )
 from car_rag.lookup import aresolve_closure, resolve_closure
 from car_rag.resolution import RetrievedRecord
@@ -32,8 +32,8 @@ from llama_index.retrievers.car.layout import LLAMA_INDEX_KEYS, MetadataLayout, 
 from llama_index.retrievers.car.lookup import NodeAuthorityLookup
 
 __all__ = [
-    "AuthorityResolver", "CARResolutionEvent", "CAR_ANCHOR_ID", "CAR_HIDDEN_SUPERSEDER", "CAR_KEYS", "CAR_RANK", "CAR_ROLE", "CAR_RULE",
-    "CAR_STAGE1_RANK", "CAR_STAGE1_SCORE", "CAR_STATUS", "CAR_SUPERSEDED_BY", "CAR_VOIDED_BY", "CAR_VOIDS",
+    "AuthorityResolver", "CARResolutionEvent", "CAR_AMBIGUITY", "CAR_ANCHOR_ID", "CAR_HIDDEN_SUPERSEDER", "CAR_KEYS", "CAR_RANK", "CAR_ROLE", "CAR_RULE",
+    "CAR_SCOPE_PROBABILITY", "CAR_STAGE1_RANK", "CAR_STAGE1_SCORE", "CAR_STATUS", "CAR_SUPERSEDED_BY", "CAR_VOIDED_BY", "CAR_VOIDS",
     "Resolution", "nodes_to_result",
 ]
 
