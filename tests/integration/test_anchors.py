@@ -11,9 +11,11 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
 from car_rag.cli import main
+from car_rag.policy import Policy
 from car_rag.evidence import render_plain, render_reader, render_xml
 
 SEC = load_policy("security-advisory")
+ONE_SCOPE = Policy(name="design-proposals", scope_keys=("project",), rules=())
 
 
 def lexical_corpus() -> tuple[list[Record], list[tuple[str, str]]]:
@@ -156,3 +158,31 @@ def test_hnsw_search_runs_beside_bm25_and_answers_as_one_after_the_other(tmp_pat
         assert [a.channel_scores for a in result.anchors] == [a.channel_scores for a in expected.anchors]
     assert retriever._pool is not None  # the worker thread was used
     store.close()
+
+
+def test_bad_questions_and_small_stores_answer_with_a_sensible_ambiguity(tmp_path, embedder, ambiguous_store):
+    retriever = ControllingAuthorityRetriever(ambiguous_store)
+    only_stop_words = retriever.retrieve("the and of is it")  # BM25 finds nothing; dense still answers
+    assert only_stop_words.scope_links == () and len(only_stop_words) > 0
+    assert only_stop_words.ambiguity is None or only_stop_words.ambiguity.scopes >= 2
+    # A scope value that is a single common word: linked only where Stage 1 agrees.
+    common = [
+        Record(doc_id="req-d", text="The request library follows redirects to any host.", doc_type="vulnerability_disclosure",
+               scope={"package": "request", "cve_id": "CVE-2035-0001"}),
+        Record(doc_id="srv-d", text="Server-side request forgery in the image proxy of thumbor.",
+               doc_type="vulnerability_disclosure", scope={"package": "thumbor", "cve_id": "CVE-2035-0002"}),
+        Record(doc_id="srv-p", text="Version 7.3.1 released.", doc_type="patch_release",
+               scope={"package": "thumbor", "cve_id": "CVE-2035-0002"}),
+    ]
+    with CARStore.open(tmp_path / "common", SEC, embedder=embedder) as store:
+        assert store.ingest(common, progress=False).errors == []
+        forgery = ControllingAuthorityRetriever(store).retrieve("Is the server-side request forgery in the image proxy fixed?")
+        assert ("package", "request") not in {(link.key, link.value) for link in forgery.scope_links}
+        assert forgery.top(1)[0].doc_id == "srv-p"
+    # A store with one scope: nothing to tell apart.
+    one = [Record(doc_id=f"kep-{i}", text=f"Proposal {i}: topology aware routing, revision {i}.", doc_type="design_proposal",
+                  scope={"project": "kubernetes"}) for i in range(4)]
+    with CARStore.open(tmp_path / "one", ONE_SCOPE, embedder=embedder) as store:
+        assert store.ingest(one, progress=False).errors == []
+        result = ControllingAuthorityRetriever(store).retrieve("Is topology aware routing still the plan?")
+        assert result.ambiguity is None and {r.scope_probability for r in result} == {1.0}
