@@ -284,8 +284,11 @@ class ClaimReader:
                     rf"{_NEGATOR}\s+(?:(?:yet|been|be)\s+){{0,2}}(?:{words})\s+until\s+(?:version\s+|release\s+)?v?\d+\.\d",
                     re.IGNORECASE)))
                 out.append((name, "denied-term", re.compile(
-                    # "no longer binding", "no official patch", "no court has ever overturned"
-                    rf"(?:\bno\s+(?:(?!(?:it|this|that|they|which|doubt|matter|is|are|was|were|be|been|has|have|had)\b)\w+\s+){{0,3}}?(?:(?:has|have|had)\s+(?:(?:ever|yet|been)\s+){{0,2}})?"
+                    # "no longer binding", "no official patch"
+                    rf"(?:\bno\s+(?:\w+\s+)?"
+                    # "no court has ever overturned", "no subsequent decision has overruled"
+                    rf"|\bno\s+(?:(?!(?:it|this|that|they|which|is|are|was|were|be|been|has|have|had)\b)\w+\s+){{1,3}}?"
+                    rf"(?:has|have|had)\s+(?:(?:ever|yet|been)\s+){{0,2}}"
                     # "none of the releases fix it"
                     rf"|\bnone\s+of\s+(?:\w+\s+){{1,3}}?(?:{_AUX}\s+(?:(?:ever|yet|been|be)\s+){{0,2}})?"
                     # "has yet to be patched"

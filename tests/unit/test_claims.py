@@ -197,6 +197,8 @@ def test_asserting_and_denying_one_state_is_contradicted() -> None:
         ("It is not the case that it was overruled.", "good_law"),  # a negated clause denies the claim in it
         ("It has not been overruled, modified or abrogated.", "good_law"),  # the negator reaches the end of its list
         ("Not surprisingly, it was overruled.", "overruled"),  # and ends at a comma
+        ("No court has overruled it.", "good_law"),  # "no <subject> has <term>"
+        ("Lower courts should no longer apply the superseded doctrine.", None),  # not "no <three words> <term>"
         ("It may still be good law.", None),  # a hedge
         ("The documents do not mention it, so it remains good law.", "good_law"),  # a conclusion after the hedge
         ("The documents do not mention it, so it is unclear whether it remains good law.", None),  # hedged again
