@@ -62,6 +62,12 @@ DERIVED = (
 )
 """Tables made from the runs' labels, by the commands their own headers name."""
 
+NOT_REGENERATED = (
+    "`llm-legalprecedentqa-freeform-heldout/digest_diagnosis.md` (a diagnosis run from the frozen checkout `e1fc081` "
+    "against its stores; its label columns are the labels of that time)",
+)
+"""Files made from the runs' labels that this script cannot remake."""
+
 _MADE_BY = "the answers were made by: "
 COUNTED = ("correct", "confident_wrong", "mixed", "uncertain")
 
@@ -123,7 +129,9 @@ def moves(rev: str, runs: dict[str, tuple[str, list[dict]]]) -> str:
             detail += [f"| {r['query_id']} | {r['condition']} | {b} | {r['label']} | {r['reason'].replace('|', '/')} |"
                        for r, b in moved]
     labels = sorted({lab for _, (s, _) in runs.items() for lab in labels_for(s)} - set(COUNTED))
-    lines += ["", f"The other labels ({', '.join(labels)}) are in each run's `report.md`.", *detail]
+    lines += ["", f"The other labels ({', '.join(labels)}) are in each run's `report.md`. Regenerated from the new "
+              "labels: each run's report and " + ", ".join(f"`{c[-1]}`" for c in DERIVED) + ". Not regenerated: "
+              + "; ".join(NOT_REGENERATED) + ".", *detail]
     return "\n".join(lines) + "\n"
 
 
