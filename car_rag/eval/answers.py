@@ -11,18 +11,28 @@ be checked by hand. Labels (the CAR paper, §6.11, refined):
 ``patched_wrong_version``  security: says patched, names versions, none is the fixing one
 ``patched_no_version``     security: says patched, names no version
 ``confident_wrong``        explicitly claims a status other than gold (e.g. "not patched")
+``mixed``                  claims two statuses, or asserts and denies one, and nothing in
+                           the answer decides between them
 ``uncertain``              hedged, or no status claimed at all
+
+``mixed`` is never right and never confidently wrong (:data:`NOT_CONFIDENT`): a reader that
+says both has not committed to the wrong status, and has not given the right one. It is
+kept apart from ``uncertain`` because it is a different failure: ``uncertain`` is a reader
+that declined to claim (what it should do when the evidence cannot decide); ``mixed`` is a
+reader that contradicted itself, and a user who reads only one of its sentences is misled.
 
 How a status claim is found: :class:`car_rag.claims.ClaimReader` with the domain's packaged
 state vocabulary (``car_rag/vocabularies/``), the same reader the authority guard uses.
 Sentences are cut at their first hedge ("the documents do not indicate that …" claims
 nothing), questions are skipped, claims and negated terms are read ("has not been
-patched", "hasn't been fixed", "no longer good law"), and an answer that claims both ways
-is labelled by its lead, the first sentence that claims anything: "No, it is not patched.
-… fixed in 2.3.0" is a "no" whatever version follows; a positive lead is checked for its
-version, and is ``uncertain`` without one, as is a lead sentence that itself claims both
-ways and names no version.
-
+patched", "hasn't been fixed", "isn't patched in any release", "no longer good law"), and
+claims about earlier versions or the past ("earlier versions remain vulnerable", "it was
+still good law in 2018") are set aside where the answer asserts another status about now.
+What is left decides: one status is that status; two are ``mixed``, except where the
+vocabulary ranks them (compliance: an emergency exception over a blackout over a
+pre-clearance), where the highest concludes — unless the answer also denies a status it
+asserts ("may trade … is not permitted"), which no rank decides. A security answer that
+says patched is checked for the fixing version.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from car_rag.versions import extract_versions, normalise_version
 
 __all__ = [
     "LABELS",
+    "NOT_CONFIDENT",
     "STATUS_LABELS",
     "Classification",
     "GoldAnswer",
@@ -47,9 +58,11 @@ __all__ = [
     "suite_kind",
 ]
 
-LABELS = ("correct", "patched_wrong_version", "patched_no_version", "confident_wrong", "uncertain")
-STATUS_LABELS = ("correct", "confident_wrong", "uncertain")
-"""Legal and compliance answers: the status is right, wrong, or not claimed."""
+LABELS = ("correct", "patched_wrong_version", "patched_no_version", "confident_wrong", "mixed", "uncertain")
+STATUS_LABELS = ("correct", "confident_wrong", "mixed", "uncertain")
+"""Legal and compliance answers: the status is right, wrong, claimed both ways, or not claimed."""
+NOT_CONFIDENT = ("mixed", "uncertain")
+"""Labels of answers that commit to no single status: neither right nor confidently wrong."""
 
 
 @dataclass(frozen=True)
@@ -81,42 +94,39 @@ def _reader(kind: str) -> ClaimReader:
     return ClaimReader(Policy(name=f"answers-{kind}", scope_keys=("subject",), vocabulary=(_VOCABULARY[kind],)))
 
 
-def _quote(claim: Claim | None) -> str:
-    return "" if claim is None else f"{claim.rule}: '{claim.text}'"
+def _quote(claims: list[Claim], state: str, asserts: bool = True) -> str:
+    """The first claim in ``claims`` that asserts (or denies) ``state``, as rule and words."""
+    claim = next(c for c in claims if c.state == state and c.asserts == asserts)
+    return f"{claim.rule}: '{claim.text}'"
+
+
+def _mixed(claims: list[Claim], states: list[str]) -> Classification:
+    return Classification("mixed", f"claims {' and '.join(states)} ({'; '.join(_quote(claims, s) for s in states)})")
+
+
+def _no_claim(hedges: tuple[str, ...], what: str) -> Classification:
+    return Classification("uncertain", f"no {what} claimed (hedge: '{hedges[0]}')" if hedges else f"no {what} claimed")
 
 
 def _classify_security(text: str, gold: GoldAnswer) -> Classification:
     reading = _reader("security").read(text)
-    negs = [c for c in reading.claims if c.asserts and c.state == "vulnerable"]
-    poss = [c for c in reading.claims if c.asserts and c.state == "patched"]
-    hedges = reading.hedges
-    versions = extract_versions(text)
+    claims = reading.in_force()
+    found = reading.current()
+    if len(found) > 1:
+        return _mixed(claims, found)
+    if not found:
+        return _no_claim(reading.hedges, "patch status")
+    claim = _quote(claims, found[0])
     if gold.status in ("vulnerable", "unpatched"):
-        if negs and not poss:
-            return Classification("correct", f"asserts not patched ({_quote(negs[0])}), gold vulnerable")
-        if poss and not negs:
-            return Classification("confident_wrong", f"asserts patched ({_quote(poss[0])}), gold vulnerable")
-        if poss and negs:
-            return Classification("uncertain", f"contradictory: {_quote(poss[0])} vs {_quote(negs[0])}")
-        return Classification(
-            "uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed"
-        )
-    if poss and negs:
-        # The reader acts on the direct answer: "No, it is not patched. ... fixed in 2.3.0" is a "no".
-        if reading.lead == "vulnerable":
-            return Classification("confident_wrong", f"leads with not patched ({_quote(negs[0])}), later {_quote(poss[0])}")
-        if not versions:
-            return Classification("uncertain", f"contradictory: {_quote(poss[0])} vs {_quote(negs[0])}")
-    if negs and not poss:
-        return Classification("confident_wrong", f"asserts not patched ({_quote(negs[0])})")
-    if not poss:
-        return Classification(
-            "uncertain", f"no patch status claimed (hedge: '{hedges[0]}')" if hedges else "no patch status claimed"
-        )
-    claim = _quote(poss[0]) + (f"; also {_quote(negs[0])}" if negs else "")
+        if found == ["vulnerable"]:
+            return Classification("correct", f"asserts not patched ({claim}), gold vulnerable")
+        return Classification("confident_wrong", f"asserts patched ({claim}), gold vulnerable")
+    if found == ["vulnerable"]:
+        return Classification("confident_wrong", f"asserts not patched ({claim})")
     if gold.fixed_version is None:
         return Classification("correct", f"asserts patched ({claim}); no gold version to check")
     want = normalise_version(gold.fixed_version)
+    versions = extract_versions(text)
     if not versions:
         return Classification("patched_no_version", f"asserts patched ({claim}); names no version")
     if any(normalise_version(v) == want for v in versions):
@@ -129,20 +139,22 @@ def _classify_security(text: str, gold: GoldAnswer) -> Classification:
 def _classify_status(kind: str, text: str, gold: GoldAnswer) -> Classification:
     """Suites whose answer is one status out of a few (legal, compliance): the state the
     answer asserts; when it asserts several, the one of highest precedence where the
-    vocabulary ranks them, else its lead."""
+    vocabulary ranks them all and the answer denies none of them, else ``mixed``."""
     reading = _reader(kind).read(text)
-    found = reading.asserted()
+    claims = reading.in_force()
+    found = reading.current()
     if not found:
-        hedges = reading.hedges
-        return Classification("uncertain", f"no status claimed (hedge: '{hedges[0]}')" if hedges else "no status claimed")
-    decided = _conclusion(kind, found) if len(found) > 1 else None
-    claimed = found[0] if len(found) == 1 else decided or reading.lead
+        return _no_claim(reading.hedges, "status")
+    contradicted = reading.contradicted()
+    if contradicted:
+        state = contradicted[0]
+        return Classification("mixed", f"asserts and denies {state} ({_quote(claims, state)}; {_quote(claims, state, False)})")
+    claimed = found[0] if len(found) == 1 else _conclusion(kind, found)
     if claimed is None:
-        return Classification("uncertain", f"contradictory: claims {', '.join(found)}")
-    why = _quote(reading.first(claimed))
+        return _mixed(claims, found)
+    why = _quote(claims, claimed)
     if len(found) > 1:
-        how = "decides" if decided else "leads with it"
-        why += f"; {how}, also {', '.join(s for s in found if s != claimed)}"
+        why += f"; decides, also {', '.join(s for s in found if s != claimed)}"
     if claimed == gold.status:
         return Classification("correct", f"claims {claimed} ({why})")
     return Classification("confident_wrong", f"claims {claimed} ({why}), gold {gold.status}")

@@ -47,10 +47,11 @@ PATCHED = GoldAnswer("patched", "v1.15.0")
         ("", "uncertain"),
         # from the offline reader's answers (evals/labels/qwen_ghsa_tuning.labels.jsonl)
         ("Yes, the vulnerability is still unmitigated at 8.2.", "confident_wrong"),
-        ("[EP-9] No, the vulnerability is not patched. The vulnerability was fixed in [EP-1].", "confident_wrong"),
-        ("It was fixed in [EP-1]. No, the vulnerability is not patched.", "uncertain"),
-        # a negative lead decides even when the fixing version follows (Qwen, llm-ghsa-freeform-prompt-tail)
-        ("[EP-1] No, the vulnerability is not patched. The vulnerability is fixed in 1.15.0.", "confident_wrong"),
+        # claiming both ways is mixed, whichever comes first (issue 30; the lead decided before)
+        ("[EP-9] No, the vulnerability is not patched. The vulnerability was fixed in [EP-1].", "mixed"),
+        ("It was fixed in [EP-1]. No, the vulnerability is not patched.", "mixed"),
+        ("[EP-1] No, the vulnerability is not patched. The vulnerability is fixed in 1.15.0.", "mixed"),
+        # a claim about an earlier version than the fix is not about now
         ("It was fixed in 1.15.0. Version 1.14 is not patched.", "correct"),
         ("The latest version of the library does not contain this vulnerability.", "patched_no_version"),
         ("The vulnerability has been patched. The version that fixes it is django 8.1.", "patched_wrong_version"),

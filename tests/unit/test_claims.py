@@ -26,11 +26,14 @@ EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
     ("security", "vulnerable", "terms", 1): ("The current release is not affected.", "patched"),
     ("security", "vulnerable", "terms", 2): ("It isn't exploitable any more.", "patched"),
     ("security", "vulnerable", "terms", 3): ("The latest version does not contain this vulnerability.", "patched"),
+    ("security", "vulnerable", "terms", 4): ("The package is not unpatched.", "patched"),
+    ("security", "vulnerable", "terms", 5): ("The flaw isn't unfixed any more.", "patched"),
     ("security", "patched", "claims", 0): ("The vulnerability has been fixed.", "patched"),
     ("security", "patched", "claims", 1): ("It was resolved in 2.3.1.", "patched"),
     ("security", "patched", "claims", 2): ("The release that fixes it is 2.3.1.", "patched"),
     ("security", "patched", "claims", 3): ("A patch is available.", "patched"),
     ("security", "patched", "claims", 4): ("Upgrade to version 2.3.1.", "patched"),
+    ("security", "patched", "claims", 5): ("Release 2.3.1 fixes it.", "patched"),
     ("security", "patched", "terms", 0): ("The vulnerability hasn't been patched.", "vulnerable"),
     ("security", "patched", "terms", 1): ("It was never fixed.", "vulnerable"),
     ("security", "patched", "terms", 2): ("The issue is not yet addressed.", "vulnerable"),
@@ -50,13 +53,14 @@ EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
     ("legal", "good_law", "claims", 2): ("The standard still applies.", "good_law"),
     ("legal", "good_law", "terms", 0): ("It is no longer good law.", "overruled"),
     ("legal", "good_law", "terms", 1): ("The precedent is not valid.", "overruled"),
-    ("legal", "good_law", "terms", 2): ("The decision isn't binding.", "overruled"),
+    ("legal", "good_law", "terms", 2): ("The decision doesn't bind lower courts.", "overruled"),
     ("legal", "good_law", "terms", 3): ("The case is no longer controlling.", "overruled"),
     ("legal", "good_law", "terms", 4): ("The opinion is not authoritative.", "overruled"),
     ("legal", "good_law", "terms", 5): ("The rule is not in force.", "overruled"),
     ("legal", "good_law", "terms", 6): ("The ruling is not precedential.", "overruled"),
     ("legal", "overruled", "claims", 0): ("The standard has been modified by a later decision.", "overruled"),
     ("legal", "overruled", "claims", 1): ("Smith was abrogated.", "overruled"),
+    ("legal", "overruled", "claims", 2): ("The holding is invalid.", "overruled"),
     ("legal", "overruled", "terms", 0): ("The ruling hasn't been overruled.", "good_law"),
     ("legal", "overruled", "terms", 1): ("It was never overturned.", "good_law"),
     ("legal", "overruled", "terms", 2): ("The holding is not abrogated.", "good_law"),
@@ -67,6 +71,7 @@ EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
     ("legal", "overruled", "terms", 7): ("The order was not vacated.", "good_law"),
     ("legal", "overruled", "terms", 8): ("The doctrine was never altered.", "good_law"),
     ("legal", "overruled", "terms", 9): ("The rule has not changed.", "good_law"),
+    ("legal", "overruled", "terms", 10): ("The ruling is not invalid.", "good_law"),
     ("compliance", "active", "claims", 0): ("The pre-clearance is still valid.", "active"),
     ("compliance", "active", "claims", 1): ("The employee may trade today.", "active"),
     ("compliance", "active", "claims", 2): ("The trade is compliant with current policy.", "active"),
@@ -83,11 +88,15 @@ EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
     ("compliance", "non_compliant", "claims", 2): ("Trading violates the blackout.", "non_compliant"),
     ("compliance", "non_compliant", "claims", 3): ("Trading is prohibited.", "non_compliant"),
     ("compliance", "non_compliant", "claims", 4): ("A blackout is in effect.", "non_compliant"),
-    ("compliance", "non_compliant", "claims", 5): ("The pre-clearance was denied.", "non_compliant"),
+    ("compliance", "non_compliant", "claims", 5): ("The pre-clearance is invalid.", "non_compliant"),
     ("compliance", "non_compliant", "claims", 6): ("The pre-clearance has been superseded by a blackout.", "non_compliant"),
     ("compliance", "non_compliant", "terms", 0): ("The pre-clearance has not been superseded.", "active"),
     ("compliance", "non_compliant", "terms", 1): ("The approval was never voided.", "active"),
     ("compliance", "non_compliant", "terms", 2): ("The clearance is not revoked.", "active"),
+    ("compliance", "non_compliant", "terms", 3): ("Trading isn't prohibited.", "active"),
+    ("compliance", "non_compliant", "terms", 4): ("The trade is not non-compliant.", "active"),
+    ("compliance", "non_compliant", "terms", 5): ("The pre-clearance was never invalidated.", "active"),
+    ("compliance", "non_compliant", "terms", 6): ("There is no blackout.", "active"),
     ("compliance", "compliant", "claims", 0): ("The trade is compliant under an emergency trading exception.", "compliant"),
     ("compliance", "compliant", "claims", 1): ("The emergency exception applies.", "compliant"),
     ("compliance", "compliant", "claims", 2): ("The blackout was superseded by the emergency exception.", "compliant"),
@@ -138,8 +147,68 @@ def test_compliance_answers_conclude_with_the_state_of_highest_precedence(answer
     assert classify(answer, "finsuperqa", gold).label == label
 
 
-def test_without_precedence_several_states_fall_back_to_the_lead() -> None:
+def test_without_precedence_two_states_are_mixed() -> None:
     from car_rag.eval.answers import classify
 
-    assert classify("It is still good law. Later it was overruled.", "legalprecedentqa", "good_law").label == "correct"
-    assert classify("It is still good law and it was overruled.", "legalprecedentqa", "good_law").label == "uncertain"
+    assert classify("It is still good law. Later it was overruled.", "legalprecedentqa", "good_law").label == "mixed"
+    assert classify("It is still good law and it was overruled.", "legalprecedentqa", "good_law").label == "mixed"
+    assert classify("It was still good law in 2018. Later it was overruled.", "legalprecedentqa", "overruled").label == "correct"
+
+
+def _reader(vocabulary: str) -> ClaimReader:
+    return ClaimReader(Policy(name="t", scope_keys=("s",), vocabulary=(vocabulary,)))
+
+
+@pytest.mark.parametrize(
+    ("answer", "scope"),
+    [
+        ("Earlier versions remain vulnerable.", "earlier"),
+        ("Versions before 2.4.1 are still vulnerable.", "earlier"),
+        ("If you haven't upgraded to 2.4.1, you remain vulnerable.", "earlier"),
+        ("It was still vulnerable in 2.3.0.", "past"),
+        ("You remain vulnerable until you upgrade.", "until"),
+        ("It remains vulnerable.", None),
+    ],
+)
+def test_a_claim_about_earlier_versions_the_past_or_a_condition_carries_its_scope(answer: str, scope: str | None) -> None:
+    claim = _reader("security").read(answer).first("vulnerable")
+    assert claim is not None and claim.scope == scope
+
+
+def test_scoped_claims_give_way_to_a_claim_about_now_and_asserted_still_lists_them() -> None:
+    reading = _reader("security").read("It was fixed in 2.4.1; earlier versions remain vulnerable.")
+    assert reading.asserted() == ["patched", "vulnerable"]  # unchanged for the guard: every state asserted
+    assert reading.lead == "patched"
+    assert reading.current() == ["patched"] and reading.contradicted() == []
+    alone = _reader("security").read("Earlier versions remain vulnerable.")
+    assert alone.current() == ["vulnerable"]  # nothing about now to give way to
+
+
+def test_asserting_and_denying_one_state_is_contradicted() -> None:
+    reading = _reader("compliance").read("The employee may trade, but the trade is not permitted.")
+    assert reading.contradicted() == ["active"]
+    agree = _reader("legal").read("It is good law; it was not overruled.")
+    assert agree.current() == ["good_law"] and agree.contradicted() == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "state"),
+    [
+        ("It is not the case that it was overruled.", "good_law"),  # a negated clause denies the claim in it
+        ("It has not been overruled, modified or abrogated.", "good_law"),  # the negator reaches the end of its list
+        ("Not surprisingly, it was overruled.", "overruled"),  # and ends at a comma
+        ("No court has overruled it.", "good_law"),  # "no <subject> has <term>"
+        ("Lower courts should no longer apply the superseded doctrine.", None),  # not "no <three words> <term>"
+        ("It may still be good law.", None),  # a hedge
+        ("The documents do not mention it, so it remains good law.", "good_law"),  # a conclusion after the hedge
+        ("The documents do not mention it, so it is unclear whether it remains good law.", None),  # hedged again
+    ],
+)
+def test_negation_scope_hedges_and_conclusions(answer: str, state: str | None) -> None:
+    assert _reader("legal").read(answer).current() == ([state] if state else [])
+
+
+def test_a_condition_is_not_a_claim() -> None:
+    reader = _reader("security")
+    assert reader.read("It remains vulnerable until a fix is released.").current() == ["vulnerable"]
+    assert reader.read("You remain vulnerable until you upgrade to 2.4.1.").current() == ["patched"]
