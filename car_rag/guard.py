@@ -95,7 +95,7 @@ _SAYS_IT_DEPENDS = re.compile(
     r"(?:\w+\s+){0,2}?(?:tell|determine|know|say|identify|establish)\s+which\b"
     r"|\b(?:unclear|not\s+clear|ambiguous)\b[^.]*\bwhich\b|\bwhich\s+(?:one|of\s+(?:them|these|the))\b[^.]*\b(?:mean|meant|refer|asking|asked)"
     r"|\bmore\s+than\s+one\s+\w+|\b(?:several|multiple|two|three|\d+)\s+(?:\w+\s+){0,2}?(?:match|matching|fit|could\s+be|are\s+described)\b"
-    r"|\bif\s+you\s+(?:mean|meant|are\s+(?:asking|referring))\b|\bambiguous\b",
+    r"|\bif\s+you\s+(?:mean|meant|are\s+(?:asking|referring))\b|\bambiguous\b|\bnot\s+(?:sure|certain)\s+which\b",
     re.IGNORECASE,
 )
 
@@ -158,14 +158,18 @@ class GuardEvidence:
     basis: Literal["evidence", "scopes"] = "evidence"
     policy: Policy | None = None
     """The policy whose state words read the answer (the store's)."""
+    unnumbered: bool = False
+    """Some shown records carry no number the evidence records (provenance shown beside the
+    listed records): a citation beyond the listed numbers is not judged."""
 
     def ref(self, packet: EvidencePacket) -> str:
         """How a finding names ``packet``: its citation, else its doc id (and, where the reader's
-        evidence is known, that the reader was not shown it)."""
-        if packet.doc_id in self.shown:
+        evidence is known and it was not shown, says so)."""
+        if packet.doc_id in self.shown and packet.evidence_packet_id != packet.doc_id:
             return f"[{packet.evidence_packet_id}]"
-        unseen = ", not in the evidence the answer was given" if self.basis == "evidence" else ""
-        return f"({packet.doc_id}{unseen})"
+        if self.basis == "evidence" and packet.doc_id not in self.shown:
+            return f"({packet.doc_id}, not in the evidence the answer was given)"
+        return f"({packet.doc_id})"
 
 
 def _as_text(answer: Any) -> str | None:
@@ -252,16 +256,17 @@ def seen_evidence(
         raise ValueError(f"{len(missing)} evidence record(s) not in the store: {', '.join(map(repr, missing[:5]))}")
     if numbers is not None and len(numbers) != len(doc_ids):
         raise ValueError(f"numbers: {len(numbers)} for {len(doc_ids)} records")
-    wanted = list(doc_ids)
-    if provenance:
-        wanted += [e.target for d in doc_ids for e in graph.superseded_by(d)]
+    replaced = [e.target for d in doc_ids for e in graph.superseded_by(d) if e.target not in doc_ids] if provenance else []
     subject_ids: list[str] = []
     if subject is not None and subject.ranked:
         subject_ids = _scope_members(graph, [subject.ranked[0].doc_id], caller)
-        wanted += subject_ids
     labels = [_LABEL[form].format(n) for n in (numbers if numbers is not None else range(1, len(doc_ids) + 1))]
-    packets = _relabel(_resolved(graph, policy, wanted, caller, query), doc_ids, labels)
-    return GuardEvidence(packets, frozenset(doc_ids), form, text, ambiguity, frozenset(subject_ids), policy=policy)
+    resolved = _resolved(graph, policy, [*doc_ids, *replaced, *subject_ids], caller, query)
+    packets = _relabel(resolved, doc_ids, labels)
+    # Provenance was shown (its versions were read), under packet numbers the evidence does not record.
+    shown = frozenset(doc_ids) | {p.doc_id for p in resolved if p.doc_id in replaced}
+    return GuardEvidence(packets, shown, form, text, ambiguity, frozenset(subject_ids), policy=policy,
+                         unnumbered=len(shown) > len(set(doc_ids)))
 
 
 def scope_evidence(
@@ -332,10 +337,13 @@ def check_answer(
         return GuardReport(False, reason="no evidence to judge against", basis=basis.basis)
     if not _reads_as_english(text):
         return GuardReport(False, reason="the answer does not read as English; the claim rules are English", basis=basis.basis)
-    shown = [p for p in basis.packets if p.doc_id in basis.shown]
-    by_id = {p.evidence_packet_id.casefold(): p for p in shown}
     template = _LABEL[basis.form]
-    cited = list(dict.fromkeys(template.format(n) for n in _CITATION[basis.form].findall(text)))
+    by_id = {p.evidence_packet_id.casefold(): p for p in basis.packets if p.doc_id in basis.shown}
+    listed = [int(n) for p in by_id.values() for n in _CITATION[basis.form].findall(p.evidence_packet_id)]
+    numbers = [int(n) for n in dict.fromkeys(_CITATION[basis.form].findall(text))]
+    if basis.unnumbered:
+        numbers = [n for n in numbers if n <= max(listed, default=0)]  # beyond them: provenance, number unknown
+    cited = [template.format(n) for n in numbers]
     findings: list[Finding] = []
     unknown = [c for c in cited if c.casefold() not in by_id]
     if unknown:
@@ -448,7 +456,8 @@ def _ambiguous_state(
 def _versions(text: str) -> set[tuple[tuple[int, ...], str] | None]:
     """Every version in ``text``, with and without its pre-release suffix. Evidence is read
     liberally: a version inside a URL or a tag ("/releases/tag/v0.31.2.0") counts."""
-    return {normalise_version(v) for m in _ANY_VERSION.finditer(text) for v in (m.group(0), m.group(1))}
+    found = {normalise_version(v) for m in _ANY_VERSION.finditer(text) for v in (m.group(0), m.group(1))}
+    return found | {normalise_version(v) for v in extract_versions(text)}
 
 
 def _fix_versions(packet: EvidencePacket, words: re.Pattern[str], reader: ClaimReader, state: str) -> set[Any]:

@@ -53,10 +53,13 @@ from car_rag_evals.suites import custom_suite, load_suite, open_suite_store
 __all__ = ["PACKET_CONDITIONS", "EvidenceLine", "read_evidence", "run_guard", "summarise_guard", "unmatched_lines"]
 
 PACKET_CONDITIONS = frozenset({"car-xml", "car-xml-omit", "car-reader", "car-reader-repair"})
-"""``eval-llm`` conditions whose evidence numbers records ``[EP-n]`` and shows the records
-they replace as provenance; the others (``dense``, ``car-plain``, ``fresh-plain``) show
-plain ``[Document n]`` records, ``fresh-plain`` oldest first."""
+"""``eval-llm`` conditions whose evidence numbers records ``[EP-n]`` and (but ``car-xml-omit``)
+shows the records they replace as provenance, beyond the ``context_doc_ids`` the run lists;
+the others (``dense``, ``car-plain``, ``fresh-plain``) show plain ``[Document n]`` records,
+``fresh-plain`` oldest first. ``closed-book`` lists none: the reader saw nothing."""
 DATED_CONDITIONS = frozenset({"fresh-plain"})
+OMIT_CONDITIONS = frozenset({"car-xml-omit"})
+"""``eval-llm`` conditions that leave replaced records out (no provenance)."""
 _FORMS = ("documents", "packets")
 
 
@@ -323,7 +326,8 @@ def run_guard(
                 ids = [rec.doc_id for rec in oldest_first(store.records[d] for d in ids)]
             try:
                 basis = seen_evidence(store.graph, ids, store.policy, form=form, numbers=line.numbers, text=line.text,
-                                      ambiguity=ambiguity, provenance=form == "packets", subject=result, query=texts[qid])
+                                      ambiguity=ambiguity, provenance=form == "packets" and cond not in OMIT_CONDITIONS,
+                                      subject=result, query=texts[qid])
             except ValueError as exc:
                 raise ValueError(f"{evidence}:{line.line}: {exc}") from None
         report = check_answer(r["answer"], basis, store.policy)

@@ -170,6 +170,17 @@ def test_citations_follow_the_evidence_form() -> None:
     assert _kinds(check_answer("Patched in 40.8.0 [Document 1].", packets)) == []
 
 
+def test_packet_forms_showed_the_replaced_records_as_provenance() -> None:
+    # eval-llm lists the top k; the reader and XML forms also showed the records they replace, under
+    # packet numbers nobody recorded: their versions were seen, and a citation of them is not judged.
+    graph = _graph(MULTI_BRANCH)
+    with_provenance = seen_evidence(graph, ["rel-41.0.0-beta.8"], form="packets", provenance=True)
+    assert _kinds(check_answer("Yes, it is patched in 39.8.1 [EP-4].", with_provenance)) == []
+    assert _kinds(check_answer("Yes, it is patched in 39.8.1 [EP-1].", with_provenance)) == []
+    listed_only = seen_evidence(graph, ["rel-41.0.0-beta.8"], form="packets")
+    assert _kinds(check_answer("Yes, it is patched in 39.8.1 [EP-4].", listed_only)) == ["unknown_citation", "unknown_version"]
+
+
 def test_findings_cite_as_the_evidence_numbers() -> None:
     graph = _graph(MULTI_BRANCH)
     for form, first, second in (("documents", "[Document 1]", "[Document 2]"), ("packets", "[EP-1]", "[EP-2]")):
