@@ -58,7 +58,7 @@ COMMAND = "python evals/guard_heldout.py"
 
 
 def _rate(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return Rate(sum(r["flagged"] for r in rows), len(rows)).to_dict() if rows else {"successes": 0, "trials": 0}
+    return Rate(sum(r["flagged"] for r in rows), len(rows)).to_dict() if rows else {"successes": 0, "n": 0}
 
 
 def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -77,10 +77,10 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _cell(rate: dict[str, Any]) -> str:
-    if not rate.get("trials"):
+    if not rate.get("n"):
         return "–"
     lo, hi = rate["ci95"]
-    return f"{rate['successes']}/{rate['trials']} = {rate['value']:.1%} ({lo:.1%}–{hi:.1%})"
+    return f"{rate['successes']}/{rate['n']} = {rate['value']:.1%} ({lo:.1%}–{hi:.1%})"
 
 
 def _row(figures: dict[str, Any]) -> str:
