@@ -237,6 +237,7 @@ def seen_evidence(
     text: str = "",
     ambiguity: Ambiguity | None = None,
     provenance: bool = False,
+    unnumbered: bool | None = None,
     subject: RetrievalResult | None = None,
     caller: CallerContext | None = None,
     query: str = "",
@@ -246,7 +247,10 @@ def seen_evidence(
     ``text`` where known (its versions count as known too), and the ``ambiguity`` the
     evidence stated. The guard adds, from ``graph``, the records that replace them (what
     controls, whether or not the reader saw it); ``provenance`` adds the records they
-    replace (the packet forms show those as provenance). With ``subject`` (a re-retrieval
+    replace (the packet forms show those as provenance). ``unnumbered`` says the evidence
+    named records beyond ``doc_ids`` under numbers it does not record (default: when
+    provenance was added; the audit XML that omits replaced records still lists their ids):
+    a citation beyond the listed numbers is then not judged. With ``subject`` (a re-retrieval
     for the question) the guard also knows which scope the question is about. Only the
     records shown, and ``text``, decide which versions are known. Raises ValueError naming
     the doc ids ``graph`` does not hold."""
@@ -266,7 +270,7 @@ def seen_evidence(
     # Provenance was shown (its versions were read), under packet numbers the evidence does not record.
     shown = frozenset(doc_ids) | {p.doc_id for p in resolved if p.doc_id in replaced}
     return GuardEvidence(packets, shown, form, text, ambiguity, frozenset(subject_ids), policy=policy,
-                         unnumbered=len(shown) > len(set(doc_ids)))
+                         unnumbered=len(shown) > len(set(doc_ids)) if unnumbered is None else unnumbered)
 
 
 def scope_evidence(

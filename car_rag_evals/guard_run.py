@@ -59,7 +59,7 @@ the others (``dense``, ``car-plain``, ``fresh-plain``) show plain ``[Document n]
 ``fresh-plain`` oldest first. ``closed-book`` lists none: the reader saw nothing."""
 DATED_CONDITIONS = frozenset({"fresh-plain"})
 OMIT_CONDITIONS = frozenset({"car-xml-omit"})
-"""``eval-llm`` conditions that leave replaced records out (no provenance)."""
+"""``eval-llm`` conditions that leave replaced records' texts out, listing only their packet ids."""
 _FORMS = ("documents", "packets")
 
 
@@ -327,7 +327,7 @@ def run_guard(
             try:
                 basis = seen_evidence(store.graph, ids, store.policy, form=form, numbers=line.numbers, text=line.text,
                                       ambiguity=ambiguity, provenance=form == "packets" and cond not in OMIT_CONDITIONS,
-                                      subject=result, query=texts[qid])
+                                      unnumbered=True if cond in OMIT_CONDITIONS else None, subject=result, query=texts[qid])
             except ValueError as exc:
                 raise ValueError(f"{evidence}:{line.line}: {exc}") from None
         report = check_answer(r["answer"], basis, store.policy)

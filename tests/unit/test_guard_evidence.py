@@ -179,6 +179,9 @@ def test_packet_forms_showed_the_replaced_records_as_provenance() -> None:
     assert _kinds(check_answer("Yes, it is patched in 39.8.1 [EP-1].", with_provenance)) == []
     listed_only = seen_evidence(graph, ["rel-41.0.0-beta.8"], form="packets")
     assert _kinds(check_answer("Yes, it is patched in 39.8.1 [EP-4].", listed_only)) == ["unknown_citation", "unknown_version"]
+    # the audit XML that omits replaced records still lists their ids: cited, not read
+    omitted = seen_evidence(graph, ["rel-41.0.0-beta.8"], form="packets", unnumbered=True)
+    assert _kinds(check_answer("Yes, it is patched in 39.8.1 [EP-4].", omitted)) == ["unknown_version"]
 
 
 def test_findings_cite_as_the_evidence_numbers() -> None:
