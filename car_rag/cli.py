@@ -494,7 +494,7 @@ def _cmd_guard(args: argparse.Namespace) -> int:
     command = " ".join(["car-rag", *sys.argv[1:]]) if sys.argv[0].endswith("car-rag") else "car-rag guard ..."
     paths = run_guard(
         args.answers, args.out, suite_name=args.suite, corpus=args.corpus, queries=args.queries, policy=args.policy,
-        corpora_dir=args.corpora, stores_dir=args.stores, k=args.k, command=command,
+        corpora_dir=args.corpora, stores_dir=args.stores, k=args.k, evidence=args.evidence, command=command,
     )
     for path in paths:
         print(f"wrote {path}")
@@ -728,8 +728,9 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--out", type=Path, required=True, help="run folder: report, labels, answers, cache")
     evalllm.set_defaults(func=_cmd_eval_llm)
 
-    guard = command("guard", "check answers for consistency with the authority car-rag retrieves for their queries",
-                    ("car-rag guard --suite ghsa-freeform --answers answers.jsonl --out runs/guard",
+    guard = command("guard", "check answers for consistency with the authority behind the evidence they were given",
+                    ("car-rag guard --suite ghsa-freeform --answers answers.jsonl --evidence answers.jsonl --out runs/guard",
+                     "car-rag guard --suite ghsa-freeform --answers answers.jsonl --out runs/guard",
                      "car-rag guard --corpus corpus.jsonl --queries queries.jsonl --policy security-advisory "
                      "--answers answers.jsonl --out runs/guard"))
     guard.add_argument("--answers", type=Path, required=True, help="JSONL of query_id, condition, answer")
@@ -737,7 +738,11 @@ def build_parser() -> argparse.ArgumentParser:
     guard.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
     guard.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
     guard.add_argument("--policy", help="its policy (name or file)")
-    guard.add_argument("--k", type=_count, default=5, help="records the answers were given")
+    guard.add_argument("--evidence", type=Path,
+                       help="JSONL of what each answer was generated from: query_id, condition, and records (doc ids or "
+                            "record objects), context_doc_ids (an eval-llm answers.jsonl) or the rendered text; answers "
+                            "without it are judged against a re-retrieval over the whole scopes of its top --k")
+    guard.add_argument("--k", type=_count, default=5, help="records the answers were given, where --evidence does not say")
     guard.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     guard.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     guard.add_argument("--out", type=Path, required=True, help="folder for guard.jsonl and the summary")
