@@ -16,13 +16,13 @@ export ANONYMIZED_TELEMETRY ?= False
 # Framework integrations: standalone packages, installed and tested beside the core.
 INTEGRATIONS := integrations/llama-index-retrievers-car integrations/langchain-car
 
-.PHONY: install chromium demo lint test test-fast dist-check bench clean
+.PHONY: install chromium demo lint docs test test-fast dist-check bench clean
 
 $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) $(TORCH_FROM) $(TORCH)
-	$(PIP) $(WHEELS) -e ".[store,test]"
+	$(PIP) $(WHEELS) -e ".[store,test,docs]"
 	for pkg in $(INTEGRATIONS); do $(PIP) $(WHEELS) -e "./$$pkg[test]" || exit 1; done
 	touch $@
 
@@ -45,7 +45,11 @@ lint: install  ## ruff on the library and the harness, mypy --strict on the libr
 	$(PY) -m ruff check car_rag car_rag_evals
 	$(PY) -m mypy car_rag
 
-test: install lint
+# The documentation site from docs/ and the docstrings (mkdocs.yml), strict: a broken link or reference fails.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
+
+test: install lint docs
 	$(PY) -m pytest -q tests/unit
 	CAR_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
 	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
@@ -65,7 +69,7 @@ dist-check: install
 	PY=$(PY) TORCH="$(TORCH)" TORCH_FROM="$(TORCH_FROM)" WHEELS="$(WHEELS)" .ci/dist_check.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache site
 
 SUITES := ghsa-freeform ghsa-structured finsuperqa finsuperqa-contaminated cvepatchqa cvepatchqa-freeform legalprecedentqa legalprecedentqa-freeform
 
