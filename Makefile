@@ -44,6 +44,7 @@ test-fast: install  ## the unit tier: no model, no Chroma; 50 property examples 
 lint: install  ## ruff on the library and the harness, mypy --strict on the library (config: pyproject.toml)
 	$(PY) -m ruff check car_rag car_rag_evals
 	$(PY) -m mypy car_rag
+	$(VENV)/bin/lint-imports --no-cache
 
 # The documentation site from docs/ and the docstrings (mkdocs.yml), strict: a broken link or reference fails.
 docs: install
