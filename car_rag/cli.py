@@ -72,13 +72,17 @@ class UsageError(Exception):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Epilogs keep their line breaks; every option with a default says it (unless its help does)."""
+    """Epilogs keep their line breaks; every option that takes a value and has a default says it
+    (unless its help does). A flag (``store_true``, ``store_false``, …) takes no value: its
+    default is the behaviour without it, which its help describes, so it gets no "(default: True)"."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if (
             "%(default)" not in text
+            and "(default" not in text
             and action.option_strings
+            and action.nargs != 0
             and action.default not in (None, False, argparse.SUPPRESS)
             and not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._CountAction))
         ):
@@ -713,7 +717,7 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--max-doc-chars", type=_count,
                          help="also cut each record's text to this many characters, in every condition (default: whole)")
     evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact",
-                         help="XML evidence rendering (render_xml compact=)")
+                         help="layout of the audit XML in the car-xml conditions (render_xml compact=)")
     evalllm.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     evalllm.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     evalllm.add_argument("--out", type=Path, required=True, help="run folder: report, labels, answers, cache")
