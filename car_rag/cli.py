@@ -62,9 +62,11 @@ exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage erro
 
 
 QUERY_BATCH = 256
+"""Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
 AUTHORITY_URL_ENV = "CAR_RAG_AUTHORITY_URL"
 """Where --authority-url is read from when not given (a URL with a password stays off the command line)."""
-"""Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
+QUERY_FORMAT = "query_id, query, gold_doc_ids, anchor_doc_ids, chain_doc_ids oldest first, ...; see docs/bench-queries.md"
+"""A labelled query set's fields, and where its format is written down (bench, report)."""
 
 
 class UsageError(Exception):
@@ -686,7 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "car-rag bench --corpus corpus.jsonl --queries queries.jsonl --policy security-advisory --out runs/mine"))
     bench.add_argument("--suite", help="built-in suite (see car_rag_evals.suites.SUITES)")
     bench.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
-    bench.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    bench.add_argument("--queries", type=Path, help=f"its query set (JSONL: {QUERY_FORMAT})")
     bench.add_argument("--policy", help="its policy (name or file)")
     bench.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     bench.add_argument("--k", type=_count, default=5, help="top-k scored")
@@ -745,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, help="the HTML file (default: RUN_DIR/report.html)")
     report.add_argument("--suite", help="which bench result in RUN_DIR; an eval-llm folder's suite if report.json is gone")
     report.add_argument("--corpus", type=Path, help="a user corpus (JSONL), for a run on one")
-    report.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    report.add_argument("--queries", type=Path, help=f"its query set (JSONL: {QUERY_FORMAT})")
     report.add_argument("--policy", help="its policy (name or file)")
     report.add_argument("--no-evidence", action="store_true", help="leave out the rendered evidence (smaller, faster)")
     report.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
