@@ -26,14 +26,18 @@ $(VENV)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(INTEGRATIONS))
 	for pkg in $(INTEGRATIONS); do $(PIP) $(WHEELS) -e "./$$pkg[test]" || exit 1; done
 	touch $@
 
-# Chromium for the run report's browser test (tests/integration/test_report.py): Debian's package,
-# installed when missing and we are root (CI); elsewhere the test names what to install.
+# Chromium, for the tests only: the run report's browser test (tests/integration/test_report.py).
+# `make test` installs Debian's package with apt-get when it is missing and make runs as root (CI),
+# and says so first; elsewhere the test names what to install. `make install` and `make demo` need
+# no browser and install none.
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  echo "make test: installing chromium (apt-get, as root) for the report's browser test" && \
 	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium is not installed (the report's browser test needs it): sudo apt-get install chromium"
+test: chromium
 
-install: $(VENV)/.installed chromium
+install: $(VENV)/.installed
 
 demo: install
 	$(VENV)/bin/car-rag demo

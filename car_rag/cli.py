@@ -62,9 +62,11 @@ exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage erro
 
 
 QUERY_BATCH = 256
+"""Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
 AUTHORITY_URL_ENV = "CAR_RAG_AUTHORITY_URL"
 """Where --authority-url is read from when not given (a URL with a password stays off the command line)."""
-"""Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
+QUERY_FORMAT = "query_id, query, gold_doc_ids, anchor_doc_ids, chain_doc_ids oldest first, ...; see docs/bench-queries.md"
+"""A labelled query set's fields, and where its format is written down (bench, report)."""
 
 
 class UsageError(Exception):
@@ -72,13 +74,17 @@ class UsageError(Exception):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Epilogs keep their line breaks; every option with a default says it (unless its help does)."""
+    """Epilogs keep their line breaks; every option that takes a value and has a default says it
+    (unless its help does). A flag (``store_true``, ``store_false``, …) takes no value: its
+    default is the behaviour without it, which its help describes, so it gets no "(default: True)"."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if (
             "%(default)" not in text
+            and "(default" not in text
             and action.option_strings
+            and action.nargs != 0
             and action.default not in (None, False, argparse.SUPPRESS)
             and not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._CountAction))
         ):
@@ -691,7 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "car-rag bench --corpus corpus.jsonl --queries queries.jsonl --policy security-advisory --out runs/mine"))
     bench.add_argument("--suite", help="built-in suite (see car_rag_evals.suites.SUITES)")
     bench.add_argument("--corpus", type=Path, help="a user corpus (JSONL) instead of --suite")
-    bench.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    bench.add_argument("--queries", type=Path, help=f"its query set (JSONL: {QUERY_FORMAT})")
     bench.add_argument("--policy", help="its policy (name or file)")
     bench.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     bench.add_argument("--k", type=_count, default=5, help="top-k scored")
@@ -722,7 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
     evalllm.add_argument("--max-doc-chars", type=_count,
                          help="also cut each record's text to this many characters, in every condition (default: whole)")
     evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact",
-                         help="XML evidence rendering (render_xml compact=)")
+                         help="layout of the audit XML in the car-xml conditions (render_xml compact=)")
     evalllm.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")
     evalllm.add_argument("--stores", type=Path, default=Path(".car-stores"), help="where suite stores are kept and reused")
     evalllm.add_argument("--out", type=Path, required=True, help="run folder: report, labels, answers, cache")
@@ -755,7 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, help="the HTML file (default: RUN_DIR/report.html)")
     report.add_argument("--suite", help="which bench result in RUN_DIR; an eval-llm folder's suite if report.json is gone")
     report.add_argument("--corpus", type=Path, help="a user corpus (JSONL), for a run on one")
-    report.add_argument("--queries", type=Path, help="its query set (JSONL, corpora format)")
+    report.add_argument("--queries", type=Path, help=f"its query set (JSONL: {QUERY_FORMAT})")
     report.add_argument("--policy", help="its policy (name or file)")
     report.add_argument("--no-evidence", action="store_true", help="leave out the rendered evidence (smaller, faster)")
     report.add_argument("--corpora", type=Path, help="folder of the built-in suites' files (default: found beside the checkout)")

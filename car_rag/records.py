@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["PUBLIC_TENANT", "UNDATED", "LoadReport", "Record", "RecordError", "load_records", "parse_records"]
+__all__ = ["PUBLIC_TENANT", "UNDATED", "LoadReport", "Record", "RecordError", "json_line_error", "load_records", "parse_records"]
 
 PUBLIC_TENANT = "*"
 """The tenant value the eligibility gate writes for records that belong to every tenant;
@@ -334,6 +334,17 @@ def _load_json(text: str) -> tuple[Any, list[str]]:
     return json.loads(text, object_pairs_hook=pairs), repeated
 
 
+def json_line_error(exc: json.JSONDecodeError) -> str:
+    """What is wrong with one line of a JSONL file, ``exc`` being from parsing that line alone
+    (its line break stripped): the fault and its column, or, where the line ends before its
+    value does (a line cut short, where no column says anything), that it is not complete JSON."""
+    if exc.msg.startswith("Unterminated string"):  # on one line, only the line's end leaves a string open
+        return "invalid JSON: the line is not complete JSON (it ends inside a string)"
+    if exc.pos >= len(exc.doc.rstrip()):
+        return f"invalid JSON: the line is not complete JSON ({exc.msg} at its end)"
+    return f"invalid JSON: {exc.msg} at column {exc.pos + 1}"
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -341,11 +352,11 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 continue
             try:
                 # utf-8-sig: a byte-order mark some editors write must not cost the first record.
-                item, repeated = _load_json(raw.decode("utf-8-sig"))
+                item, repeated = _load_json(raw.decode("utf-8-sig").rstrip("\r\n"))
             except UnicodeDecodeError as exc:
                 yield number, None, f"not UTF-8: {exc.reason} at byte {exc.start}"
             except json.JSONDecodeError as exc:
-                yield number, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+                yield number, None, json_line_error(exc)
             except ValueError as exc:  # e.g. an integer too long to convert
                 yield number, None, f"invalid JSON: {exc}"
             except RecursionError:

@@ -142,7 +142,7 @@ def run_ablation(
 ) -> dict[str, Any]:
     """Every variant on ``suite``; the model-dependent ones only with a ``client``."""
     store = open_suite_store(suite, stores_dir, progress)
-    queries = load_queries(suite.queries)
+    queries = load_queries(suite.queries, store.graph)  # labels checked against the corpus, as bench does
     ids = {q.query: q.query_id for q in queries}
     date_keep, date_note = _dated_after_median(store)
     rows: dict[str, Any] = {}

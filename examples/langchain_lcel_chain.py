@@ -8,8 +8,10 @@ embedded with the packaged all-MiniLM-L6-v2 through ``CAREmbeddings`` (offline).
 model is any OpenAI-compatible endpoint (``pip install langchain-openai``; set
 OPENAI_API_KEY, and OPENAI_BASE_URL for a local server such as vLLM, llama.cpp or Ollama;
 ``--model`` names the model). Without one, the chain ends in ``OfflineFakeChatModel``, a
-stand-in that is not a language model: it only lists the packets it was given, so the
-example still runs offline and shows what a real model would receive.
+stand-in that is not a language model: it only lists the documents it was given (car-rag's
+default evidence: the records as numbered plain documents, in car-rag's order), so the
+example still runs offline and shows what a real model would receive. Which records are
+current and which they replaced is printed from the retriever's annotations.
 
 Run:  python examples/langchain_lcel_chain.py [--question "..."] [--model NAME] [--show-evidence]
 Needs: pip install -e ./integrations/langchain-car langchain-chroma
@@ -21,7 +23,6 @@ import argparse
 import os
 import re
 import uuid
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from car_rag import load_policy  # noqa: E402
 from car_rag.store import DEFAULT_HNSW  # noqa: E402
 from chromadb.config import Settings  # noqa: E402
 from langchain_chroma import Chroma  # noqa: E402
+from langchain_core.documents import Document  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
 from langchain_core.output_parsers import StrOutputParser  # noqa: E402
@@ -50,20 +52,34 @@ QUESTIONS = [
 ]
 
 
+DOCUMENT_HEADER = re.compile(r"^\[Document (\d+)\] \((.*)\)$", re.M)
+"""A plain document's header line: its number, then its type and any note (car_rag.evidence.plain)."""
+
+
 class OfflineFakeChatModel(BaseChatModel):
-    """A fake chat model (no language model): lists the current and replaced packets it was given."""
+    """A fake chat model (no language model): lists the documents it was given, in their order."""
 
     @property
     def _llm_type(self) -> str:
         return "offline-fake-chat-model"
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        match = re.search(r"<evidence\b.*?</evidence>", str(messages[-1].content), re.S)
-        packets = list(ET.fromstring(match.group(0)).iter("packet")) if match else []
-        current = [f"[{p.get('id')}] {p.get('type')}" for p in packets if p.get("status") == "current"]
-        replaced = [f"[{p.get('id')}] by {p.get('replaced-by')}" for p in packets if p.get("status") == "replaced"]
-        text = "(offline fake chat model, not an answer) current: " + ", ".join(current) + "; replaced: " + (", ".join(replaced) or "none")
+        read = [f"[Document {n}] {about}" for n, about in DOCUMENT_HEADER.findall(str(messages[-1].content))]
+        text = f"(offline fake chat model, not an answer) it read {len(read)} documents, in car-rag's order: " + "; ".join(read)
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+
+def authority(docs: list[Document]) -> str:
+    """The current records among ``docs`` and the records they replaced (from car-rag's annotations)."""
+    current = [d.id for d in docs if d.metadata["car_status"] == "active"]
+    replaced: dict[str, list[str]] = {}
+    for d in docs:
+        for link in d.metadata["car_voids"]:
+            replaced.setdefault(link["doc_id"], []).append(d.id)
+        for superseder in d.metadata["car_superseded_by"]:
+            replaced.setdefault(d.id, []).append(superseder)
+    by = [f"{target} (by {', '.join(dict.fromkeys(ids))})" for target, ids in replaced.items()]
+    return f"current: {', '.join(current) or 'none'}; replaced: {', '.join(by) or 'none'}"
 
 
 def chat_model(model: str) -> BaseChatModel:
@@ -108,16 +124,18 @@ def main() -> None:
 
     for question in args.question or QUESTIONS:
         print(f"Q: {question}")
-        for doc in retriever.invoke(question):
+        docs = retriever.invoke(question)
+        for doc in docs:
             m = doc.metadata
             why = f" by {m['car_rule']}, superseded by {', '.join(m['car_superseded_by'])}" if m["car_status"] == "superseded" else ""
             voids = "".join(f" (voids {link['doc_id']} by {link['rule']})" for link in m["car_voids"])
             print(f"  {m['car_rank']}. [{m['car_status']}] {doc.id}{why}{voids}")
+        print(f"  {authority(docs)}")
         if args.show_evidence:
-            print(evidence.invoke(retriever.invoke(question)))
+            print(evidence.invoke(docs))
         answer = chain.invoke(question)
         # The authority guard after the model (as a runnable: langchain_car.authority_guard()).
-        verdict = check_documents(answer, retriever.invoke(question), retriever.policy)
+        verdict = check_documents(answer, docs, retriever.policy)
         print(f"A: {answer}")
         print(f"   guard: {'flagged: ' + '; '.join(f.message for f in verdict.findings) if verdict.flagged else 'consistent'}\n")
 

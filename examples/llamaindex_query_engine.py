@@ -5,7 +5,8 @@ The security advisories and release notes of car-rag's demo corpus go into a Chr
 ``CARRetriever`` wraps the index's own vector retriever: the disclosure that matches the
 question is the anchor, and the release note that fixed it, which shares almost no words
 with the question, is looked up on the same Chroma collection by metadata. The engine's
-synthesizer hands the LLM car-rag's XML evidence packets, not raw node text.
+synthesizer hands the LLM car-rag's evidence (the records as numbered plain documents in
+car-rag's order, the default form), not raw node text.
 
 Any OpenAI-compatible server answers (vLLM, llama.cpp ``llama-server``, Ollama, LM Studio,
 OpenAI itself); without one reachable, the script prints the evidence it would have sent.

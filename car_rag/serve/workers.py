@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,25 @@ class WorkerSettings(BaseModel):
     chroma_timeout_s: float | None = None
 
 
+def _thread_lock_for_progress_bars() -> None:
+    """tqdm's default lock (taken by every bar, even a disabled one: the BM25 tokenizer's, an
+    ingest's) holds a multiprocessing lock, a named semaphore registered with the resource
+    tracker the worker shares with its parent. uvicorn ends a worker by re-raising SIGTERM after
+    its graceful shutdown, so the semaphore's finalizer never runs, and the tracker reported one
+    "leaked semaphore" per worker when the server stopped. A worker starts no processes of its
+    own: a thread lock is all its bars need."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
 def worker_app() -> Any:
     """The ASGI app of one worker (uvicorn's factory): the shared store opened and followed."""
     from car_rag.serve.app import Service, create_app
     from car_rag.serve.keys import load_api_keys
     from car_rag.store import CARStore
 
+    _thread_lock_for_progress_bars()
     settings = WorkerSettings.model_validate_json(os.environ[SETTINGS_ENV])
     store = CARStore.open(settings.store, authority_url=settings.authority_url, authority_schema=settings.authority_schema,
                           chroma_timeout_s=settings.chroma_timeout_s)

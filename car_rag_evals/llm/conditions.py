@@ -17,7 +17,7 @@ from car_rag.queries import load_queries
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag_evals.suites import open_suite_store
 
-__all__ = ["CONDITIONS", "DEFAULT_CONDITIONS", "QUESTION_SUFFIX", "Job", "build_jobs"]
+__all__ = ["AS_ASKED", "CONDITIONS", "DEFAULT_CONDITIONS", "QUESTION_SUFFIX", "Job", "build_jobs"]
 
 CONDITIONS = ("dense", "car-plain", "fresh-plain", "car-xml", "car-xml-omit", "car-reader", "car-reader-repair", "closed-book")
 DEFAULT_CONDITIONS = ("dense", "car-plain", "fresh-plain", "car-xml", "car-reader", "car-reader-repair")
@@ -27,6 +27,9 @@ QUESTION_SUFFIX = {
     "legal": "Is the ruling still good law, or has it been overruled?",
     "compliance": "Is the pre-clearance still active, is the trade compliant (e.g. under an exception), or is it non-compliant?",
 }
+AS_ASKED = "as-asked"
+"""The ``kind`` that asks each question as written, with no kind's follow-up: for a suite no
+answer classifier reads (a corpus of your own, in the run report)."""
 CLOSED_SYSTEM = "You answer questions. Be concise."
 
 
@@ -72,7 +75,8 @@ def build_jobs(
     ``max_doc_chars``), and the context fitted to ``evidence_budget`` tokens
     (:func:`~car_rag.evidence.budget.approx_tokens`) by leaving out whole records, least useful
     first. ``kind`` ("security", "legal", "compliance") picks the question asked of the
-    reader; by default it follows the built-in suite's name (needed for a user corpus).
+    reader; by default it follows the built-in suite's name (needed for a user corpus);
+    :data:`AS_ASKED` asks the question as written.
     ``query_ids`` keeps those queries only (a held-out sample), ``limit`` the first N.
     ``car-reader-repair`` needs no job of its own: :func:`repair_jobs` makes it from the
     ``car-reader`` answers."""
@@ -83,7 +87,7 @@ def build_jobs(
         raise ValueError(f"unknown conditions {unknown}; choose from {list(CONDITIONS)}")
     if "car-reader-repair" in conditions and "car-reader" not in conditions:
         raise ValueError("car-reader-repair repairs car-reader's answers: ask for car-reader too")
-    suffix = QUESTION_SUFFIX[kind or suite_kind(suite.name)]
+    suffix = "" if kind == AS_ASKED else QUESTION_SUFFIX[kind or suite_kind(suite.name)]
     queries = load_queries(suite.queries)
     if query_ids is not None:
         wanted = set(query_ids)
@@ -99,7 +103,7 @@ def build_jobs(
     xml_chars = max_doc_chars if max_doc_chars is not None else (int(evidence_budget * 3) if evidence_budget else None)
     jobs = []
     for q in queries:
-        question = f"{q.query}\n{suffix}"
+        question = f"{q.query}\n{suffix}" if suffix else q.query
         gold = set(q.gold_doc_ids)
         result = retriever.retrieve(q.query) if retriever else None
         for cond in conditions:

@@ -13,17 +13,26 @@ from typing import Any
 from car_rag.eval.answers import Classification, GoldAnswer, classify, labels_for
 from car_rag.eval.stats import Rate, mcnemar_exact
 from car_rag.extras import require
+from car_rag.records import json_line_error
 
 __all__ = ["PAIRS", "classify_rows", "markdown", "paired", "plot", "read_answers", "report", "write_report"]
 
 
 def read_answers(path: str | Path) -> list[dict[str, Any]]:
-    """An answers JSONL (``query_id``, ``condition``, ``answer``; extra fields kept)."""
+    """An answers JSONL (``query_id``, ``condition``, ``answer``; extra fields kept); a bad line
+    is a ValueError naming it."""
     rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    with Path(path).open(encoding="utf-8-sig") as handle:  # lines end at a line break only (not at U+2028)
+        lines = list(handle)
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        row = json.loads(line)
+        try:
+            row = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: {json_line_error(exc)}") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
         missing = [f for f in ("query_id", "condition", "answer") if f not in row]
         if missing:
             raise ValueError(f"{path}:{number}: missing field(s) {missing}")

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from car_rag.eval.answers import suite_kind
 from car_rag_evals.report.runs import Run, read_run
 
 __all__ = ["build_report", "overview"]
@@ -48,6 +49,15 @@ def overview(run: Run) -> dict[str, Any]:
     return {"head": [], "rows": [], "note": ""}
 
 
+def _classified(suite: Any) -> bool:
+    """Whether an answer classifier reads the suite's answers (the built-in suites' kinds)."""
+    try:
+        suite_kind(suite.name)
+    except ValueError:
+        return False
+    return True
+
+
 def build_report(
     path: Path,
     out: Path,
@@ -61,6 +71,7 @@ def build_report(
     """Read the run at ``path``, write its page to ``out``. ``suite`` (a Suite) overrides the
     built-in suite the run names (a user corpus); without either the page has the run's
     numbers only, and says so."""
+    from car_rag_evals.llm.conditions import AS_ASKED
     from car_rag_evals.report.drilldown import drilldown
     from car_rag_evals.report.page import render_page
     from car_rag_evals.suites import load_suite
@@ -78,7 +89,12 @@ def build_report(
     elif suite is None:
         problems.append("the suite is unknown (no report.json): pass --suite for questions, chains and evidence")
     if suite is not None:
-        queries, records, columns = drilldown(run, suite, stores_dir=stores_dir, evidence=evidence, problems=problems)
+        kind = None if _classified(suite) else AS_ASKED
+        if kind is not None:
+            problems.append(f"suite {suite.name!r} has no answer classifier (a corpus of your own): no answer is "
+                            "classified, and the evidence is shown for each question as asked")
+        queries, records, columns = drilldown(run, suite, stores_dir=stores_dir, evidence=evidence, problems=problems,
+                                              kind=kind)
     meta = (run.bench or run.llm_report or {})
     data = {
         "kind": run.kind, "suite": run.suite, "source": str(path), "command": meta.get("command"),

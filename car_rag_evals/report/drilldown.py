@@ -74,9 +74,12 @@ def _eval_llm_options(command: str | None) -> tuple[dict[str, Any], str | None]:
             "xml_form": args.xml_form}, None
 
 
-def _contexts(run: Run, suite: Any, ids: list[str], stores_dir: Path, problems: list[str]) -> dict[str, dict[str, str]]:
+def _contexts(
+    run: Run, suite: Any, ids: list[str], stores_dir: Path, problems: list[str], kind: str | None
+) -> dict[str, dict[str, str]]:
     """query id -> form -> the user message a reader got: ``reader`` and ``audit`` forms of
-    car-rag's evidence, and for an LLM run every condition's own context."""
+    car-rag's evidence, and for an LLM run every condition's own context. ``kind`` is the
+    question's (None: the built-in suite's own)."""
     from car_rag_evals.llm.conditions import CONDITIONS, build_jobs
 
     forms = {"car-reader": "reader", "car-xml": "audit"}
@@ -89,7 +92,7 @@ def _contexts(run: Run, suite: Any, ids: list[str], stores_dir: Path, problems: 
         options, ran = {"k": (run.bench or {}).get("k", 5)}, []
     conditions = tuple(dict.fromkeys([*ran, *forms]))
     out: dict[str, dict[str, str]] = {}
-    for job in build_jobs(suite, conditions, stores_dir=stores_dir, query_ids=ids, progress=False, **options):
+    for job in build_jobs(suite, conditions, stores_dir=stores_dir, query_ids=ids, progress=False, kind=kind, **options):
         text = job.messages[-1]["content"]
         entry = out.setdefault(job.query_id, {})
         if job.condition in forms:
@@ -130,9 +133,10 @@ def _answers(run: Run) -> dict[str, dict[str, Any]]:
 
 
 def drilldown(
-    run: Run, suite: Any, *, stores_dir: Path, evidence: bool, problems: list[str]
+    run: Run, suite: Any, *, stores_dir: Path, evidence: bool, problems: list[str], kind: str | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
-    """The page's queries, records (only those shown anywhere) and systems/conditions."""
+    """The page's queries, records (only those shown anywhere) and systems/conditions; ``kind``
+    as :func:`~car_rag_evals.llm.conditions.build_jobs` takes it."""
     from car_rag_evals.suites import open_suite_store
 
     queries = load_queries(suite.queries)
@@ -146,7 +150,7 @@ def drilldown(
     answers = _answers(run) if run.kind == "llm" else {}
     if run.kind == "llm":
         columns = [{"name": c, "label": c} for c in dict.fromkeys(a["condition"] for a in run.answers)]
-    contexts = _contexts(run, suite, ids, stores_dir, problems) if evidence else {}
+    contexts = _contexts(run, suite, ids, stores_dir, problems, kind) if evidence else {}
     shown: set[str] = set()
     rows = []
     for q in queries:

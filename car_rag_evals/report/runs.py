@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from car_rag.records import json_line_error
+
 __all__ = ["Run", "read_run"]
 
 LLM_FILES = ("report.json", "answers.labelled.jsonl")
@@ -49,7 +51,8 @@ def _read_jsonl(path: Path, problems: list[str]) -> list[dict[str, Any]]:
     """Rows of a JSONL; a broken line is skipped and named."""
     rows: list[dict[str, Any]] = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with path.open(encoding="utf-8-sig") as handle:  # lines end at a line break only (not at U+2028)
+            lines = list(handle)
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(f"{path.name} could not be read: {exc}")
         return rows
@@ -57,9 +60,9 @@ def _read_jsonl(path: Path, problems: list[str]) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line.rstrip("\r\n"))
         except json.JSONDecodeError as exc:
-            problems.append(f"{path.name}:{number}: skipped, not JSON ({exc.msg})")
+            problems.append(f"{path.name}:{number}: skipped, {json_line_error(exc)}")
             continue
         if not isinstance(row, dict) or not {"query_id", "condition"} <= set(row):
             problems.append(f"{path.name}:{number}: skipped, no query_id/condition")

@@ -101,7 +101,7 @@ def test_damaged_llm_run_says_what_is_missing_and_runs_no_answer_text(browser, r
     page, errors = _open(browser, reports / "llm.html")
     problems = page.locator("#problems").text_content()
     assert "report.json is missing" in problems
-    assert "answers.labelled.jsonl:4: skipped, not JSON" in problems
+    assert "answers.labelled.jsonl:4: skipped, invalid JSON: the line is not complete JSON" in problems
     rows = page.locator("tr.row")
     assert rows.count() == 3
     page.select_option("#f-label", "confident_wrong")

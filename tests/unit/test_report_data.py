@@ -25,7 +25,7 @@ def test_embedded_json_holds_no_markup_and_reads_back():
 def test_broken_and_missing_files_become_problems(tmp_path):
     run = read_run(FIXTURE / "llm")
     assert run.kind == "llm" and len(run.answers) == 5
-    broken = "answers.labelled.jsonl:4: skipped, not JSON (Unterminated string starting at)"
+    broken = "answers.labelled.jsonl:4: skipped, invalid JSON: the line is not complete JSON (it ends inside a string)"
     assert run.problems == ["report.json is missing", broken]
     (tmp_path / "answers.jsonl").write_text('{"query_id": "q", "condition": "dense", "answer": "x"}\n[1]\n')
     run = read_run(tmp_path, "ghsa-freeform")

@@ -93,13 +93,13 @@ def evidence_formatter(
     doc_id_key: str = "doc_id",
     compact: bool = False,
 ) -> Runnable[list[Document], str]:
-    """A runnable rendering a list of documents as car-rag ``<evidence>``.
+    """A runnable rendering a list of documents as car-rag's evidence text.
 
     ``form="plain"`` (default) gives the records as numbered plain documents in car-rag's
     order (:func:`car_rag.evidence.plain.render_plain`: what measured best with the offline
     reader, see the core README); ``form="reader"`` the reader-first form, an authority
     digest and packets (:func:`car_rag.evidence.reader.render_reader`); ``form="audit"``
-    :func:`car_rag.render_xml`'s full XML with retrieval rationale, for debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
+    :func:`car_rag.render_xml`'s full audit XML with retrieval rationale, for debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
     supplies the state words, verbs and rule descriptions (default: the built-in policy named
     in the documents' ``car_policy``, if any). ``k`` packets at most, ``superseded="omit"``
     to leave superseded records out, a ``token_budget`` (whole packets are dropped, least

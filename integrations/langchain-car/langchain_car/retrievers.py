@@ -238,8 +238,9 @@ class CARRetriever(BaseRetriever):
         return resolve_closure(self._closure(query, self._stage1(query, None)).closure, self._store, self.caller)
 
     def evidence_formatter(self, **options: Any) -> Runnable[list[Document], str]:
-        """A runnable turning this retriever's documents into XML evidence, with its policy
-        (for rule descriptions); ``options`` go to :func:`langchain_car.evidence_formatter`."""
+        """A runnable turning this retriever's documents into evidence (plain documents by
+        default), with its policy (for rule descriptions); ``options`` go to
+        :func:`langchain_car.evidence_formatter`."""
         from langchain_car.evidence import evidence_formatter
 
         return evidence_formatter(policy=self.policy, doc_id_key=self.doc_id_key, **options)

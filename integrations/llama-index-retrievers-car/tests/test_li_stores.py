@@ -11,7 +11,9 @@ from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery, VectorStoreQueryResult
 
+from llama_index.postprocessor.car import SupersessionExpander
 from llama_index.retrievers.car import CAR_STATUS, CARRetriever, MetadataLayout
+from llama_index.retrievers.car.lookup import NodeAuthorityLookup, VectorStoreAuthorityLookup, authority_lookup
 
 YAML_Q = "Can untrusted YAML with python object tags still execute code through yamlette load?"
 
@@ -31,9 +33,33 @@ def test_from_index_on_the_in_memory_default_works_on_the_first_query(default_in
     assert meta["adv-yamlette-disclosure"][CAR_STATUS] == "superseded"
 
 
-def test_a_vector_store_without_text_is_refused_with_what_to_pass(default_index, policy):
-    with pytest.raises(TypeError, match=r"SimpleVectorStore.*keeps no text.*docstore"):
-        CARRetriever(default_index.as_retriever(), default_index.vector_store, policy)
+def _statuses(nodes) -> list[tuple[str, str]]:
+    return [(n.node.metadata["doc_id"], n.node.metadata[CAR_STATUS]) for n in nodes]
+
+
+def test_the_in_memory_vector_store_beside_its_own_index_retriever_resolves_on_the_docstore(default_index, policy):
+    """The README's first snippet, on the default index: its vector store keeps no text, so Stage 2
+    looks records up in the docstore of the index the retriever searches, as from_index does."""
+    retriever = CARRetriever(default_index.as_retriever(similarity_top_k=3), default_index.vector_store, policy)
+    got = _statuses(retriever.retrieve(YAML_Q))
+    assert got == _statuses(CARRetriever.from_index(default_index, policy, similarity_top_k=3).retrieve(YAML_Q))
+    assert got[0] == ("adv-yamlette-2.0.1-release", "active") and ("adv-yamlette-disclosure", "superseded") in got
+
+
+def test_an_index_stands_for_its_vector_store_or_its_docstore(default_index, index, policy):
+    assert isinstance(authority_lookup(default_index), NodeAuthorityLookup)  # SimpleVectorStore keeps no text
+    assert isinstance(authority_lookup(index), VectorStoreAuthorityLookup)  # Chroma does
+    expander = SupersessionExpander(store=default_index, policy=policy)
+    anchors = default_index.as_retriever(similarity_top_k=1).retrieve(YAML_Q)
+    assert [n.node.metadata["doc_id"] for n in anchors] == ["adv-yamlette-disclosure"]
+    expanded = [n.node.metadata["doc_id"] for n in expander.postprocess_nodes(anchors, query_str=YAML_Q)]
+    assert "adv-yamlette-2.0.1-release" in expanded
+
+
+def test_a_vector_store_without_text_beside_another_stage1_is_refused_with_what_to_pass(default_index, embed_model, policy):
+    other = VectorStoreIndex.from_documents([Document(text="unrelated")], embed_model=embed_model)
+    with pytest.raises(TypeError, match=r"SimpleVectorStore.*keeps no text.*store=index.*docstore"):
+        CARRetriever(other.as_retriever(), default_index.vector_store, policy)
 
 
 class _TextStoreWithoutLookups(BasePydanticVectorStore):

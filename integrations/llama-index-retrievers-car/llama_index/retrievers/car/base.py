@@ -8,7 +8,10 @@ from typing import Any
 from car_rag import CallerContext, Policy, load_policy
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.indices.base import BaseIndex
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index.retrievers.car.layout import MetadataLayout, node_doc_id
 from llama_index.retrievers.car.lookup import AuthorityLookup, authority_lookup
@@ -18,6 +21,16 @@ __all__ = ["CARRetriever", "DEFAULT_K"]
 
 DEFAULT_K = 5
 """Records returned by default: the core's (``car-rag query --k``), and langchain-car's."""
+
+
+def _index_behind(store: Any, retriever: BaseRetriever) -> BaseIndex[Any] | None:
+    """The index ``retriever`` searches, when ``store`` is that index's vector store and keeps no
+    text (LlamaIndex's in-memory default, ``SimpleVectorStore``): the index keeps its nodes in
+    its docstore, where Stage 2 then looks them up."""
+    if not isinstance(store, BasePydanticVectorStore) or store.stores_text or not isinstance(retriever, VectorIndexRetriever):
+        return None
+    index = getattr(retriever, "_index", None)  # VectorIndexRetriever keeps its index, with no public name for it
+    return index if isinstance(index, BaseIndex) and getattr(index, "vector_store", None) is store else None
 
 
 class CARRetriever(BaseRetriever):
@@ -37,8 +50,10 @@ class CARRetriever(BaseRetriever):
     Args:
         retriever: the Stage-1 retriever to wrap.
         store: where Stage 2 looks records up: the vector store behind the index (any
-            ``BasePydanticVectorStore`` whose ``get_nodes`` takes metadata filters), a
-            docstore or list of nodes (held in memory), or an ``AuthorityLookup``.
+            ``BasePydanticVectorStore`` whose ``get_nodes`` takes metadata filters; one that
+            keeps no text, such as the in-memory default, stands for the docstore of the
+            index ``retriever`` searches), the index itself, a docstore or list of nodes (held
+            in memory), or an ``AuthorityLookup``.
         policy: a car-rag policy, or the name or path of one (``"security-advisory"``).
         k: the most records returned (default 5, as the core's ``car-rag query --k``): the
             active frontier first, then superseded provenance; a record's chunks count once.
@@ -78,7 +93,7 @@ class CARRetriever(BaseRetriever):
         if doc_id_key is not None:
             self.layout = self.layout.model_copy(update={"doc_id_key": doc_id_key})
         self.k = k
-        self.lookup: AuthorityLookup = authority_lookup(store, self.layout)
+        self.lookup: AuthorityLookup = authority_lookup(_index_behind(store, retriever) or store, self.layout)
         self.k1 = k1
         self.caller = caller
         self.resolver = AuthorityResolver(
@@ -95,9 +110,7 @@ class CARRetriever(BaseRetriever):
         """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``, or on
         ``index.docstore`` when the vector store keeps no text (the in-memory default,
         ``SimpleVectorStore``, and any store with ``stores_text=False``)."""
-        vector_store = index.vector_store
-        store = vector_store if getattr(vector_store, "stores_text", True) else index.docstore
-        return cls(index.as_retriever(similarity_top_k=similarity_top_k), store, policy, **kwargs)
+        return cls(index.as_retriever(similarity_top_k=similarity_top_k), index, policy, **kwargs)
 
     def _get_prompt_modules(self) -> dict[str, Any]:
         return {"retriever": self.retriever}

@@ -17,6 +17,7 @@ from typing import Any
 
 from car_rag import AuthorityStore, ScopeQuery, StoredItem
 from car_rag.layout import decode_list
+from llama_index.core.indices.base import BaseIndex
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
@@ -202,16 +203,22 @@ def _cannot_filter(vector_store: BasePydanticVectorStore, reason: object) -> str
 
 
 def authority_lookup(source: Any, layout: MetadataLayout | None = None) -> AuthorityStore:
-    """The lookup for a vector store, a docstore, a list of nodes, or a lookup (returned as is).
-    A vector store that keeps no text, or has no ``get_nodes``, is a ``TypeError`` naming its
-    class and what it lacks (so is one that refuses the filters on the first query)."""
+    """The lookup for an index, a vector store, a docstore, a list of nodes, or a lookup
+    (returned as is). An index stands for its vector store, or for its docstore where the vector
+    store keeps no text (LlamaIndex's in-memory default). A vector store that keeps no text, or
+    has no ``get_nodes``, is a ``TypeError`` naming its class and what it lacks (so is one that
+    refuses the filters on the first query)."""
     if isinstance(source, AuthorityStore):
         return source
+    if isinstance(source, BaseIndex):
+        vector_store = getattr(source, "vector_store", None)
+        keeps_text = isinstance(vector_store, BasePydanticVectorStore) and vector_store.stores_text
+        source = vector_store if keeps_text else source.docstore
     if isinstance(source, BasePydanticVectorStore):
         if not source.stores_text:
             raise TypeError(
                 f"{type(source).__name__} keeps no text or metadata of its own (stores_text=False), so it cannot "
-                "answer metadata lookups: pass the index's docstore (index.docstore), or use CARRetriever.from_index"
+                "answer metadata lookups: pass the index itself (store=index) or its docstore (index.docstore)"
             )
         if type(source).get_nodes is BasePydanticVectorStore.get_nodes:
             raise TypeError(_cannot_filter(source, "it does not implement get_nodes"))
@@ -221,6 +228,6 @@ def authority_lookup(source: Any, layout: MetadataLayout | None = None) -> Autho
     if isinstance(source, (list, tuple)):
         return NodeAuthorityLookup(source, layout)
     raise TypeError(
-        f"cannot look records up in a {type(source).__name__}: pass a LlamaIndex vector store with metadata "
-        "filters, a docstore, a list of nodes, or an AuthorityLookup"
+        f"cannot look records up in a {type(source).__name__}: pass a LlamaIndex index, a vector store with "
+        "metadata filters, a docstore, a list of nodes, or an AuthorityLookup"
     )

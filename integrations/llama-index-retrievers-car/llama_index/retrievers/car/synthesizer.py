@@ -119,7 +119,7 @@ def render_evidence(
 
 
 class EvidenceSynthesizer(BaseSynthesizer):
-    """Answers from one ``<evidence>`` document built from all retrieved nodes, in one LLM call.
+    """Answers from car-rag's evidence for all retrieved nodes (plain documents by default), in one LLM call.
 
     Args:
         llm: the chat model (default ``Settings.llm``).
