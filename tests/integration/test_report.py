@@ -3,7 +3,7 @@ filters hide rows, a drill-down shows the chain and the evidence, and record or 
 carrying ``</script>`` or HTML never runs. Built from the committed run in
 tests/fixtures/report_run (a bench result, and a damaged eval-llm folder).
 
-Chromium is Debian's ``chromium`` (``make install`` puts it there when run as root). Without
+Chromium is Debian's ``chromium`` (``make test`` puts it there when run as root). Without
 it these tests skip, unless CAR_REQUIRE_BROWSER=1 (``make test`` sets it): then they fail.
 """
 
@@ -32,7 +32,7 @@ def _unavailable(message: str) -> None:
 def browser():
     executable = os.environ.get("CAR_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not executable:
-        _unavailable("no Chromium for the report's browser tests: apt-get install chromium (make install does, as root)")
+        _unavailable("no Chromium for the report's browser tests: apt-get install chromium (make test does, as root)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
