@@ -19,7 +19,10 @@ from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore
 from car_rag_evals.framework_systems import FRAMEWORK_LABELS, langchain_ensemble_retriever, llamaindex_fusion_retriever
 
-__all__ = ["FRAMEWORK_SYSTEMS", "SystemOutput", "System", "SYSTEMS", "build_system", "embedding_system", "rank_bm25_index"]
+__all__ = [
+    "DO_NO_HARM", "FRAMEWORK_SYSTEMS", "SystemOutput", "System", "SYSTEMS", "build_system", "embedding_system",
+    "rank_bm25_index",
+]
 
 
 @dataclass
@@ -122,10 +125,25 @@ def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules"
     return build
 
 
-SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
-    "car-default": lambda store, depth: _CAR(
-        "car-default", "car-rag defaults (calibrated hybrid, latent scope)", ControllingAuthorityRetriever(store)
+DO_NO_HARM: dict[str, tuple[str, dict[str, Any]]] = {
+    "car-default": ("car-rag defaults (calibrated hybrid, latent scope)", {}),
+    "car-no-latent-scope": ("car-rag defaults, --no-latent-scope", {"latent_scope": False}),
+    "car-bm25-no-latent-scope": (
+        "car-rag --anchors bm25 --no-latent-scope (the paper's two-stage shape)", {"anchors": "bm25", "latent_scope": False}
     ),
+}
+"""The configurations the do-no-harm rule compares (issue 30): label and the retriever options
+the CLI's flags set (none; ``--no-latent-scope``; ``--anchors bm25 --no-latent-scope``), every
+other option the CLI's default. The defaults must score at least both others on every dev suite."""
+
+
+def _cli(name: str) -> Callable[[CARStore, int], System]:
+    label, options = DO_NO_HARM[name]
+    return lambda store, depth: _CAR(name, label, ControllingAuthorityRetriever(store, **options))
+
+
+SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
+    **{name: _cli(name) for name in DO_NO_HARM},
     "bm25": lambda store, depth: _Lexical("bm25", "BM25 (bm25s)", store.lexical, depth),
     "bm25-rank": lambda store, depth: _Lexical("bm25-rank", "BM25 (rank-bm25)", rank_bm25_index(store), depth),
     "dense": lambda store, depth: _Dense("dense", "Dense MiniLM", store, depth),
@@ -138,8 +156,9 @@ SYSTEMS: dict[str, Callable[[CARStore, int], System]] = {
     "car-hybrid": _car("car-hybrid", "car-rag, hybrid RRF anchors, k1=10 (the default before latent scope)", "hybrid", 10),
     "car-timestamp": _car("car-timestamp", "car-rag anchor-only: later in scope voids (no RSSG)", "hybrid", 10, "timestamp"),
 }
-"""``car-default`` is the retriever as a user constructs it (``ControllingAuthorityRetriever(store)``);
-the other car-rag systems are paper-style two-stage variants. Every car-rag system resolves
+"""``car-default`` is the retriever as a user constructs it (``ControllingAuthorityRetriever(store)``,
+what ``car-rag query`` runs without flags), and the two :data:`DO_NO_HARM` baselines are that
+retriever with the CLI's flags; the other car-rag systems are paper-style two-stage variants. Every car-rag system resolves
 authority with the RSSG (policy rules) except ``car-timestamp``,
 the paper's anchor-only baseline (a later record in the same scope voids
 an earlier one, whatever its type)."""
