@@ -152,6 +152,7 @@ def read_question_scope(
     *,
     readable: Callable[[Record], bool] | None = None,
     document_frequency: Callable[[str], int] | None = None,
+    lookup_limit: int = 20,
 ) -> QuestionScope:
     """The scope ids the question names and the posterior over scopes.
 
@@ -160,8 +161,10 @@ def read_question_scope(
     pass?"); every other candidate must convince on its own
     (:func:`~car_rag.scope_linking.accepted_links`, against the posterior before linking).
     Named for Stage 2: the policy's ``scope_patterns`` and linked values that name whole
-    scopes; a lone value of one key among several (a ticker) only narrows the posterior, as
-    a lookup would pull in all its records. With ``readable``, only records the caller may
+    scopes of at most ``lookup_limit`` records (the lookup then brings the scope in whole);
+    any other linked value only narrows the posterior: a lone ticker of a two-key scope, or
+    "Ethereum" where every record is about Ethereum, would pull in an arbitrary slice of
+    records ahead of the anchors. With ``readable``, only records the caller may
     read count, so nothing tells a caller that a value exists in records it may not see."""
     can_read = readable or (lambda _r: True)
     patterns = policy.scope_ids_in(query)
@@ -170,7 +173,8 @@ def read_question_scope(
     together = _whole_scope_links(found, patterns, graph, policy, can_read) if len(policy.scope_keys) > 1 else []
     prior = estimate_scope_posterior(candidates, graph, policy, patterns, can_read)
     links = together + accepted_links([f for f in found if f not in together], graph, prior.support, document_frequency)
-    named = merge(patterns, values_by_key(_whole_scope_links(links, patterns, graph, policy, can_read)))
+    looked_up = _whole_scope_links(links, patterns, graph, policy, can_read, at_most=lookup_limit)
+    named = merge(patterns, values_by_key(looked_up))
     constraint = merge(named, values_by_key(links))
     posterior = estimate_scope_posterior(candidates, graph, policy, named, can_read, constraint=constraint)
     return QuestionScope(named, posterior, tuple(links))
@@ -182,9 +186,11 @@ def _whole_scope_links(
     graph: AuthorityGraph,
     policy: Policy,
     readable: Callable[[Record], bool],
+    at_most: int | None = None,
 ) -> list[Link]:
     """The linked values that, with the pattern-named ones, name every scope key of some
-    record the caller may read: together they are one entity, not a stray word."""
+    record the caller may read (of a scope of at most ``at_most`` such records, if given):
+    together they are one entity, not a stray word."""
     keys = policy.scope_keys
     pool = merge(patterns, values_by_key(found))
     if not found or not all(pool.get(k) for k in keys):
@@ -192,7 +198,8 @@ def _whole_scope_links(
     used: set[tuple[str, str]] = set()
     for values in itertools.product(*(pool[k] for k in keys)):
         scope = dict(zip(keys, values))
-        if any(readable(r) for r in graph.lookup(scope)):
+        held = sum(1 for r in graph.lookup(scope) if readable(r))
+        if held and (at_most is None or held <= at_most):
             used |= set(scope.items())
     return [f for f in found if (f.key, f.value) in used]
 

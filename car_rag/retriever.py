@@ -182,7 +182,8 @@ class ControllingAuthorityRetriever:
         readable = can_read or (lambda _r: True)
         lexical = self.lexical or self.store.lexical
         scope = read_question_scope(
-            query, candidates, graph, policy, readable=can_read, document_frequency=lexical.document_frequency
+            query, candidates, graph, policy, readable=can_read, document_frequency=lexical.document_frequency,
+            lookup_limit=self.scope_lookup_limit,
         )
         anchors = select_anchors(
             candidates, scope.posterior, graph, policy, self.k1, ties=self.scope_ties, decay=self.scope_decay,

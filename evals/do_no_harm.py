@@ -63,8 +63,8 @@ def suite_scores(
     out: dict[str, Any] = {"queries": len(queries), "documents": len(store), "configs": {}}
     for config, retriever in retrievers.items():
         channels = {"bm25": ("bm25",), "dense": ("dense",)}.get(retriever.anchor_mode, ("bm25", "dense"))
-        tca = hit = ambiguous = mismatched = 0
-        missed = []
+        tca = hit = ambiguous = mismatched = links = wrong_links = 0
+        missed, wrong = [], []
         for i, query in enumerate(tqdm(queries, desc=f"{name} {config}", unit="q", leave=False)):
             result = retriever.resolve_runs(query.query, {c: runs[retriever.depth][i][c] for c in channels})
             ranked = result.doc_ids()
@@ -78,10 +78,20 @@ def suite_scores(
             ambiguous += result.ambiguity is not None
             if not s.tca:
                 missed.append(query.query_id)
+            # A linked scope value is right when the question's own records carry it (anchor, gold, chain).
+            own = [store.records[d].scope for d in {*query.anchor_doc_ids, *query.gold_doc_ids, *query.chain_doc_ids}
+                   if d in store.records]
+            for link in result.scope_links:
+                links += 1
+                if not any(scope.get(link.key) == link.value for scope in own):
+                    wrong_links += 1
+                    wrong.append({"query_id": query.query_id, **link.to_dict()})
         n = len(queries)
         out["configs"][config] = {
             "tca": round(tca / n, 4), "hit": round(hit / n, 4), "ambiguity_share": round(ambiguous / n, 4),
             "replay_checked": min(check, n), "replay_mismatches": mismatched, "missed": missed,
+            "links": links, "wrong_links": wrong_links, "wrong_links_per_100": round(100 * wrong_links / n, 2),
+            "link_precision": None if not links else round(1 - wrong_links / links, 4), "wrong": wrong,
         }
     store.close()
     scores = {c: v["tca"] for c, v in out["configs"].items()}
@@ -101,11 +111,13 @@ def markdown(table: dict[str, dict[str, Any]], configs: dict[str, dict[str, Any]
         "configuration replays the runs through `ControllingAuthorityRetriever.resolve_runs`; \"replay\" counts, of the "
         "first queries of each suite retrieved end to end as well, those whose top k differs (summed over "
         "configurations). \"harm\" marks a suite where a judged configuration scores below either baseline; "
-        "\"ambiguous\" is the share of questions whose result carries an `ambiguity` (per configuration).",
+        "\"ambiguous\" is the share of questions whose result carries an `ambiguity` (per configuration); "
+        "\"linked\" counts the scope values the defaults linked from the questions' words and how many of them no "
+        "record of the question (anchor, gold, chain) carries (wrong links per 100 questions; precision).",
         "",
         "| suite | n | " + " | ".join(heads) + " | " + " | ".join(f"{FLAGS.get(c, c)}: no harm" for c in judged)
-        + " | ambiguous (" + ", ".join(FLAGS.get(c, c) for c in names) + ") | replay |",
-        "|---|---|" + "---|" * (len(names) + len(judged) + 2),
+        + " | ambiguous (" + ", ".join(FLAGS.get(c, c) for c in names) + ") | linked (wrong per 100; precision) | replay |",
+        "|---|---|" + "---|" * (len(names) + len(judged) + 3),
     ]
     for suite, entry in table.items():
         cells = entry["configs"]
@@ -115,6 +127,7 @@ def markdown(table: dict[str, dict[str, Any]], configs: dict[str, dict[str, Any]
             + " | ".join(f"**{cells[c]['tca']:.3f}**" if cells[c]["tca"] == best else f"{cells[c]['tca']:.3f}" for c in names)
             + " | " + " | ".join("yes" if entry["do_no_harm"][c] else "**harm**" for c in judged)
             + " | " + ", ".join(f"{cells[c]['ambiguity_share']:.2f}" for c in names)
+            + f" | {_linked(cells[DEFAULTS])}"
             + f" | {sum(cells[c]['replay_mismatches'] for c in names)}/{sum(cells[c]['replay_checked'] for c in names)} |"
         )
     for c in judged:
@@ -122,6 +135,12 @@ def markdown(table: dict[str, dict[str, Any]], configs: dict[str, dict[str, Any]
         lines += ["", f"{FLAGS.get(c, c)}: " + (f"harm on {len(harmed)} of {len(table)} suites ({', '.join(harmed)})."
                                                  if harmed else f"no harm on any of the {len(table)} suites.")]
     return "\n".join(lines) + "\n"
+
+
+def _linked(cell: dict[str, Any]) -> str:
+    if not cell["links"]:
+        return "0"
+    return f"{cell['links']} ({cell['wrong_links_per_100']:.1f}; {cell['link_precision']:.3f})"
 
 
 def main() -> None:

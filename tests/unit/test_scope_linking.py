@@ -136,3 +136,19 @@ def test_values_added_after_the_index_was_built_are_found():
 
 def test_words_are_normalised():
     assert words("Lodash's merge() in Node.js — CVE-2019-10744") == ["lodash", "merge", "in", "node", "js", "cve", "2019", "10744"]
+
+
+def test_a_named_scope_too_large_to_look_up_whole_only_narrows_the_posterior():
+    # Every record is about the one project the question names: a lookup would put the 20
+    # newest ahead of the anchors; the name says nothing the posterior does not already know.
+    policy = Policy(name="proposals", scope_keys=("project",), rules=())
+    graph = graph_of(policy, *[record(f"eip-{i}", f"Ethereum proposal {i}", project="ethereum") for i in range(30)])
+    candidates = hits(("eip-3", 0.5), ("eip-7", 0.3), ("eip-1", 0.2))
+    scope = read_question_scope("Which Ethereum proposal defines tokens?", candidates, graph, policy,
+                                document_frequency=bm25(graph).document_frequency, lookup_limit=20)
+    assert [link.value for link in scope.links] == ["ethereum"]
+    assert scope.named == {}
+    assert scope.posterior.probability(graph.records["eip-3"]) == pytest.approx(1.0)
+    small = read_question_scope("Which Ethereum proposal defines tokens?", candidates, graph, policy,
+                                document_frequency=bm25(graph).document_frequency, lookup_limit=30)
+    assert small.named == {"project": ["ethereum"]}
