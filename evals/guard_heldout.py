@@ -53,6 +53,10 @@ RUNS = {  # run folder under evals/results -> the suite its answers are about
     "llm-legal-classifier-data/freeform": "legalprecedentqa-freeform",
     "llm-compliance-classifier-data": "finsuperqa",
 }
+NAMELESS = frozenset({"cvepatchqa-freeform", "legalprecedentqa-freeform"})
+"""Suites whose questions name no entity: each matches several scopes alike (the result's
+ambiguity), so an answer that picks one state is what the guard flags there (``ambiguous_state``),
+whatever the label (the label assumes the benchmark's one scope was meant)."""
 WRONG = "confident_wrong"
 NOTHING_WRONG = ("correct", "uncertain", "patched_no_version")
 COMMAND = "python evals/guard_heldout.py"
@@ -115,8 +119,13 @@ def main() -> int:
         runs[run] = {"suite": suite, **_figures(rows), "by_condition": by_condition,
                      "basis": dict(collections.Counter(r["basis"] for r in rows))}
     split = "held-out" if not note else f"not held out: {note}"
+    groups = {
+        "questions that name their entity": [r for k, r in pooled.items() if k[0] not in NAMELESS],
+        "questions that name none (free-form CVE and legal)": [r for k, r in pooled.items() if k[0] in NAMELESS],
+    }
     summary = {"command": command, "generated": started, "split": split, "runs": runs,
-               "pooled_distinct_answers": _figures(list(pooled.values()))}
+               "pooled_distinct_answers": _figures(list(pooled.values())),
+               "pooled_by_question_form": {name: _figures(rows) for name, rows in groups.items()}}
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     lines = [
@@ -132,7 +141,9 @@ def main() -> int:
         "| wrong version flagged | unjudged |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for run, e in [*runs.items(), ("**pooled, distinct answers**", {"suite": "all", **summary["pooled_distinct_answers"]})]:
+    pooled_rows = [("**pooled, distinct answers**", {"suite": "all", **summary["pooled_distinct_answers"]})]
+    pooled_rows += [(f"pooled: {name}", {"suite": "", **figures}) for name, figures in summary["pooled_by_question_form"].items()]
+    for run, e in [*runs.items(), *pooled_rows]:
         lines.append(f"| {run} | {e['suite']} | {e['answers']} | {_row(e)} | {e['unjudged']} |")
     lines += ["", "## By condition", "", "| run | condition | answers | confident wrong flagged | others flagged | nothing wrong "
               "flagged | wrong version flagged |", "|---|---|---|---|---|---|---|"]
