@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -64,10 +65,11 @@ def suite_scores(
     for config, retriever in retrievers.items():
         channels = {"bm25": ("bm25",), "dense": ("dense",)}.get(retriever.anchor_mode, ("bm25", "dense"))
         tca = hit = ambiguous = mismatched = links = wrong_links = 0
-        missed, wrong = [], []
+        missed, wrong, after_fusion_ms = [], [], []
         for i, query in enumerate(tqdm(queries, desc=f"{name} {config}", unit="q", leave=False)):
             result = retriever.resolve_runs(query.query, {c: runs[retriever.depth][i][c] for c in channels})
             ranked = result.doc_ids()
+            after_fusion_ms.append(result.timings_ms["latent_scope"] + result.timings_ms["stage23"])
             if i < check:
                 mismatched += retriever.retrieve(query.query).doc_ids()[:k] != ranked[:k]
             s = score_query(
@@ -92,6 +94,7 @@ def suite_scores(
             "replay_checked": min(check, n), "replay_mismatches": mismatched, "missed": missed,
             "links": links, "wrong_links": wrong_links, "wrong_links_per_100": round(100 * wrong_links / n, 2),
             "link_precision": None if not links else round(1 - wrong_links / links, 4), "wrong": wrong,
+            "latent_and_stage23_p50_ms": round(statistics.median(after_fusion_ms), 3),
         }
     store.close()
     scores = {c: v["tca"] for c, v in out["configs"].items()}
@@ -113,11 +116,12 @@ def markdown(table: dict[str, dict[str, Any]], configs: dict[str, dict[str, Any]
         "configurations). \"harm\" marks a suite where a judged configuration scores below either baseline; "
         "\"ambiguous\" is the share of questions whose result carries an `ambiguity` (per configuration); "
         "\"linked\" counts the scope values the defaults linked from the questions' words and how many of them no "
-        "record of the question (anchor, gold, chain) carries (wrong links per 100 questions; precision).",
+        "record of the question (anchor, gold, chain) carries (wrong links per 100 questions; precision); \"ms\" is "
+        "the median time of the latent-scope step (linking included) and Stages 2+3 per question, defaults.",
         "",
         "| suite | n | " + " | ".join(heads) + " | " + " | ".join(f"{FLAGS.get(c, c)}: no harm" for c in judged)
-        + " | ambiguous (" + ", ".join(FLAGS.get(c, c) for c in names) + ") | linked (wrong per 100; precision) | replay |",
-        "|---|---|" + "---|" * (len(names) + len(judged) + 3),
+        + " | ambiguous (" + ", ".join(FLAGS.get(c, c) for c in names) + ") | linked (wrong per 100; precision) | ms | replay |",
+        "|---|---|" + "---|" * (len(names) + len(judged) + 4),
     ]
     for suite, entry in table.items():
         cells = entry["configs"]
@@ -127,7 +131,7 @@ def markdown(table: dict[str, dict[str, Any]], configs: dict[str, dict[str, Any]
             + " | ".join(f"**{cells[c]['tca']:.3f}**" if cells[c]["tca"] == best else f"{cells[c]['tca']:.3f}" for c in names)
             + " | " + " | ".join("yes" if entry["do_no_harm"][c] else "**harm**" for c in judged)
             + " | " + ", ".join(f"{cells[c]['ambiguity_share']:.2f}" for c in names)
-            + f" | {_linked(cells[DEFAULTS])}"
+            + f" | {_linked(cells[DEFAULTS])} | {cells[DEFAULTS]['latent_and_stage23_p50_ms']:.2f}"
             + f" | {sum(cells[c]['replay_mismatches'] for c in names)}/{sum(cells[c]['replay_checked'] for c in names)} |"
         )
     for c in judged:
