@@ -17,7 +17,7 @@ import pytest
 from servers import serving
 
 from car_rag import CARStore, IngestReport
-from car_rag.serve.app import Service
+from car_rag.serve.app import Forbidden, Service
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key
 
 
@@ -210,3 +210,18 @@ def test_a_tenant_key_cannot_replace_a_record_it_does_not_own(store):
     assert own.status_code == 200 and own.json()["updated"] == [disclosure(18)["doc_id"]]
     assert store.get(disclosure(18)["doc_id"]).fingerprint() != acme  # its own tenant's: replaced
     assert owner.status_code == 200 and store.get(disclosure(5)["doc_id"]).fingerprint() != public  # no tenant: any record
+
+
+def test_a_tenant_key_cannot_replace_its_own_tenants_record_that_it_may_not_read(store):
+    """Owning the tenant is not enough: a record of the key's tenant kept to principals the key lacks
+    is no more its to overwrite than another tenant's (it could not even read what it destroyed)."""
+    restricted = {**disclosure(20), "tenant": "acme", "allowed_principals": ["legal"]}
+    assert store.ingest([restricted], progress=False).errors == []
+    before = store.get(restricted["doc_id"]).fingerprint()
+    service = Service(store, api_keys=KEYS, anchors="bm25", insert_window_ms=0)
+    rewrite = {**restricted, "allowed_principals": [], "text": "pkg20: nothing to see."}
+    with pytest.raises(Forbidden, match=r"may not replace record 1 \('sec-pkg20-disclosure'\)"):
+        service.insert([rewrite], KEYS.lookup("k-acme"))
+    assert store.get(restricted["doc_id"]).fingerprint() == before
+    legal = ApiKey(name="acme-legal", sha256=hash_key("k-acme-legal"), tenant="acme", principals=("legal",), write=True)
+    assert service.insert([rewrite], legal).updated == [restricted["doc_id"]]  # a key that may read it may replace it
