@@ -42,7 +42,7 @@ stop() {
 trap stop EXIT
 
 {
-  echo "# .ci/stress.sh $* (load: $LOADER; $(nproc) cores; commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ', with local changes'))"
+  echo "# .ci/stress.sh $* (load: $LOADER; $(getconf _NPROCESSORS_ONLN) cores; commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ', with local changes'))"
   echo "# $(date -u +%H:%M:%S) load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >>"$LOG"
 sleep 20  # let the stressors raise the load average first

@@ -169,6 +169,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timeout(1200)  # two writers of 2,001 records, a follower applying them: 5 minutes at load 9
 def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma, schema, security_policy):
     """kill -9 of the writing process while its batch's transaction is open: nothing of the batch
     is stored, and the same batch written again goes in whole. The kill is made certain to land
@@ -209,7 +210,7 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
         rerun = subprocess.run([sys.executable, "-c", _WRITER, pg, schema, str(tmp_path / "w"), str(tmp_path / "batch.json")],
                                capture_output=True, text=True, timeout=300)
         assert rerun.returncode == 0, rerun.stderr
-        wait_for(lambda: len(a) == 2001, "the follower applies the batch written again")
+        wait_for(lambda: len(a) == 2001, "the follower applies the batch written again", 600)
         assert a.records["r-last"].text == "release notes, corrected"
 
 
