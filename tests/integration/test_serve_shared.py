@@ -105,7 +105,15 @@ def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, ch
     schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
     with serving(url, schema, tmp_path, "--anchors", "bm25", "--workers", "2") as (base, parent):
         def workers() -> list[psutil.Process]:
-            return [p for p in psutil.Process(parent.pid).children() if "resource_tracker" not in " ".join(p.cmdline())]
+            """The live workers: not multiprocessing's resource tracker, nor a killed worker not yet reaped."""
+            alive = []
+            for p in psutil.Process(parent.pid).children():
+                try:
+                    if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+                        alive.append(p)
+                except psutil.Error:  # it went (or became a zombie) between the listing and the look
+                    pass
+            return alive
 
         wait_for(lambda: len(workers()) == 2, "two workers run")
         clients = 8
