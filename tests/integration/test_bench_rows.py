@@ -1,9 +1,11 @@
 """The committed benchmark tables reproduce: every car-rag row of ``evals/results/<suite>.json``
-(each system named ``car-…``: its label, its summary and, per query, every score and the top k
-it recorded) recomputed from a fresh store build with the k and depth the file says. Whatever is
-committed is the reference, so a change to the retriever that moves a figure fails here until
-the tables are regenerated with it (``make bench``). Latencies are not compared: they are the
-machine's.
+(each system named ``car-…``: its summary and, per query, every figure it scored) recomputed from
+a fresh store build with the k and depth the file says. Whatever is committed is the reference,
+so a change to the retriever that moves a figure fails here until the tables are regenerated
+with it (``make bench``). Not compared: latencies (the machine's), the label (prose), and the
+top k ids kept for the report's drill-down, where two distractors scored within float rounding
+of each other may trade the last places between machines (seen: one GHSA query's fifth place in
+the dense-anchored rows, every figure equal).
 
 ``make test`` checks the quick suites (GHSA: 2,318 records each); ``make bench-check`` sets
 ``CAR_BENCH_CHECK=all`` and checks every suite that has a committed table."""
@@ -44,8 +46,8 @@ def test_the_committed_car_rag_rows_reproduce_from_a_fresh_build(name: str, stor
     assert (len(store), len(queries)) == (committed["documents"], committed["queries"])
     for system, row in rows.items():
         got = run_system(build_system(system, store, committed["depth"]), suite, queries, store, k=committed["k"], progress=False)
-        assert got["label"] == row["label"], system
         # per query first: the first query that differs says more than a moved average
         for want, have in zip(row["per_query"], got["per_query"], strict=True):
-            assert {key: have.get(key) for key in want} == want, (system, want["query_id"])
+            scored = {key: value for key, value in want.items() if key != "top"}
+            assert {key: have.get(key) for key in scored} == scored, (system, want["query_id"])
         assert got["summary"] == row["summary"], system
