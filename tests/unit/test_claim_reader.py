@@ -42,7 +42,8 @@ def test_letter_case_does_not_change_a_reading(reader: ClaimReader, sentence: st
 
 
 def test_a_question_claims_nothing_and_the_answer_after_it_is_read() -> None:
-    assert _reads(SECURITY, "Is it patched? It remains vulnerable.") == (["vulnerable"], "vulnerable", [("vulnerable", "asserts")])
+    answer = "Is it patched? It remains vulnerable."
+    assert _reads(SECURITY, answer) == (["vulnerable"], "vulnerable", [("vulnerable", "asserts")])
 
 
 def test_a_negated_claim_does_not_hide_the_same_claim_later_in_the_sentence() -> None:
