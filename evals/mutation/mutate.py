@@ -243,12 +243,34 @@ def check_module(module: str, target: Target, tree: Path, log) -> dict:
             "results": results}
 
 
+def write_summary(out: Path) -> Path:
+    """summary.md: per module, mutants, killed and survived, from the JSON files in ``out``."""
+    rows, total, survived = [], 0, 0
+    for path in sorted(out.glob("*.json")):
+        report = json.loads(path.read_text(encoding="utf-8"))
+        total += report["mutants"]
+        survived += report["survived"]
+        scope = f" ({', '.join(report['functions'])})" if report["functions"] else ""
+        rows.append(f"| `{report['module']}`{scope} | {report['mutants']} | {report['killed']} | {report['survived']} "
+                    f"| {100 * report['survival_rate']:.1f}% | {len(report['tests'])} files |")
+    lines = ["# Mutation check (evals/mutation/mutate.py)", "",
+             "| module | mutants | killed | survived | survival | killing tests |", "|---|---:|---:|---:|---:|---|", *rows,
+             f"| all | {total} | {total - survived} | {survived} | {100 * survived / max(total, 1):.1f}% | |", ""]
+    summary = out / "summary.md"
+    summary.write_text("\n".join(lines), encoding="utf-8")
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", default=list(TARGETS), help="target modules (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--summary", action="store_true", help="only rewrite summary.md from the results in --out")
     args = parser.parse_args(argv)
+    if args.summary:
+        print(write_summary(args.out).read_text(encoding="utf-8"))
+        return 0
     unknown = [m for m in args.modules if m not in TARGETS]
     if unknown:
         parser.error(f"not a target: {unknown}; choose from {list(TARGETS)}")
@@ -273,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 report = check_module(module, TARGETS[module], tree, log)
             (args.out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
             print(f"{module}: {report['survived']} of {report['mutants']} survived", flush=True)
+            write_summary(args.out)
     return 0
 
 
