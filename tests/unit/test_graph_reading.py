@@ -63,3 +63,34 @@ def test_a_cycle_error_names_every_edge_of_the_cycle_with_its_confidence() -> No
     assert raised.value.cycle == ["a", "c", "b", "a"]  # a ⊳ c, b ⊳ a: the new record's edges; c ⊳ b: the graph's
     assert raised.value.edges == [Edge("a", "c", "explicit"), Edge("c", "b", "explicit", 0.6), Edge("b", "a", "explicit")]
     assert graph.edges() != [] and "c" not in {e.target for e in graph.superseders("a")}  # the graph is as it was
+
+
+def _rssg(*records, tau: float = 0.5):
+    graph = _graph(*records)
+    return graph.rssg(graph.records, tau)
+
+
+def test_every_member_voiding_a_record_is_listed_however_the_paths_meet() -> None:
+    # x ⊳-ed by s1 and s2; t voids both, v only s1: reached from s1 after t was already seen through s2
+    rssg = _rssg(rec("x"), rec("s1", supersedes=["x"]), rec("s2", supersedes=["x"]), rec("t", supersedes=["s1", "s2"]),
+                 rec("v", supersedes=["s1"]))
+    assert set(rssg.voided_by["x"]) == {"s1", "s2", "t", "v"}
+
+
+def test_every_member_too_unsure_to_void_is_listed_with_its_surest_path() -> None:
+    # x ⊳-ed by b (0.8), n (0.3) and m (0.2); n also voids b for certain, so n's surest path to x is 0.8 (through b)
+    rssg = _rssg(rec("x"), rec("b", supersedes=[{"id": "x", "confidence": 0.8}]),
+                 rec("n", supersedes=[{"id": "x", "confidence": 0.3}, "b"]), rec("m", supersedes=[{"id": "x", "confidence": 0.2}]),
+                 rec("w", supersedes=[{"id": "m", "confidence": 0.9}]))
+    assert set(rssg.voided_by["x"]) == {"b", "n"}
+    assert rssg.contested_by["x"] == {"m": ("explicit", 0.2), "w": ("explicit", 0.2)}
+    assert (rssg.path_confidence[("n", "x")], rssg.path_confidence[("m", "x")]) == (0.8, 0.2)
+
+
+def test_a_path_no_wider_than_one_found_does_not_stop_the_search_at_that_node() -> None:
+    # b's voiders: n (already 0.9 from x directly, so not widened through b), then k, reached only through b
+    rssg = _rssg(rec("x"), rec("b", supersedes=[{"id": "x", "confidence": 0.8}]),
+                 rec("n", supersedes=[{"id": "x", "confidence": 0.9}, "b"]), rec("k", supersedes=["b"]))
+    assert set(rssg.voided_by["x"]) == {"b", "n", "k"}
+    assert {pair: c for pair, c in rssg.path_confidence.items() if pair[1] == "x"} == {("b", "x"): 0.8, ("n", "x"): 0.9,
+                                                                                         ("k", "x"): 0.8}

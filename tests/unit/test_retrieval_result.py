@@ -80,3 +80,10 @@ def test_the_scope_the_question_names_comes_before_the_first_anchor() -> None:
     result = _resolve([named, anchored], ["anchored"], scope_ids={"topic": ["t2"]})
     assert result.doc_ids() == ["named", "anchored"]
     assert result.get("named").role == "scope_match"
+
+
+def test_both_ends_of_an_uncertain_edge_carry_its_confidence() -> None:
+    weak = Edge("new", "old", "explicit", 0.7)  # above τ (0.5): it voids
+    result = _resolve([rec("old", at=1, scope=TOPIC), rec("new", at=2, scope=TOPIC, supersedes=[{"id": "old", "confidence": 0.7}])],
+                      ["old"])
+    assert result.get("new").voids == [weak] and result.get("old").voided_by == [weak]
