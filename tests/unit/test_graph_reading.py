@@ -80,7 +80,8 @@ def test_every_member_voiding_a_record_is_listed_however_the_paths_meet() -> Non
 def test_every_member_too_unsure_to_void_is_listed_with_its_surest_path() -> None:
     # x ⊳-ed by b (0.8), n (0.3) and m (0.2); n also voids b for certain, so n's surest path to x is 0.8 (through b)
     rssg = _rssg(rec("x"), rec("b", supersedes=[{"id": "x", "confidence": 0.8}]),
-                 rec("n", supersedes=[{"id": "x", "confidence": 0.3}, "b"]), rec("m", supersedes=[{"id": "x", "confidence": 0.2}]),
+                 rec("n", supersedes=[{"id": "x", "confidence": 0.3}, "b"]),
+                 rec("m", supersedes=[{"id": "x", "confidence": 0.2}]),
                  rec("w", supersedes=[{"id": "m", "confidence": 0.9}]))
     assert set(rssg.voided_by["x"]) == {"b", "n"}
     assert rssg.contested_by["x"] == {"m": ("explicit", 0.2), "w": ("explicit", 0.2)}

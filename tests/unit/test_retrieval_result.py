@@ -84,6 +84,6 @@ def test_the_scope_the_question_names_comes_before_the_first_anchor() -> None:
 
 def test_both_ends_of_an_uncertain_edge_carry_its_confidence() -> None:
     weak = Edge("new", "old", "explicit", 0.7)  # above τ (0.5): it voids
-    result = _resolve([rec("old", at=1, scope=TOPIC), rec("new", at=2, scope=TOPIC, supersedes=[{"id": "old", "confidence": 0.7}])],
-                      ["old"])
+    records = [rec("old", at=1, scope=TOPIC), rec("new", at=2, scope=TOPIC, supersedes=[{"id": "old", "confidence": 0.7}])]
+    result = _resolve(records, ["old"])
     assert result.get("new").voids == [weak] and result.get("old").voided_by == [weak]
