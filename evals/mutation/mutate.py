@@ -52,17 +52,18 @@ class Target:
 UNIT = "tests/unit/"
 TARGETS: dict[str, Target] = {
     "car_rag/graph.py": Target(tuple(UNIT + t for t in (
-        "test_stage2_bounds.py", "test_graph_reading.py", "test_graph.py", "test_confidence.py", "test_multi_authority.py", "test_graph_properties.py",
-        "test_policy.py", "test_lookup.py", "test_fanin.py", "test_latent_scope.py"))),
+        "test_stage2_bounds.py", "test_graph_reading.py", "test_graph.py", "test_confidence.py", "test_multi_authority.py",
+        "test_graph_properties.py", "test_policy.py", "test_lookup.py", "test_fanin.py", "test_latent_scope.py"))),
     "car_rag/resolution.py": Target(tuple(UNIT + t for t in (
-        "test_stage2_bounds.py", "test_retrieval_result.py", "test_confidence.py", "test_multi_authority.py", "test_latent_scope.py",
-        "test_graph_properties.py", "test_fanin.py", "test_plain_evidence.py", "test_reader_evidence.py"))),
+        "test_stage2_bounds.py", "test_retrieval_result.py", "test_confidence.py", "test_multi_authority.py",
+        "test_latent_scope.py", "test_graph_properties.py", "test_fanin.py", "test_plain_evidence.py", "test_reader_evidence.py"))),
     # who may read what: decided in memory (unit) and as Chroma's filter over stored metadata (integration)
     "car_rag/eligibility.py": Target((
         *(UNIT + t for t in ("test_stage2_bounds.py", "test_serve_keys.py", "test_latent_scope.py", "test_plain_evidence.py")),
         "tests/integration/test_eligibility.py")),
     "car_rag/claims.py": Target(tuple(UNIT + t for t in (
-        "test_claims_mutation.py", "test_claim_reader.py", "test_claims.py", "test_guard.py", "test_classifier_agreement.py", "test_extras.py"))),
+        "test_claims_mutation.py", "test_claim_reader.py", "test_claims.py", "test_guard.py", "test_classifier_agreement.py",
+        "test_extras.py"))),
     # the serve tenancy checks: who may replace a record, the route's tenant check, what an insert's answer shows
     "car_rag/serve/app.py": Target(
         ("tests/integration/test_serve_inserts.py",),
