@@ -56,7 +56,8 @@ TARGETS: dict[str, Target] = {
         "test_graph_properties.py", "test_policy.py", "test_lookup.py", "test_fanin.py", "test_latent_scope.py"))),
     "car_rag/resolution.py": Target(tuple(UNIT + t for t in (
         "test_stage2_bounds.py", "test_retrieval_result.py", "test_confidence.py", "test_multi_authority.py",
-        "test_latent_scope.py", "test_graph_properties.py", "test_fanin.py", "test_plain_evidence.py", "test_reader_evidence.py"))),
+        "test_latent_scope.py", "test_graph_properties.py", "test_fanin.py", "test_plain_evidence.py",
+        "test_reader_evidence.py"))),
     # who may read what: decided in memory (unit) and as Chroma's filter over stored metadata (integration)
     "car_rag/eligibility.py": Target((
         *(UNIT + t for t in ("test_stage2_bounds.py", "test_serve_keys.py", "test_latent_scope.py", "test_plain_evidence.py")),
