@@ -103,8 +103,8 @@ class Mutator(ast.NodeTransformer):
         for child in body:
             self.visit(child)
         if not isinstance(node, ast.ClassDef):
-            for default in (*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
-                self.visit(default)
+            node.args.defaults = [self.visit(d) for d in node.args.defaults]
+            node.args.kw_defaults = [d if d is None else self.visit(d) for d in node.args.kw_defaults]
         self.scope.pop()
         return node
 

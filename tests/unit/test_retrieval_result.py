@@ -5,12 +5,16 @@ names the chains it admits."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from helpers_records import rec
 
 from car_rag import Policy
 from car_rag.channels.fusion import RRF_K
+from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph, Edge
+from car_rag.latent_scope import ScopePosterior
 from car_rag.records import Record
 from car_rag.resolution import Anchor, RetrievedRecord, resolve_authority
 
@@ -18,11 +22,11 @@ TOPIC = {"topic": "t1"}
 UNRULED = Policy(name="notes", scope_keys=("topic",))
 
 
-def _resolve(records: list[Record], anchors: list[str], **options):
+def _resolve(records: list[Record], anchors: list[str], caller: CallerContext | None = None, **options):
     graph = AuthorityGraph(UNRULED)
     for record in records:
         graph.add(record)
-    return resolve_authority(graph, UNRULED, "q", [Anchor(d, i) for i, d in enumerate(anchors, 1)], **options)
+    return resolve_authority(graph, UNRULED, "q", [Anchor(d, i) for i, d in enumerate(anchors, 1)], caller, **options)
 
 
 def test_an_anchor_is_fused_as_one_ranked_list() -> None:
@@ -67,6 +71,7 @@ def test_the_timestamp_baseline_voids_every_earlier_record_of_a_scope_and_no_tie
     assert statuses == {"first": "superseded", "tie-a": "active", "tie-b": "active", "elsewhere": "active"}
     assert {e.superseder for e in result.get("first").voided_by} == {"tie-a", "tie-b"}
     assert {e.rule for e in result.get("first").voided_by} == {"later_in_scope"}
+    assert _resolve(records, ["tie-a"], resolution="timestamp").doc_ids() == ["tie-a"]  # a tie is not later: not admitted
 
 
 def test_an_anchor_reached_by_a_better_chain_keeps_its_role_and_joins_that_chain() -> None:
@@ -87,3 +92,37 @@ def test_both_ends_of_an_uncertain_edge_carry_its_confidence() -> None:
     records = [rec("old", at=1, scope=TOPIC), rec("new", at=2, scope=TOPIC, supersedes=[{"id": "old", "confidence": 0.7}])]
     result = _resolve(records, ["old"])
     assert result.get("new").voids == [weak] and result.get("old").voided_by == [weak]
+
+
+def test_the_scope_cap_is_twenty_records_by_default() -> None:
+    result = _resolve([rec(f"n{day:02d}", at=day, scope=TOPIC) for day in range(25)], [], scope_ids={"topic": ["t1"]})
+    assert sorted(result.doc_ids()) == [f"n{day:02d}" for day in range(5, 25)]
+
+
+@pytest.mark.parametrize(("anchors", "expected"), [
+    (["hidden"], ["hidden", "named-2", "named-1"]),  # Stage-1 rank 1, after two records of the named scope
+    (["first", "hidden"], ["named-1", "hidden", "first"]),  # rank 2, at place 3 behind the named scope's record
+])
+def test_an_anchor_voided_only_by_hidden_records_keeps_its_stage1_place(anchors: list[str], expected: list[str]) -> None:
+    records = [rec("named-1", at=1, scope={"topic": "t2"}), rec("first", at=9, scope={"topic": "t3"}),
+               rec("hidden", at=1, scope=TOPIC), rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=["hidden"])]
+    if len(anchors) == 1:
+        records.append(rec("named-2", at=2, scope={"topic": "t2"}))
+    result = _resolve(records, anchors, CallerContext("globex"), scope_ids={"topic": ["t2"]})
+    assert result.doc_ids() == expected
+    assert result.get("hidden").hidden_superseder
+
+
+def test_each_record_carries_its_own_scopes_probability_else_its_anchors() -> None:
+    records = [rec("anchor", at=1, scope=TOPIC), rec("sure", at=2, scope={"topic": "t2"}, supersedes=["anchor"]),
+               rec("unseen", at=3, scope={"topic": "t3"}, supersedes=["anchor"])]
+    posterior = ScopePosterior(("topic",), {("t1",): 0.7, ("t2",): 0.2})
+    result = _resolve(records, ["anchor"], posterior=posterior)
+    assert {r.doc_id: r.scope_probability for r in result} == {"anchor": 0.7, "sure": 0.2, "unseen": 0.7}
+
+
+def test_the_resolution_time_is_part_of_the_calls_time() -> None:
+    started = time.perf_counter()
+    result = _resolve([rec("old", at=1, scope=TOPIC), rec("new", at=2, scope=TOPIC, supersedes=["old"])], ["old"])
+    took_ms = (time.perf_counter() - started) * 1000
+    assert 0 <= result.timings_ms["stage23"] <= took_ms
