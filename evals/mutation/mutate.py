@@ -67,7 +67,8 @@ TARGETS: dict[str, Target] = {
         "test_extras.py"))),
     # the serve tenancy checks: who may replace a record, the route's tenant check, what an insert's answer shows
     "car_rag/serve/app.py": Target(
-        ("tests/integration/test_serve_inserts.py",),
+        ("tests/integration/test_serve_inserts.py",
+         "tests/integration/test_serve.py::test_writes_need_a_writer_key_for_their_own_tenant"),
         frozenset({"_Owners.__call__", "Service._answer", "create_app.records"}),
     ),
 }

@@ -224,4 +224,13 @@ def test_a_tenant_key_cannot_replace_its_own_tenants_record_that_it_may_not_read
         service.insert([rewrite], KEYS.lookup("k-acme"))
     assert store.get(restricted["doc_id"]).fingerprint() == before
     legal = ApiKey(name="acme-legal", sha256=hash_key("k-acme-legal"), tenant="acme", principals=("legal",), write=True)
-    assert service.insert([rewrite], legal).updated == [restricted["doc_id"]]  # a key that may read it may replace it
+    replaced = service.insert([rewrite], legal)  # a key that may read it may replace it
+    assert (replaced.added, replaced.updated, replaced.unchanged) == ([], [restricted["doc_id"]], 0)
+
+
+def test_a_server_without_keys_answers_every_edge_an_insert_made(store):
+    service = Service(store, anchors="bm25", insert_window_ms=0)  # no keys file: every caller reads everything
+    answer = service.insert([patch(18, tenant="acme"), patch(3)], None).model_dump()
+    assert (answer["added"], answer["unchanged"]) == ([patch(18)["doc_id"], patch(3)["doc_id"]], 0)
+    assert answer["new_edges"] == [edge(18), edge(3)]
+    assert answer["newly_superseded"] == sorted([disclosure(18)["doc_id"], disclosure(3)["doc_id"]])
