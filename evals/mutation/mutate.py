@@ -68,7 +68,8 @@ TARGETS: dict[str, Target] = {
     # the serve tenancy checks: who may replace a record, the route's tenant check, what an insert's answer shows
     "car_rag/serve/app.py": Target(
         ("tests/integration/test_serve_inserts.py",
-         "tests/integration/test_serve.py::test_writes_need_a_writer_key_for_their_own_tenant"),
+         "tests/integration/test_serve.py::test_writes_need_a_writer_key_for_their_own_tenant",
+         "tests/integration/test_serve.py::test_a_bad_request_gets_a_clear_4xx_echoes_nothing_and_changes_nothing_stored"),
         frozenset({"_Owners.__call__", "Service._answer", "create_app.records"}),
     ),
 }
