@@ -38,7 +38,7 @@ def _reads(reader: ClaimReader, text: str) -> tuple[list[str], str | None, list[
     ],
 )
 def test_letter_case_does_not_change_a_reading(reader: ClaimReader, sentence: str) -> None:
-    assert _reads(reader, sentence.upper()) == _reads(reader, sentence)
+    assert _reads(reader, sentence.upper()) == _reads(reader, sentence) == _reads(reader, sentence.lower())
 
 
 def test_a_question_claims_nothing_and_the_answer_after_it_is_read() -> None:
