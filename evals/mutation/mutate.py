@@ -7,6 +7,7 @@ with every survivor's line and change, go to ``evals/results/mutation/``.
 
     python evals/mutation/mutate.py                          # every target
     python evals/mutation/mutate.py car_rag/graph.py --list  # the mutants of one module, not run
+    python evals/mutation/mutate.py --survivors              # again, only what survived the last run
 
 Operators, on the module's AST (the module is unparsed from it, so formatting and comments
 change, nothing else: the unmutated unparse must pass first): a comparison at its boundary or
@@ -217,7 +218,9 @@ def run_tests(tree: Path, tests: tuple[str, ...], limit_s: float) -> tuple[str, 
     return "killed", failed.group(1) if failed else done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "error"
 
 
-def check_module(module: str, target: Target, tree: Path, log) -> dict:
+def check_module(module: str, target: Target, tree: Path, log, earlier: dict | None = None) -> dict:
+    """Every mutant of ``module``; with ``earlier`` (this module's previous report), only those that
+    survived it, the others keeping their earlier outcome (tests added since can only kill more)."""
     path = tree / module
     source = (ROOT / module).read_text(encoding="utf-8")
     ast_tree = ast.parse(source)
@@ -230,9 +233,15 @@ def check_module(module: str, target: Target, tree: Path, log) -> dict:
     if outcome != "survived":
         raise SystemExit(f"{module}: the unmutated module's tests do not pass ({outcome}: {detail})")
     log(f"{module}: {len(sites)} mutants; its tests pass unmutated in {baseline_s:.0f} s")
+    before = {r["id"]: r for r in earlier["results"]} if earlier else {}
+    if before and [(r["line"], r["mutation"]) for r in before.values()] != [(line, what) for line, what in sites]:
+        raise SystemExit(f"{module}: its mutants are not those of the earlier report (the module changed): run them all")
     results = []
     try:
         for index, (line, what) in enumerate(sites):
+            if before and before[index]["outcome"] != "survived":
+                results.append(before[index])
+                continue
             shutil.rmtree(cache, ignore_errors=True)
             path.write_text(mutated(ast_tree, index, target.functions), encoding="utf-8")
             outcome, detail = run_tests(tree, target.tests, max(120.0, 5 * baseline_s))
@@ -244,7 +253,7 @@ def check_module(module: str, target: Target, tree: Path, log) -> dict:
     return {"module": module, "tests": list(target.tests), "functions": sorted(target.functions), "mutants": len(results),
             "killed": len(results) - len(survived), "survived": len(survived),
             "survival_rate": round(len(survived) / len(results), 4) if results else 0.0, "baseline_s": round(baseline_s, 1),
-            "results": results}
+            "rerun_survivors_of_an_earlier_run": bool(before), "results": results}
 
 
 def write_summary(out: Path) -> Path:
@@ -271,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summary", action="store_true", help="only rewrite summary.md from the results in --out")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run only the mutants that survived the module's report in --out (after adding tests)")
     args = parser.parse_args(argv)
     if args.summary:
         print(write_summary(args.out).read_text(encoding="utf-8"))
@@ -290,13 +301,14 @@ def main(argv: list[str] | None = None) -> int:
         (Path(scratch) / "shared").symlink_to(ROOT.parent / "shared")  # the corpora, where the tests look for them
         for module in args.modules:
             name = module.removeprefix("car_rag/").removesuffix(".py").replace("/", ".")
-            with (args.out / f"{name}.log").open("w", encoding="utf-8") as log_file:
+            with (args.out / f"{name}.log").open("a" if args.survivors else "w", encoding="utf-8") as log_file:
                 def log(line: str) -> None:
                     print(line, flush=True)
                     log_file.write(line + "\n")
                     log_file.flush()
 
-                report = check_module(module, TARGETS[module], tree, log)
+                earlier = json.loads((args.out / f"{name}.json").read_text(encoding="utf-8")) if args.survivors else None
+                report = check_module(module, TARGETS[module], tree, log, earlier)
             (args.out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
             print(f"{module}: {report['survived']} of {report['mutants']} survived", flush=True)
             write_summary(args.out)
