@@ -54,13 +54,37 @@ lint: install  ## ruff on the library and the harness, mypy --strict on the libr
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 
-test: install lint docs
+# Every tier runs, even after one fails; the last lines say which passed and which failed, and the exit
+# is non-zero if any did. A tier alone: make test-lint, test-docs, test-unit, test-integration, test-langchain,
+# dist-check.
+TEST_TIERS := lint docs unit integration langchain dist-check
+.PHONY: $(addprefix test-,lint docs unit integration langchain) bench-check
+
+test: install
+	@failed=""; for tier in $(TEST_TIERS); do \
+	  target=$$([ $$tier = dist-check ] && echo dist-check || echo test-$$tier); \
+	  echo "==== make test: $$tier ($$target)"; \
+	  $(MAKE) --no-print-directory $$target || failed="$$failed $$tier"; \
+	done; \
+	echo "==== make test: every tier ran; failed:$${failed:- none}"; \
+	echo "tiers: $$(( $(words $(TEST_TIERS)) - $$(echo $$failed | wc -w) )) passed, $$(echo $$failed | wc -w) failed"; \
+	[ -z "$$failed" ]
+
+test-lint: lint
+
+test-docs: docs
+
+test-unit: install
 	$(PY) -m pytest -q tests/unit
+
+# the LlamaIndex suite runs with the core's pytest settings; the quick suites' committed benchmark rows are
+# recomputed here (tests/integration/test_bench_rows.py; all suites: make bench-check)
+test-integration: install
 	CAR_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
-	# langchain-car keeps its own pytest settings (socket guard to loopback, asyncio mode)
+
+# langchain-car keeps its own pytest settings (socket guard to loopback, a deadline per test, asyncio mode)
+test-langchain: install
 	$(PY) -m pytest -q integrations/langchain-car/tests
-	# the packages as a user installs them: built wheels in a fresh venv (see .ci/dist_check.sh)
-	$(MAKE) dist-check
 
 # Packaging as users meet it (.ci/dist_check.sh): sdist and wheel of the core and both integrations
 # (python -m build), twine check --strict, every tracked package file in its wheel; then a fresh venv
@@ -77,6 +101,11 @@ clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache site
 
 SUITES := ghsa-freeform ghsa-structured finsuperqa finsuperqa-contaminated cvepatchqa cvepatchqa-freeform legalprecedentqa legalprecedentqa-freeform
+
+# Every suite's committed car-rag rows (evals/results/<suite>.json) recomputed from fresh store builds in a
+# temporary folder (make test checks the quick ones): a change that moves a figure fails until `make bench`.
+bench-check: install
+	CAR_BENCH_CHECK=all $(PY) -m pytest -q tests/integration/test_bench_rows.py
 
 bench: install  ## every suite, every system; results under evals/results/ (stores cached in .car-stores/)
 	for suite in $(SUITES); do $(VENV)/bin/car-rag bench --suite $$suite --k 5 --out evals/results || exit 1; done

@@ -1,8 +1,13 @@
 """Shared fixtures: the real MiniLM embedder, the demo policy and a demo store built once.
 
 The environment is pinned before anything can import torch or transformers: the packaged
-MiniLM copy is loaded offline, and one OpenMP thread keeps CPU timings stable and avoids
-oversubscription when Chroma and tokenizers spin up their own threads.
+MiniLM copy is loaded offline, one OpenMP thread keeps CPU timings stable and avoids
+oversubscription when Chroma and tokenizers spin up their own threads, and Chroma sends no
+telemetry (the network is off but loopback: pyproject.toml's pytest settings).
+
+Property tests run without Hypothesis's per-example deadline (or its too-slow health check):
+on a loaded machine an example's time says nothing about the code, and pytest-timeout bounds
+every test.
 """
 
 from __future__ import annotations
@@ -12,14 +17,19 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["ANONYMIZED_TELEMETRY"] = "False"
 
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CARStore, Embedder, Policy, load_policy  # noqa: E402
+
+settings.register_profile("car-rag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("car-rag")
 
 DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
 """The demo corpus shipped in the package (security advisories + case law)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,16 @@ from typing import Any
 import pytest
 
 HOST = "127.0.0.1"
+
+DENSE_LEFT_OUT = re.compile(r"dense: (timeout after \d+ ms|unavailable \(\w+\))")
+"""How an answer labels the dense channel left out: its deadline passed, or the vector store refused."""
+
+
+def assert_dense_left_out(degraded: list[str]) -> None:
+    """The answer left the dense channel out and says so, with either reason: whether a vector
+    store that is gone refuses the connection before the dense deadline passes depends on the
+    machine's load, not on the code (a busy machine once gave 'timeout after 1125 ms')."""
+    assert len(degraded) == 1 and DENSE_LEFT_OUT.fullmatch(degraded[0]), degraded
 
 
 def free_port() -> int:
@@ -96,7 +107,7 @@ def postgres() -> Iterator[tuple[str, Path, int]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def wait_for(condition, what: str, timeout_s: float = 30.0, every_s: float = 0.02):
+def wait_for(condition, what: str, timeout_s: float = 60.0, every_s: float = 0.02):
     """Poll ``condition`` until it returns something true (returned), or fail naming ``what``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -122,7 +133,7 @@ def serving(service: Any, **options: Any) -> Iterator[str]:
     thread.start()
     url = f"http://{HOST}:{server.config.port}"
     deadline = time.monotonic() + 60
-    while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
+    while not (server.started and httpx.get(f"{url}/readyz", timeout=30).status_code == 200):
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not get ready within 60 s"
         time.sleep(0.05)
     try:

@@ -14,6 +14,7 @@ import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever
 
 K = 5
+pytestmark = pytest.mark.timeout(900)  # the module's store: 2,318 records embedded, minutes under load
 
 
 def _jsonl(path):

@@ -73,6 +73,7 @@ def write_jsonl(path: Path, records: Sequence[dict]) -> Path:
 
 
 # --------------------------------------------------------------------------- a SIGKILL, then the same command
+@pytest.mark.timeout(900)  # 2,000 records embedded by a CLI run, again by its resumption and by an uninterrupted build
 def test_a_killed_ingest_keeps_whole_chunks_and_the_same_command_resumes(tmp_path, security_policy, embedder):
     records = generate(2000, seed=19, queries=1).records
     ids = [r["doc_id"] for r in records]

@@ -17,7 +17,7 @@ import pytest
 from servers import serving
 
 from car_rag import CARStore, IngestReport
-from car_rag.serve.app import Service
+from car_rag.serve.app import Forbidden, Service
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key
 
 
@@ -210,3 +210,27 @@ def test_a_tenant_key_cannot_replace_a_record_it_does_not_own(store):
     assert own.status_code == 200 and own.json()["updated"] == [disclosure(18)["doc_id"]]
     assert store.get(disclosure(18)["doc_id"]).fingerprint() != acme  # its own tenant's: replaced
     assert owner.status_code == 200 and store.get(disclosure(5)["doc_id"]).fingerprint() != public  # no tenant: any record
+
+
+def test_a_tenant_key_cannot_replace_its_own_tenants_record_that_it_may_not_read(store):
+    """Owning the tenant is not enough: a record of the key's tenant kept to principals the key lacks
+    is no more its to overwrite than another tenant's (it could not even read what it destroyed)."""
+    restricted = {**disclosure(20), "tenant": "acme", "allowed_principals": ["legal"]}
+    assert store.ingest([restricted], progress=False).errors == []
+    before = store.get(restricted["doc_id"]).fingerprint()
+    service = Service(store, api_keys=KEYS, anchors="bm25", insert_window_ms=0)
+    rewrite = {**restricted, "allowed_principals": [], "text": "pkg20: nothing to see."}
+    with pytest.raises(Forbidden, match=r"may not replace record 1 \('sec-pkg20-disclosure'\)"):
+        service.insert([rewrite], KEYS.lookup("k-acme"))
+    assert store.get(restricted["doc_id"]).fingerprint() == before
+    legal = ApiKey(name="acme-legal", sha256=hash_key("k-acme-legal"), tenant="acme", principals=("legal",), write=True)
+    replaced = service.insert([rewrite], legal)  # a key that may read it may replace it
+    assert (replaced.added, replaced.updated, replaced.unchanged) == ([], [restricted["doc_id"]], 0)
+
+
+def test_a_server_without_keys_answers_every_edge_an_insert_made(store):
+    service = Service(store, anchors="bm25", insert_window_ms=0)  # no keys file: every caller reads everything
+    answer = service.insert([patch(18, tenant="acme"), patch(3)], None).model_dump()
+    assert (answer["added"], answer["unchanged"]) == ([patch(18)["doc_id"], patch(3)["doc_id"]], 0)
+    assert answer["new_edges"] == [edge(18), edge(3)]
+    assert answer["newly_superseded"] == sorted([disclosure(18)["doc_id"], disclosure(3)["doc_id"]])

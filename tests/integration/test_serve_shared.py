@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ import httpx
 import psutil
 import pytest
 from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
-from servers import HOST, chroma_cli, chroma_run, free_port, postgres, wait_for
+from servers import HOST, assert_dense_left_out, chroma_cli, chroma_run, free_port, postgres, wait_for
 
 from car_rag import CARStore, pg_server
 
@@ -97,10 +96,8 @@ def test_a_write_to_one_process_is_seen_by_another(tmp_path, pg, chroma, demo_po
         assert statuses(b)[VOIDED] == "active"
         posted = httpx.post(f"{a}/records", json=PATCH, timeout=60)
         assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
-        returned = time.monotonic()
-        wait_for(lambda: statuses(b).get(VOIDED) == "superseded", "the other process reports the record superseded", 10, 0.01)
-        assert time.monotonic() - returned < 10
-        assert httpx.get(f"{b}/readyz").json()["head"] == httpx.get(f"{a}/readyz").json()["head"] == 46
+        wait_for(lambda: statuses(b).get(VOIDED) == "superseded", "the other process reports the record superseded", 60, 0.01)
+        assert httpx.get(f"{b}/readyz", timeout=30).json()["head"] == httpx.get(f"{a}/readyz", timeout=30).json()["head"] == 46
 
 
 def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
@@ -108,39 +105,55 @@ def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, ch
     schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
     with serving(url, schema, tmp_path, "--anchors", "bm25", "--workers", "2") as (base, parent):
         def workers() -> list[psutil.Process]:
-            return [p for p in psutil.Process(parent.pid).children() if "resource_tracker" not in " ".join(p.cmdline())]
+            """The live workers: not multiprocessing's resource tracker, nor a killed worker not yet reaped."""
+            alive = []
+            for p in psutil.Process(parent.pid).children():
+                try:
+                    if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+                        alive.append(p)
+                except psutil.Error:  # it went (or became a zombie) between the listing and the look
+                    pass
+            return alive
 
         wait_for(lambda: len(workers()) == 2, "two workers run")
-        outcomes: list[tuple[float, str]] = []
+        clients = 8
+        outcomes: list[list[str]] = [[] for _ in range(clients)]  # per client, in the order it sent them
+        killed = threading.Event()
+        after_kill: list[int] = [0] * clients  # each client's requests sent after the kill
         stop = threading.Event()
 
-        def load() -> None:
+        def load(mine: int) -> None:
             with httpx.Client(base_url=base, timeout=30) as client:
                 while not stop.is_set():
+                    sent_after_kill = killed.is_set()
                     try:
                         got = client.post("/retrieve", json={"query": QUESTION, "k": 5})
-                        outcomes.append((time.monotonic(), str(got.status_code)))
+                        outcomes[mine].append(str(got.status_code))
                     except httpx.TransportError as exc:
-                        outcomes.append((time.monotonic(), type(exc).__name__))
+                        outcomes[mine].append(type(exc).__name__)
+                    after_kill[mine] += sent_after_kill
 
-        threads = [threading.Thread(target=load) for _ in range(8)]
+        threads = [threading.Thread(target=load, args=(i,)) for i in range(clients)]
         for t in threads:
             t.start()
-        time.sleep(2)
-        victim = workers()[0]
-        victim.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        time.sleep(4)
-        stop.set()
-        for t in threads:
-            t.join(timeout=60)
-        kinds = Counter(kind for _, kind in outcomes)
+        try:
+            wait_for(lambda: all("200" in mine for mine in outcomes), "every client is answered before the kill", 60, 0.05)
+            victim = workers()[0]
+            victim.send_signal(signal.SIGKILL)
+            killed.set()
+            wait_for(lambda: all(n >= 12 for n in after_kill), "every client sends a dozen requests after the kill", 120, 0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=60)
+        kinds = Counter(kind for mine in outcomes for kind in mine)
         assert not [k for k in kinds if k.startswith("5")], kinds  # no 5xx at all
-        failed = [at for at, kind in outcomes if kind != "200"]
-        assert len(failed) <= 2 * len(threads), kinds  # the killed worker's requests in flight, one or two per client
-        assert all(at < killed + 1 for at in failed), kinds
-        after = [kind for at, kind in outcomes if at > killed + 1]
-        assert len(after) > 50 and set(after) == {"200"}, kinds
+        for mine in outcomes:
+            failed = [i for i, kind in enumerate(mine) if kind != "200"]
+            first = failed[0] if failed else 0
+            # only the killed worker's requests fail: at most the one in flight and the next on its dead connection,
+            # one after the other; every request after them is answered
+            assert failed in ([], [first], [first, first + 1]) and mine[-10:] == ["200"] * 10, mine
         # uvicorn starts another worker in the killed one's place
         wait_for(lambda: len(workers()) == 2 and victim.pid not in [p.pid for p in workers()], "a worker replaces it", 60, 0.2)
 
@@ -150,8 +163,8 @@ def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma,
         schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
         with serving(url, schema, tmp_path, "--anchors", "bm25") as (base, _):
             pg_server.stop(folder)
-            unready = wait_for(lambda: (r := httpx.get(f"{base}/readyz", timeout=5)).status_code == 503 and r,
-                               "/readyz says not ready", 15, 0.1)
+            unready = wait_for(lambda: (r := httpx.get(f"{base}/readyz", timeout=30)).status_code == 503 and r,
+                               "/readyz says not ready", 60, 0.1)
             assert "shared store is unreachable" in unready.json()["reason"]
             # answers go on from what this process holds, labelled
             answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 5}, timeout=30)
@@ -161,7 +174,7 @@ def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma,
             refused = httpx.post(f"{base}/records", json=PATCH, timeout=60)
             assert refused.status_code == 503 and "no record of it was stored" in refused.json()["detail"]
             pg_server.start(folder, host=HOST, port=port)
-            wait_for(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, "ready again", 30, 0.1)
+            wait_for(lambda: httpx.get(f"{base}/readyz", timeout=30).status_code == 200, "ready again", 60, 0.1)
             posted = httpx.post(f"{base}/records", json=PATCH, timeout=60)
             assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
             assert statuses(base)[VOIDED] == "superseded"
@@ -185,7 +198,7 @@ def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox
             answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 10}, timeout=30)
             assert answer.status_code == 200
             body = answer.json()
-            assert body["diagnostics"]["degraded"] == ["dense: unavailable (ConnectError)"]
+            assert_dense_left_out(body["diagnostics"]["degraded"])
             assert set(body["diagnostics"]["channel_hits"]) == {"bm25"}
             assert {r["doc_id"]: r["status"] for r in body["reranked"]}[VOIDED] == "active"
             posted = httpx.post(f"{base}/records", json=PATCH, timeout=60)  # authority does not wait for the vectors
@@ -196,20 +209,20 @@ def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox
             with serving(url, schema, tmp_path, "--timeout-ms", "1500", "--chroma-timeout-s", "2",
                          env={"CAR_RAG_EXACT_SEARCH_LIMIT": "10"}) as (late, _):
                 body = httpx.post(f"{late}/retrieve", json={"query": QUESTION, "k": 10}, timeout=30).json()
-                # its Chroma client cannot be made: the heartbeat before it is refused
-                assert body["diagnostics"]["degraded"] == ["dense: unavailable (ConnectError)"]
+                # its Chroma client cannot be made (the heartbeat before it is refused): labelled, not an error
+                assert_dense_left_out(body["diagnostics"]["degraded"])
                 assert {r["doc_id"]: r["status"] for r in body["reranked"]}[PATCH["doc_id"]] == "active"
             log = (folder / "again.log").open("wb")
             again = subprocess.Popen([chroma_cli(), "run", "--host", HOST, "--port", str(chroma_port), "--path",
                                       str(folder / "data")], stdout=log, stderr=subprocess.STDOUT)
             try:
                 def drained() -> bool:
-                    text = httpx.get(f"{base}/metrics", timeout=5).text
+                    text = httpx.get(f"{base}/metrics", timeout=30).text
                     return any(line.startswith("car_rag_outbox_pending") and line.endswith(" 0.0") for line in text.splitlines())
 
                 wait_for(drained, "the outbox drains once Chroma answers again", 60, 0.2)
                 wait_for(lambda: not httpx.post(f"{base}/retrieve", json={"query": QUESTION}, timeout=30)
-                         .json()["diagnostics"]["degraded"], "dense answers again", 30, 0.2)
+                         .json()["diagnostics"]["degraded"], "dense answers again", 60, 0.2)
             finally:
                 again.terminate()
                 again.wait(timeout=30)

@@ -267,7 +267,7 @@ def test_concurrent_ingests_of_the_same_record_store_it_once(tmp_path_factory, s
     patch = _record(1, "patch_release", "libdup", "CVE-2024-7000", 5)
     vector = {patch["doc_id"]: embedder.encode([patch["text"]])[0]}
     # Every thread has read the stored fingerprints (none for the patch) before any writes.
-    all_read = threading.Barrier(4)
+    all_read = threading.Barrier(4, timeout=120)  # a thread that never arrives breaks it: the test fails, it does not hang
     encode = store._vectors
     store._vectors = lambda *a, **kw: (all_read.wait(), encode(*a, **kw))[1]
     reports = []
@@ -279,7 +279,7 @@ def test_concurrent_ingests_of_the_same_record_store_it_once(tmp_path_factory, s
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=180)
     assert sorted(len(r.added) for r in reports) == [0, 0, 0, 1]  # one insert, three no-ops
     assert sum(r.unchanged for r in reports) == 3
     assert store.lexical.doc_ids.count(patch["doc_id"]) == 1 and store.dense.collection.count() == 2

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 from fake_openai import FakeOpenAIServer
@@ -289,9 +288,7 @@ def test_llm_output_off_the_schema_rejects_that_record_names_it_and_is_not_cache
 def test_an_llm_that_times_out_rejects_that_record_naming_it(tmp_path):
     with FakeOpenAIServer(answer=packages, delay=1.5) as server:
         extractor = ScopeExtractor(llm_policy(tmp_path, server, timeout=0.3), cache_dir=tmp_path / "c")
-        started = time.perf_counter()
-        done = extractor.fill([disclosure("slow")])
-        assert time.perf_counter() - started < 1.4
+        done = extractor.fill([disclosure("slow")])  # had it waited for the answer (1.5 s), the record would be kept
     (error,) = done.errors
     assert error.doc_id == "slow" and done.records == []
     assert error.message == f"LLM scope extractor (fake-scope-model at {server.base_url}) timed out after 0.3 s"
