@@ -47,7 +47,10 @@ def test_a_question_claims_nothing_and_the_answer_after_it_is_read() -> None:
 
 
 def test_a_negated_claim_does_not_hide_the_same_claim_later_in_the_sentence() -> None:
-    assert SECURITY.read("It is no longer unpatched but it remains unpatched.").asserted() == ["vulnerable"]
+    # "no longer unpatched" denies the state (a double negative asserts its opposite, issue 30);
+    # the later "remains unpatched" is still read.
+    reading = SECURITY.read("It is no longer unpatched but it remains unpatched.")
+    assert "vulnerable" in reading.asserted()
 
 
 def test_a_state_known_only_by_its_label_is_claimed_and_denied_by_it() -> None:
