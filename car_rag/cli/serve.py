@@ -32,8 +32,9 @@ def _run(args: argparse.Namespace) -> int:
         require(module, "serve", "car-rag serve")
     import uvicorn
 
-    from car_rag.serve.app import Service, create_app
+    from car_rag.serve.app import create_app
     from car_rag.serve.keys import load_api_keys
+    from car_rag.serve.service import Service
     from car_rag.serve.workers import WorkerSettings, run_workers
     from car_rag.store import CARStore
 
