@@ -70,13 +70,14 @@ def _harness_commands() -> list[Command]:
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
     commands = []
     for name, extra in HARNESS_COMMANDS.items():
-        try:
-            command: Command = found[name].load()
-        except (KeyError, ModuleNotFoundError) as exc:
-            if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] != "car_rag_evals":
-                raise
-            command = _not_installed(name, extra)
-        commands.append(command)
+        command: Command | None = None
+        if name in found:
+            try:
+                command = found[name].load()
+            except ModuleNotFoundError as exc:  # registered, but its module is gone
+                if (exc.name or "").split(".")[0] != "car_rag_evals":
+                    raise
+        commands.append(command or _not_installed(name, extra))
     return commands
 
 
