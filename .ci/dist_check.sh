@@ -9,7 +9,8 @@
 #     three built wheels, the core with its [store] extra and the [llama-index] and [langchain]
 #     extras that name the integrations (from the built files: not editable, not from the tree);
 #  5. from a directory outside the repository: import the three packages (and check they come
-#     from the fresh venv), `car-rag --version`, `HF_HUB_OFFLINE=1 car-rag demo`.
+#     from the fresh venv), `car-rag --version`, `car-rag fanin --help` (a harness command, found
+#     through the wheel's entry points), `HF_HUB_OFFLINE=1 car-rag demo`.
 # Everything is written under a temporary directory (see tmp_base), removed at the end (KEEP=1
 # keeps it).
 #
@@ -136,6 +137,8 @@ EOF
 version=$("$VENV/bin/car-rag" --version)
 echo "$version"
 [[ "$version" == "car-rag $("$VENV/bin/python" -c 'import car_rag; print(car_rag.__version__)')" ]]
+fanin=$("$VENV/bin/car-rag" fanin --help)  # the harness's own options, not the "not installed" stand-in
+[[ "$fanin" == *"--reader READER"* ]]
 HF_HUB_OFFLINE=1 "$VENV/bin/car-rag" demo
 cd "$ROOT"
 

@@ -3,8 +3,9 @@ the systems it compares (the LlamaIndex and LangChain hybrids among them), the r
 evaluation, the guard over answer files, and plots.
 
 It depends on the core (``car_rag``) and on the framework integrations; nothing in
-``car_rag`` imports it except the ``car-rag bench``/``eval-llm``/``guard`` commands, which
-load it when they run.
+``car_rag`` imports it: its ``car-rag`` commands (:mod:`~car_rag_evals.commands`: bench,
+eval-llm, guard, report, fanin) are found through entry points, and load what they run when
+they run.
 
 * :mod:`~car_rag_evals.suites` — the built-in suites (corpora under ``../shared`` beside the
   checkout, or ``--corpora DIR``) and user corpora as suites;

@@ -956,7 +956,7 @@ class Fuzzer:
 
 def _car_rag() -> list[str]:
     script = Path(sys.executable).with_name("car-rag")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "car_rag.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "car_rag"]
 
 
 def run_fuzz(

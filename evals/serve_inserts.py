@@ -33,7 +33,7 @@ from serve_load import DEMO, percentiles, serving  # noqa: E402
 
 from car_rag import CARStore, Embedder, IngestReport, load_policy  # noqa: E402
 from car_rag.serve import INSERT_WINDOW_MS  # noqa: E402
-from car_rag.serve.app import Service  # noqa: E402
+from car_rag.serve.service import Service  # noqa: E402
 
 
 def patch(n: int) -> dict[str, Any]:

@@ -32,7 +32,8 @@ import uvicorn  # noqa: E402
 import car_rag  # noqa: E402
 from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
-from car_rag.serve.app import Service, create_app  # noqa: E402
+from car_rag.serve.app import create_app  # noqa: E402
+from car_rag.serve.service import Service  # noqa: E402
 
 DEMO = Path(car_rag.__file__).parent / "data" / "demo"
 

@@ -63,8 +63,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_load import serving  # noqa: E402
 
 from car_rag import CARStore, Embedder, Record, load_policy  # noqa: E402
-from car_rag.serve.app import Service  # noqa: E402
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key  # noqa: E402
+from car_rag.serve.service import Service  # noqa: E402
 
 TENANTS = ("acme", "globex", "initech")
 FORMATS = ("json", "xml", "reader", "plain")

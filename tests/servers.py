@@ -121,7 +121,7 @@ def wait_for(condition, what: str, timeout_s: float = 60.0, every_s: float = 0.0
 
 @contextmanager
 def serving(service: Any, **options: Any) -> Iterator[str]:
-    """``service`` (a :class:`car_rag.serve.app.Service`) in a uvicorn thread on a free loopback port;
+    """``service`` (a :class:`car_rag.serve.service.Service`) in a uvicorn thread on a free loopback port;
     yields its URL once /readyz answers 200 (60 s at most), and stops it at the end."""
     import httpx
     import uvicorn

@@ -57,8 +57,9 @@ def _thread_lock_for_progress_bars() -> None:
 
 def worker_app() -> Any:
     """The ASGI app of one worker (uvicorn's factory): the shared store opened and followed."""
-    from car_rag.serve.app import Service, create_app
+    from car_rag.serve.app import create_app
     from car_rag.serve.keys import load_api_keys
+    from car_rag.serve.service import Service
     from car_rag.store import CARStore
 
     _thread_lock_for_progress_bars()

@@ -51,6 +51,11 @@ class Target:
 
 
 UNIT = "tests/unit/"
+SERVE_TENANCY = (
+    "tests/integration/test_serve_inserts.py",
+    "tests/integration/test_serve.py::test_writes_need_a_writer_key_for_their_own_tenant",
+    "tests/integration/test_serve.py::test_a_bad_request_gets_a_clear_4xx_echoes_nothing_and_changes_nothing_stored",
+)
 TARGETS: dict[str, Target] = {
     "car_rag/graph.py": Target(tuple(UNIT + t for t in (
         "test_stage2_bounds.py", "test_graph_reading.py", "test_graph.py", "test_confidence.py", "test_multi_authority.py",
@@ -66,13 +71,9 @@ TARGETS: dict[str, Target] = {
     "car_rag/claims.py": Target(tuple(UNIT + t for t in (
         "test_claims_mutation.py", "test_claim_reader.py", "test_claims.py", "test_guard.py", "test_classifier_agreement.py",
         "test_extras.py"))),
-    # the serve tenancy checks: who may replace a record, the route's tenant check, what an insert's answer shows
-    "car_rag/serve/app.py": Target(
-        ("tests/integration/test_serve_inserts.py",
-         "tests/integration/test_serve.py::test_writes_need_a_writer_key_for_their_own_tenant",
-         "tests/integration/test_serve.py::test_a_bad_request_gets_a_clear_4xx_echoes_nothing_and_changes_nothing_stored"),
-        frozenset({"_Owners.__call__", "Service._answer", "create_app.records"}),
-    ),
+    # the serve tenancy checks: who may replace a record, what an insert's answer shows, the route's tenant check
+    "car_rag/serve/inserts.py": Target(SERVE_TENANCY, frozenset({"_Owners.__call__", "Inserts._answer"})),
+    "car_rag/serve/app.py": Target(SERVE_TENANCY, frozenset({"create_app.records"})),
 }
 
 _FLIP: dict[type, type] = {

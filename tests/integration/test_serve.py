@@ -23,8 +23,8 @@ from servers import HOST, assert_dense_left_out, chroma_run, free_port, serving,
 
 from car_rag import CARStore
 from car_rag.cli import main
-from car_rag.serve.app import DENSE_SHARE, Service
 from car_rag.serve.keys import hash_key, load_api_keys
+from car_rag.serve.service import DENSE_SHARE, Service
 
 SECRET = "ACME-INTERNAL-7731"
 ACME_PATCH = {

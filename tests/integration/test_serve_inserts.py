@@ -17,8 +17,9 @@ import pytest
 from servers import serving
 
 from car_rag import CARStore, IngestReport
-from car_rag.serve.app import Forbidden, Service
+from car_rag.serve.errors import Forbidden
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key
+from car_rag.serve.service import Service
 
 
 class IngestCountingStore(CARStore):
@@ -86,10 +87,10 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
 def grouped(service: Service, send: list[Callable[[], Any]]) -> list[Any]:
     """Run ``send`` (each one insert) in that order into one group: the service's write turn is held
     until each has joined the open group, so none is stored before the last arrives."""
-    waiting = lambda: len(service._group or [])  # noqa: E731
+    waiting = lambda: len(service.inserts._group or [])  # noqa: E731
     with ThreadPoolExecutor(len(send)) as pool:
         futures: list[Future[Any]] = []
-        with service._storing:
+        with service.inserts._storing:
             for n, call in enumerate(send, start=1):
                 joined = waiting()
                 futures.append(pool.submit(call))

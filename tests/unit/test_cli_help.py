@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from car_rag.cli import _Formatter, build_parser
+from car_rag.cli import build_parser
+from car_rag.cli.command import _Formatter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -67,10 +67,13 @@ def test_postgres_without_its_extra_says_what_to_install(monkeypatch, capsys, tm
     assert not (tmp_path / "pg").exists()
 
 
-def test_the_library_loads_no_harness() -> None:
+def test_the_library_loads_no_harness_and_the_parser_only_its_command_declarations() -> None:
+    """The core imports no harness module; the parser loads the harness's command declarations (the
+    module its entry points name), neither what they run nor anything heavy."""
+    harness = "sorted(m for m in sys.modules if m.split('.')[0] == 'car_rag_evals')"
     code = (
-        "import sys, car_rag, car_rag.eval, car_rag.cli; car_rag.cli.build_parser(); "
-        "print(','.join(m for m in sys.modules if m.split('.')[0] == 'car_rag_evals'))"
+        f"import sys, car_rag, car_rag.eval, car_rag.cli; before = {harness}; car_rag.cli.build_parser(); "
+        f"print(before, {harness}, [m for m in {HEAVY!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == ""
+    assert out == "[] ['car_rag_evals', 'car_rag_evals.commands'] []"

@@ -1,0 +1,233 @@
+"""The service behind ``car-rag serve``'s routes: retrieval under a per-request deadline that answers
+from BM25 when the dense channel is slow, inserts (:mod:`.inserts`), readiness and metrics.
+
+One process owns the store and serves queries and inserts from many threads (the store's
+readers-writer lock keeps each query on one state of it). The dense channel (the query
+embedding, then Chroma) runs beside BM25 in a small pool of its own: when it has not answered
+within three quarters of the deadline the answer is fused from BM25 alone and says so
+(``diagnostics.degraded``); a request never waits past its deadline.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from car_rag.channels import ChannelHit
+from car_rag.eligibility import CallerContext
+from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
+from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
+from car_rag.serve import INSERT_WINDOW_MS
+from car_rag.serve.errors import Unavailable
+from car_rag.serve.inserts import Inserts
+from car_rag.serve.keys import ApiKey, ApiKeys
+from car_rag.serve.metrics import Metrics
+from car_rag.serve.schema import (
+    AmbiguityOut,
+    Candidate,
+    ChannelEvidence,
+    Diagnostics,
+    EvidencePack,
+    RankedRecord,
+    RecordsRejected,
+    RecordsResponse,
+    RetrieveRequest,
+    RetrieveResponse,
+    ScopeLinkOut,
+    ScopeProbability,
+)
+from car_rag.store import CARStore
+
+__all__ = ["Service", "DENSE_SHARE", "DENSE_THREADS"]
+
+log = logging.getLogger(__name__)
+
+DENSE_SHARE = 0.75
+"""Of a request's deadline, how long the dense channel may take; the rest is for fusion, Stages 2-3
+and rendering from what arrived."""
+DENSE_THREADS = 4
+"""Dense searches in flight at once; more wait (and, past their share of the deadline, are left out),
+so a stalled vector store ties up these threads, not the server's."""
+
+
+class Service:
+    """What the HTTP layer calls: retrieval under a deadline, atomic inserts, readiness."""
+
+    def __init__(
+        self,
+        store: CARStore,
+        *,
+        api_keys: ApiKeys | None = None,
+        timeout_ms: float = 2000,
+        insert_window_ms: float = INSERT_WINDOW_MS,
+        anchors: AnchorMode = "hybrid",
+        owns_store: bool = False,
+        **retriever_options: Any,
+    ):
+        if timeout_ms <= 0:
+            raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
+        if insert_window_ms < 0:
+            raise ValueError(f"insert_window_ms must be 0 (no grouping) or more, got {insert_window_ms}")
+        self.store = store
+        self.owns_store = owns_store
+        """Whether :meth:`close` closes the store (a worker process opened it for this service)."""
+        self.api_keys = api_keys
+        self.timeout_s = timeout_ms / 1000
+        self.anchors = anchors
+        self._options = retriever_options
+        self.not_ready: str | None = "loading the retriever (and the embedding model)"
+        self.metrics = Metrics(store)
+        self._dense_pool = ThreadPoolExecutor(DENSE_THREADS, thread_name_prefix="car-rag-dense")
+        self._resolver: ControllingAuthorityRetriever | None = None
+        self._bm25: ControllingAuthorityRetriever | None = None
+        self._dense: ControllingAuthorityRetriever | None = None
+        self.inserts = Inserts(store, self.metrics, insert_window_ms / 1000)
+
+    def load(self) -> None:
+        """Build the retrievers (loading MiniLM for a dense channel); /readyz answers 200 after."""
+        try:
+            make = ControllingAuthorityRetriever
+            self._resolver = make(self.store, anchors=self.anchors, **self._options)
+            if self.anchors != "dense":
+                self._bm25 = make(self.store, anchors="bm25", **self._options)
+            if self.anchors != "bm25":
+                self._dense = make(self.store, anchors="dense", **self._options)
+            self.metrics.refresh()
+            # The store is millions of long-lived objects that every full collection walks again: at
+            # 100k records that stalled one request in a hundred by 150-280 ms (BM25 anchors, p99 261
+            # ms against 10 ms frozen, evals/results/serve/gc-freeze.md). Frozen, they are left out.
+            gc.freeze()
+            self.not_ready = None
+        except Exception as exc:
+            log.exception("the retriever could not be built")
+            self.not_ready = f"the retriever could not be built: {type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        self._dense_pool.shutdown(wait=False, cancel_futures=True)
+        if self.owns_store:
+            self.store.close()
+
+    def readiness(self) -> str | None:
+        """Why this process should not be sent requests now (None: ready): the retriever is still
+        loading, or the shared store's database cannot be reached (its answers would miss what
+        other processes write meanwhile)."""
+        if self.not_ready:
+            return self.not_ready
+        return self._feed_down()
+
+    def _feed_down(self) -> str | None:
+        feed = self.store.feed
+        if feed is None or feed.connected:
+            return None
+        since = "" if feed.down_since is None else f" for {time.time() - feed.down_since:.0f} s"
+        return f"the shared store is unreachable{since} ({feed.error}): records written meanwhile are missing here"
+
+    # ------------------------------------------------------------------ retrieval
+    def answer(self, request: RetrieveRequest, caller: CallerContext | None) -> RetrieveResponse:
+        resolver = self._resolver
+        if resolver is None or self.not_ready:
+            raise Unavailable(f"not ready: {self.not_ready}")
+        query = request.query
+        started = time.perf_counter()
+        dense = self._dense_pool.submit(_timed, self._dense.channel_runs, query, caller) if self._dense else None
+        runs: dict[str, list[ChannelHit]] = {}
+        timings: dict[str, float] = {}
+        degraded: list[str] = []
+        if self._bm25 is not None:
+            got, timings["bm25"] = _timed(self._bm25.channel_runs, query, caller)
+            runs.update(got)
+        if dense is not None:
+            self._collect_dense(dense, started + self.timeout_s * DENSE_SHARE, runs, timings, degraded)
+        if (down := self._feed_down()) is not None:
+            degraded.append(f"authority: {down}")
+            self.metrics.degraded.labels("authority").inc()
+        result = resolver.resolve_runs(query, runs, caller, started=started)
+        tick = time.perf_counter()
+        k, policy = request.k, self.store.policy
+        if request.format == "json":
+            evidence = EvidencePack(format="json", packets=build_packets(result, policy, k))
+        elif request.format == "xml":
+            evidence = EvidencePack(format="xml", text=render_xml(result, policy=policy, k=k, token_budget=request.token_budget))
+        elif request.format == "reader":
+            evidence = EvidencePack(format="reader",
+                                    text=render_reader(result, policy=policy, k=k, token_budget=request.token_budget))
+        else:
+            evidence = EvidencePack(format="plain", text=render_plain(result, k=k, token_budget=request.token_budget))
+        timings.update(result.timings_ms)
+        timings["evidence"] = (time.perf_counter() - tick) * 1000
+        anchors = {h.doc_id for h in result.anchors}
+        candidates = [
+            Candidate(
+                doc_id=hit.doc_id, rank=hit.rank, score=hit.score, anchor=hit.doc_id in anchors,
+                channels={
+                    name: ChannelEvidence(score=score, rank=hit.channel_ranks[name],
+                                          contribution=hit.channel_contributions.get(name))
+                    for name, score in hit.channel_scores.items()
+                },
+            )
+            for hit in resolver.fuse(runs)
+        ]
+        posterior = result.scope_posterior
+        for stage, ms in timings.items():
+            self.metrics.stages.labels(stage).observe(ms / 1000)
+        return RetrieveResponse(
+            query=query,
+            k=k,
+            candidates=candidates,
+            reranked=[
+                RankedRecord.model_validate({**rec.to_dict(), "text": rec.record.text if request.with_text else None})
+                for rec in result.top(k)
+            ],
+            evidence_pack=evidence,
+            diagnostics=Diagnostics(
+                timings_ms={name: round(ms, 3) for name, ms in timings.items()},
+                channel_hits={name: len(hits) for name, hits in runs.items()},
+                anchors=len(result.anchors),
+                scope_ids=result.scope_ids,
+                scope_posterior=None if posterior is None else [ScopeProbability.model_validate(p) for p in posterior.to_dict()],
+                scope_links=[ScopeLinkOut.model_validate(link.to_dict()) for link in result.scope_links],
+                ambiguity=None if result.ambiguity is None else AmbiguityOut.model_validate(result.ambiguity.to_dict()),
+                degraded=degraded,
+            ),
+        )
+
+    def _collect_dense(
+        self,
+        future: Future[tuple[dict[str, list[ChannelHit]], float]],
+        deadline: float,
+        runs: dict[str, list[ChannelHit]],
+        timings: dict[str, float],
+        degraded: list[str],
+    ) -> None:
+        """The dense run if it arrives by ``deadline``; else the reason it is left out."""
+        try:
+            got, timings["dense"] = future.result(timeout=max(0.0, deadline - time.perf_counter()))
+            runs.update(got)
+            return
+        except FutureTimeout:
+            future.cancel()  # still queued behind stalled searches: never started
+            reason = f"timeout after {self.timeout_s * DENSE_SHARE * 1000:.0f} ms"
+        except Exception as exc:  # the vector store refused or failed: answer without it
+            log.warning("dense channel failed: %s: %s", type(exc).__name__, exc)
+            reason = f"unavailable ({type(exc).__name__})"
+        degraded.append(f"dense: {reason}")
+        self.metrics.degraded.labels("dense").inc()
+
+    # ------------------------------------------------------------------ inserts
+    def insert(self, items: list[Any], key: ApiKey | None) -> RecordsResponse | RecordsRejected:
+        """Store one request's records whole or not at all (:class:`Inserts`); what they voided, as far
+        as ``key`` may read."""
+        return self.inserts.insert(items, key)
+
+
+def _timed(
+    run: Callable[[str, CallerContext | None], dict[str, list[ChannelHit]]], query: str, caller: CallerContext | None
+) -> tuple[dict[str, list[ChannelHit]], float]:
+    tick = time.perf_counter()
+    return run(query, caller), (time.perf_counter() - tick) * 1000
+
