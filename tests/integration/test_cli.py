@@ -56,9 +56,8 @@ def test_query_json_and_xml(cli_store, capsys):
     assert plain.startswith("[Document 1] (patch_release") and plain.count("[Document ") == 3
     assert main(["query", "--store", str(cli_store), question, "--format", "reader", "--k", "3"]) == 0
     root = ET.fromstring(capsys.readouterr().out)
-    # The question names lodash only as a word: its subject is the most probable, not certain.
-    assert re.match(r"lodash, CVE-2099-10001 \(probability 0\.\d\d that this is the question's subject\): patched\.",
-                    root.find("digest").text)
+    # The question names its CVE id (and lodash): the subject is certain, so no probability is stated.
+    assert re.match(r"lodash, CVE-2099-10001: patched\.", root.find("digest").text)
     assert (root.find("packet").get("status"), root.find("packet").get("version")) == ("current", "4.17.12")
 
 
