@@ -79,10 +79,8 @@ class CARStore:
         """Where the records and edges are durable (see :mod:`car_rag.record_log`)."""
         self.feed: ChangeFeed | None = None
         """Set by :meth:`follow`: what keeps this process up with the others' commits."""
-        self._client: Any = None
-        """The Chroma client of a store on Chroma."""
         shared = self.log if isinstance(self.log, PostgresRecordLog) else None
-        dense = self._vector_channel(shared, chroma_client)
+        self._client, dense = self._vector_search(shared, chroma_client)  # _client: the Chroma client, on Chroma
         self.indexes = Indexes(path, self.log, dense, config["bm25_backend"], self.embedder)
         """What this process searches: graph, BM25 and vectors (:mod:`car_rag.store.indexes`)."""
         self.replica = None if shared is None else Replica(self.indexes, shared, self.lock, self._client)
@@ -90,26 +88,26 @@ class CARStore:
         self._ingest = Ingest(self.indexes, self.log, self.lock, self.embedder, self._client, self.replica, self.location)
         self.indexes.load(self.policy)
 
-    def _vector_channel(self, shared: PostgresRecordLog | None, chroma_client: Any) -> VectorChannel:
+    def _vector_search(self, shared: PostgresRecordLog | None, chroma_client: Any) -> tuple[Any, VectorChannel]:
         """Dense search where the configuration puts the vectors: pgvector beside the records of the
-        ``shared`` log, or a Chroma collection (on a shared log, connected on first use: the log's
-        own vectors answer meanwhile)."""
+        ``shared`` log (no Chroma client), or a Chroma collection and its client (on a shared log,
+        connected on first use: the log's own vectors answer meanwhile)."""
         config = self.config
         if vector_store_of(config) == "pgvector":
             if shared is None:
                 raise StoreError(f"store {self.path} names pgvector as its vector store, which only a store on PostgreSQL has")
             shared.use_vector_column(vector_column(config))
-            return PgVectorChannel(shared, ef_search=config["hnsw"]["ef_search"])
+            return None, PgVectorChannel(shared, ef_search=config["hnsw"]["ef_search"])
         if shared is not None and not config.get("chroma_url"):
             raise StoreError(f"store {shared.location} has no Chroma server: the processes sharing it cannot share "
                              "an embedded vector database")
         connect = partial(chroma.connect, self.path, config.get("chroma_url"), self.chroma_timeout_s)
         if shared is not None and chroma_client is None:
             # Its vectors are in the log too: the store opens, and answers, while Chroma is down.
-            self._client = chroma.Deferred(connect)
-            return DenseChannel(chroma.Deferred(lambda: chroma.collection(self._client, config)))
-        self._client = chroma_client or connect()
-        return DenseChannel(chroma.collection(self._client, config))
+            client = chroma.Deferred(connect)
+            return client, DenseChannel(chroma.Deferred(lambda: chroma.collection(client, config)))
+        client = chroma_client or connect()
+        return client, DenseChannel(chroma.collection(client, config))
 
     # ------------------------------------------------------------------ opening
     @classmethod
