@@ -14,6 +14,7 @@ they run.
 * :mod:`~car_rag_evals.bench` — ``car-rag bench``; :mod:`~car_rag_evals.plots` — its PNGs;
 * :mod:`~car_rag_evals.llm` — ``car-rag eval-llm`` (conditions, client, cache, runner, report);
 * :mod:`~car_rag_evals.guard_run` — ``car-rag guard``.
-* :mod:`~car_rag_evals.pgserver` — a throwaway PostgreSQL + pgvector for the integrations'
-  PGVector tests and the parity scripts.
+
+The throwaway PostgreSQL + pgvector of the integrations' PGVector tests and the parity scripts is
+the library's own (:mod:`car_rag.postgres.fixture`), which every test suite uses.
 """

@@ -44,7 +44,8 @@ import httpx  # noqa: E402
 from corpus import generate, gist_vectors  # noqa: E402
 from run import ChromaServer  # noqa: E402
 
-from car_rag import CARStore, ControllingAuthorityRetriever, pg_server  # noqa: E402
+from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
+from car_rag.postgres import server as pg_server  # noqa: E402
 
 POLICY = "security-advisory"
 SEED = 7

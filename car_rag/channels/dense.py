@@ -6,7 +6,7 @@ HNSW builds are not reproducible (chromadb 1.x inserts a batch on several thread
 rank differently; a matrix product over 20k MiniLM vectors takes about as long as one HNSW
 query. That part is one code path (:class:`VectorChannel`) whichever engine holds the vectors:
 Chroma (:class:`DenseChannel`) or pgvector in the store's PostgreSQL
-(:class:`~car_rag.channels.pgvector.PgVectorChannel`).
+(:class:`~car_rag.postgres.vectors.PgVectorChannel`).
 
 Reading the vectors back from Chroma takes about a second at 10k records (it hands them over
 as Python floats), which a process answering one query pays in full: a store on Chroma keeps a

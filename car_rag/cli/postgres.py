@@ -1,5 +1,5 @@
 """``car-rag postgres start|stop|status``: a PostgreSQL with pgvector for development and tests
-(:mod:`car_rag.pg_server`, the ``car-rag[postgres]`` extra, loaded only when an action runs)."""
+(:mod:`car_rag.postgres.server`, the ``car-rag[postgres]`` extra, loaded only when an action runs)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ import sys
 from pathlib import Path
 
 from car_rag.cli.command import Command, positive
-from car_rag.pg_server import DEFAULT_PORT
+from car_rag.postgres.server import DEFAULT_PORT
 
 __all__ = ["POSTGRES"]
 
 
 def _start(args: argparse.Namespace) -> int:
-    from car_rag import pg_server
+    from car_rag.postgres import server as pg_server
 
     print(pg_server.start(args.dir, host=args.host, port=args.port, timeout_s=args.timeout_s))
     return 0
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from car_rag import pg_server
+    from car_rag.postgres import server as pg_server
 
     if not pg_server.stop(args.dir, timeout_s=args.timeout_s):
         print(f"car-rag postgres: {args.dir} was not running", file=sys.stderr)
@@ -29,7 +29,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from car_rag import pg_server
+    from car_rag.postgres import server as pg_server
 
     url = pg_server.status(args.dir)
     if url is None:

@@ -66,9 +66,9 @@ class Metrics:
         self.head.set(store.head)
         feed = store.feed
         self.connected.set(1 if feed is None or feed.connected else 0)
-        if with_outbox and store.log.shared:
+        if with_outbox and store.replica is not None:
             try:
-                self.pending.set(store._shared_log.count_pending())
+                self.pending.set(store.replica.log.count_pending())
             except Exception as exc:  # the database is down: /readyz says so; the gauge keeps its last value
                 log.debug("outbox size unknown: %s", exc)
 

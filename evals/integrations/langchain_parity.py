@@ -7,7 +7,7 @@ Both sides rank the same 2,318 records with the same Stage 1:
   ``ControllingAuthorityRetriever``;
 * LangChain, per store (``--stores``, default all three): ``chroma`` (``langchain_chroma.Chroma``,
   same HNSW settings), ``memory`` (langchain-core's ``InMemoryVectorStore``), ``pgvector``
-  (``langchain_postgres.PGVector`` on a real PostgreSQL + pgvector, ``car_rag_evals.pgserver``),
+  (``langchain_postgres.PGVector`` on a real PostgreSQL + pgvector, ``car_rag.postgres.fixture``),
   each holding the same MiniLM vectors (``CAREmbeddings``) and serving both dense search and the
   Stage-2 lookups; ``BM25Retriever`` (langchain-community, rank-bm25 underneath, given car-rag's
   rank-bm25 tokenizer as ``preprocess_func``) and an ``EnsembleRetriever`` for hybrid, wrapped
@@ -56,9 +56,9 @@ from parity_support import PAPER_STAGE1, STORES, corpus_vectors, machine, timed 
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, load_policy, load_records  # noqa: E402
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens  # noqa: E402
+from car_rag.postgres.fixture import sqlalchemy_url, throwaway_postgres  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
 from car_rag.store import DEFAULT_HNSW  # noqa: E402
-from car_rag_evals.pgserver import pg_databases  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CORPORA = ROOT.parent / "shared" / "data" / "car-benchmarks" / "corpora"
@@ -100,7 +100,7 @@ STORE_LABELS = {
 }
 
 
-def new_store(name: str, docs: list, embeddings: CAREmbeddings, new_database):
+def new_store(name: str, docs: list, embeddings: CAREmbeddings, pg):
     """The corpus in a fresh LangChain vector store ``name``, in corpus order (the vectors come from
     the shared cache: nothing is embedded twice)."""
     if name == "chroma":
@@ -111,7 +111,8 @@ def new_store(name: str, docs: list, embeddings: CAREmbeddings, new_database):
     elif name == "memory":
         store, batch = InMemoryVectorStore(embedding=embeddings), len(docs)
     else:
-        store = PGVector(embeddings=embeddings, collection_name="ghsa-freeform", connection=new_database(), use_jsonb=True)
+        store = PGVector(embeddings=embeddings, collection_name="ghsa-freeform", connection=sqlalchemy_url(pg.new_database()),
+                         use_jsonb=True)
         batch = 500
     for start in range(0, len(docs), batch):
         part = docs[start : start + batch]
@@ -226,9 +227,9 @@ def main() -> None:
     bm25_5, bm25_50 = bm25(K), bm25(50)
     rows = []
     with ExitStack() as stack:
-        new_database = stack.enter_context(pg_databases()) if "pgvector" in args.stores else None
+        pg = stack.enter_context(throwaway_postgres()) if "pgvector" in args.stores else None
         for store_name in args.stores:
-            vstore = new_store(store_name, docs, CAREmbeddings(embedder=embedder), new_database)
+            vstore = new_store(store_name, docs, CAREmbeddings(embedder=embedder), pg)
             dense_10 = vstore.as_retriever(search_kwargs={"k": 10})
             ensemble = EnsembleRetriever(
                 retrievers=[bm25_50, vstore.as_retriever(search_kwargs={"k": 50})], weights=[0.5, 0.5], id_key="doc_id"

@@ -9,7 +9,7 @@ only where the indexes do:
     settings (ef 200 / M 32); Stage 2 through ``ChromaVectorStore.get_nodes(filters=...)``;
   - ``memory``: the in-memory default ``VectorStoreIndex`` (``SimpleVectorStore``, which keeps
     no text, and the docstore), wrapped by ``CARRetriever.from_index``: Stage 2 on ``index.docstore``;
-  - ``pgvector``: ``PGVectorStore`` on a real PostgreSQL + pgvector (``car_rag_evals.pgserver``),
+  - ``pgvector``: ``PGVectorStore`` on a real PostgreSQL + pgvector (``car_rag.postgres.fixture``),
     node lists as JSONB arrays (``MetadataLayout(json_lists=False)``, the README's setting);
     Stage 2 through ``PGVectorStore.get_nodes(filters=...)``;
   each with two Stage-1 retrievers wrapped by ``CARRetriever``: the store's own dense
@@ -50,9 +50,9 @@ from parity_support import PAPER_STAGE1, STORES, corpus_vectors, machine, timed 
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, load_records  # noqa: E402
 from car_rag.channels import FusedHit  # noqa: E402
+from car_rag.postgres.fixture import sqlalchemy_url, throwaway_postgres  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
 from car_rag.store import DEFAULT_HNSW  # noqa: E402
-from car_rag_evals.pgserver import pg_databases  # noqa: E402
 
 try:
     from llama_index.core import StorageContext, VectorStoreIndex
@@ -189,7 +189,7 @@ STORE_LABELS = {
 }
 
 
-def build_index(name: str, records, vectors: np.ndarray, embed_model: CAREmbedding, work: Path, new_database):
+def build_index(name: str, records, vectors: np.ndarray, embed_model: CAREmbedding, work: Path, pg):
     """The corpus in a ``VectorStoreIndex`` on store ``name`` (the precomputed vectors, nothing
     re-embedded); returns the index, its node layout and its nodes."""
     layout = MetadataLayout(json_lists=False) if name == "pgvector" else MetadataLayout()
@@ -203,7 +203,7 @@ def build_index(name: str, records, vectors: np.ndarray, embed_model: CAREmbeddi
         collection = client.create_collection("ghsa-freeform", embedding_function=None, configuration={"hnsw": DEFAULT_HNSW})
         vector_store = ChromaVectorStore(chroma_collection=collection)
     else:
-        uri = new_database()
+        uri = sqlalchemy_url(pg.new_database())
         vector_store = PGVectorStore.from_params(connection_string=uri, async_connection_string=uri,
                                                  table_name="ghsa_freeform", embed_dim=vectors.shape[1])
     storage = StorageContext.from_defaults(vector_store=vector_store)
@@ -239,9 +239,9 @@ def main() -> None:
 
     rows = []
     with ExitStack() as stack:
-        new_database = stack.enter_context(pg_databases()) if "pgvector" in args.stores else None
+        pg = stack.enter_context(throwaway_postgres()) if "pgvector" in args.stores else None
         for name in args.stores:
-            index, layout, nodes = build_index(name, records, vectors, embed_model, work, new_database)
+            index, layout, nodes = build_index(name, records, vectors, embed_model, work, pg)
             # What a user writes: from_index resolves on the vector store, or on the docstore when the
             # vector store keeps no text (the in-memory default).
             dense = CARRetriever.from_index(index, POLICY, similarity_top_k=10, layout=layout)

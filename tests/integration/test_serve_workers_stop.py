@@ -14,17 +14,18 @@ import uuid
 import httpx
 import pytest
 from helpers_records import MDRENDER_PATCH
-from servers import HOST, chroma_run, free_port, postgres, wait_for
+from servers import HOST, chroma_run, free_port, wait_for
 
 from car_rag import CARStore
+from car_rag.postgres.fixture import throwaway_postgres
 
 STOP_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="module")
 def pg():
-    with postgres() as running:
-        yield running
+    with throwaway_postgres() as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def chroma(tmp_path_factory):
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_stopping_two_workers_leaks_no_semaphore(stop, tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
-    url, _, _ = pg
+    url = pg
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with CARStore.open(tmp_path / "build", demo_policy, authority_url=url, authority_schema=schema, chroma_url=chroma,
                        embedder=embedder) as store:

@@ -1,4 +1,4 @@
-"""A store shared by several processes through PostgreSQL (car_rag.pg_log, car_rag.feed): a real
+"""A store shared by several processes through PostgreSQL (car_rag.postgres: its log and feed): a real
 PostgreSQL + pgvector (`car-rag postgres`) and a real `chroma run` on loopback, the real MiniLM.
 
 Every store instance here has its own connections, change feed and memory, as a worker
@@ -20,10 +20,11 @@ import numpy as np
 import psycopg
 import pytest
 from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, day, edge_set
-from servers import HOST, chroma_cli, chroma_run, postgres, wait_for
+from servers import HOST, chroma_cli, chroma_run, wait_for
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag.graph import AuthorityGraph
+from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.records import Record
 
 PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
@@ -31,8 +32,8 @@ PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 
 @pytest.fixture(scope="module")
 def pg():
-    with postgres() as (url, _, _):
-        yield url
+    with throwaway_postgres() as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")
@@ -137,14 +138,14 @@ def test_vectors_wait_in_the_outbox_while_chroma_is_down(tmp_path, pg, schema, s
         report = store.ingest(later, progress=False, embeddings=vectors_for(later, seed=1))
         assert report.added == ["p1"] and report.newly_superseded == ["d1"]  # authority does not wait for vectors
         assert any("1 vectors wait in the outbox" in w for w in report.warnings), report.warnings
-        assert store._shared_log.count_pending() == 1
+        assert store.replica.log.count_pending() == 1
         assert sorted(h.doc_id for h in store.lexical.search("zlibx", 5)) == ["d1", "p1"]
         # The Chroma server comes back (same data, same port): the feed drains the outbox.
         log = (folder / "server2.log").open("wb")
         again = subprocess.Popen([chroma_cli(), "run", "--host", HOST, "--port", str(port), "--path", str(folder / "data")],
                                  stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_for(lambda: store._shared_log.count_pending() == 0, "the outbox drains once Chroma answers", 60, 0.2)
+            wait_for(lambda: store.replica.log.count_pending() == 0, "the outbox drains once Chroma answers", 60, 0.2)
             assert sorted(store.dense.collection.get()["ids"]) == ["d1", "p1"]
         finally:
             again.terminate()
@@ -221,7 +222,7 @@ def test_a_writer_whose_turn_never_comes_fails_within_its_bound(tmp_path, pg, ch
     with CARStore.open(tmp_path / "a", security_policy, chroma_url=chroma, authority_url=pg, authority_schema=schema) as a:
         a.log.statement_timeout_s = 2  # its connections are made at its first write
         with psycopg.connect(pg) as holder:
-            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", a._shared_log._lock_key)  # held until rollback
+            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", a.replica.log._lock_key)  # held until rollback
             tick = time.monotonic()
             with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
                 a.ingest([record], progress=False, embeddings=vectors_for([record]))

@@ -113,7 +113,7 @@ def test_a_store_reopened_after_unsaved_inserts_catches_its_index_up(tmp_path, s
     store.ingest(first, progress=False)  # saved: the whole index is new
     late = _record(99, "patch_release", "pkg3", "CVE-2024-1003", 50)
     store.ingest([late], progress=False)  # 1 of 21: not saved yet
-    assert store._unsaved == 1
+    assert store.indexes.unsaved == 1
     # No close(): as if the process died. The records table is the log the index catches up from.
     reopened = CARStore.open(tmp_path, embedder=embedder)
     assert reopened.lexical.doc_ids == [r["doc_id"] for r in first] + [late["doc_id"]]
@@ -268,8 +268,8 @@ def test_concurrent_ingests_of_the_same_record_store_it_once(tmp_path_factory, s
     vector = {patch["doc_id"]: embedder.encode([patch["text"]])[0]}
     # Every thread has read the stored fingerprints (none for the patch) before any writes.
     all_read = threading.Barrier(4, timeout=120)  # a thread that never arrives breaks it: the test fails, it does not hang
-    encode = store._vectors
-    store._vectors = lambda *a, **kw: (all_read.wait(), encode(*a, **kw))[1]
+    encode = store._ingest.vectors
+    store._ingest.vectors = lambda *a, **kw: (all_read.wait(), encode(*a, **kw))[1]
     reports = []
 
     def ingest() -> None:

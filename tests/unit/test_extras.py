@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import car_rag
 from car_rag.extras import MissingExtraError, require
 
 HEAVY = ("torch", "chromadb", "sentence_transformers", "transformers", "matplotlib", "openai")
@@ -26,6 +29,20 @@ def test_a_missing_extra_is_named(monkeypatch) -> None:
     with pytest.raises(MissingExtraError, match=r"pip install 'car-rag\[store\]'"):
         require("chromadb", "store", "the store's vector index")
     assert issubclass(MissingExtraError, ImportError)
+
+
+def test_only_car_rag_postgres_requires_the_postgres_extra() -> None:
+    """The import contract (pyproject.toml) sees ``import psycopg``, not a name handed to ``require``."""
+    root = Path(car_rag.__file__).resolve().parents[1]
+    calls = [
+        path.relative_to(root).as_posix()
+        for folder in ("car_rag", "car_rag_evals")
+        for path in sorted((root / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require" and len(node.args) > 1
+        and isinstance(node.args[1], ast.Constant) and node.args[1].value == "postgres"
+    ]
+    assert calls and all(path.startswith("car_rag/postgres/") for path in calls), calls
 
 
 def test_store_without_chroma_says_which_extra(monkeypatch, tmp_path) -> None:

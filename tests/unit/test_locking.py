@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from car_rag.locking import ReadWriteLock
+from car_rag.store.locking import ReadWriteLock
 
 
 def test_a_reader_may_read_again_while_a_writer_waits() -> None:

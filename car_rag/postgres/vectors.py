@@ -1,7 +1,7 @@
 """Dense search in the store's own PostgreSQL: the records' pgvector column under an HNSW index.
 
 A store whose vector engine is pgvector writes each record's vector in the transaction that
-writes the record (:class:`~car_rag.pg_log.VectorColumn`), so every process searches exactly
+writes the record (:class:`~car_rag.postgres.log.VectorColumn`), so every process searches exactly
 what is committed and no vector waits in an outbox. The caller gate (``where``, in the Chroma
 dialect of :meth:`~car_rag.eligibility.CallerContext.chroma_where`) becomes a condition on the
 records' tenant, public and readers columns inside the search: records a caller may not read
@@ -17,15 +17,13 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from car_rag.channels.base import ChannelHit
 from car_rag.channels.dense import EXACT_SEARCH_LIMIT, VectorChannel
-
-if TYPE_CHECKING:
-    from car_rag.pg_log import PostgresRecordLog
+from car_rag.postgres.log import PostgresRecordLog
 
 __all__ = ["PgVectorChannel", "GATE_COLUMNS"]
 
