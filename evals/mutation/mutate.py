@@ -269,8 +269,8 @@ def write_summary(out: Path) -> Path:
                     f"| {report['survived']} | {100 * report['survival_rate']:.1f}% | {len(report['tests'])} files |")
     lines = ["# Mutation check (evals/mutation/mutate.py)", "",
              "| module | mutants | killed | timed out | survived | survival | killing tests |",
-             "|---|---:|---:|---:|---:|---:|---|", *rows, f"| all | {total} | | | {survived} | {100 * survived / max(total, 1):.1f}% | |",
-             ""]
+             "|---|---:|---:|---:|---:|---:|---|", *rows,
+             f"| all | {total} | | | {survived} | {100 * survived / max(total, 1):.1f}% | |", ""]
     summary = out / "summary.md"
     summary.write_text("\n".join(lines), encoding="utf-8")
     return summary
