@@ -240,7 +240,7 @@ def check_module(module: str, target: Target, tree: Path, log, earlier: dict | N
     results = []
     try:
         for index, (line, what) in enumerate(sites):
-            if before and before[index]["outcome"] != "survived":
+            if before and before[index]["outcome"] == "killed":  # a timeout may be the machine's load: run again
                 results.append(before[index])
                 continue
             shutil.rmtree(cache, ignore_errors=True)
@@ -251,8 +251,9 @@ def check_module(module: str, target: Target, tree: Path, log, earlier: dict | N
     finally:
         shutil.copy2(ROOT / module, path)
     survived = [r for r in results if r["outcome"] == "survived"]
+    timeouts = [r for r in results if r["outcome"] == "timeout"]
     return {"module": module, "tests": list(target.tests), "functions": sorted(target.functions), "mutants": len(results),
-            "killed": len(results) - len(survived), "survived": len(survived),
+            "killed": len(results) - len(survived) - len(timeouts), "timeout": len(timeouts), "survived": len(survived),
             "survival_rate": round(len(survived) / len(results), 4) if results else 0.0, "baseline_s": round(baseline_s, 1),
             "rerun_survivors_of_an_earlier_run": bool(before), "results": results}
 
@@ -265,11 +266,12 @@ def write_summary(out: Path) -> Path:
         total += report["mutants"]
         survived += report["survived"]
         scope = f" ({', '.join(report['functions'])})" if report["functions"] else ""
-        rows.append(f"| `{report['module']}`{scope} | {report['mutants']} | {report['killed']} | {report['survived']} "
-                    f"| {100 * report['survival_rate']:.1f}% | {len(report['tests'])} files |")
+        rows.append(f"| `{report['module']}`{scope} | {report['mutants']} | {report['killed']} | {report.get('timeout', 0)} "
+                    f"| {report['survived']} | {100 * report['survival_rate']:.1f}% | {len(report['tests'])} files |")
     lines = ["# Mutation check (evals/mutation/mutate.py)", "",
-             "| module | mutants | killed | survived | survival | killing tests |", "|---|---:|---:|---:|---:|---|", *rows,
-             f"| all | {total} | {total - survived} | {survived} | {100 * survived / max(total, 1):.1f}% | |", ""]
+             "| module | mutants | killed | timed out | survived | survival | killing tests |",
+             "|---|---:|---:|---:|---:|---:|---|", *rows,
+             f"| all | {total} | | | {survived} | {100 * survived / max(total, 1):.1f}% | |", ""]
     summary = out / "summary.md"
     summary.write_text("\n".join(lines), encoding="utf-8")
     return summary

@@ -231,7 +231,10 @@ def test_a_tenant_key_cannot_replace_its_own_tenants_record_that_it_may_not_read
 
 def test_a_server_without_keys_answers_every_edge_an_insert_made(store):
     service = Service(store, anchors="bm25", insert_window_ms=0)  # no keys file: every caller reads everything
-    answer = service.insert([patch(18, tenant="acme"), patch(3)], None).model_dump()
+    with serving(service) as url:
+        got = httpx.post(f"{url}/records", json=[patch(18, tenant="acme"), patch(3)], timeout=60)
+    assert got.status_code == 200, got.text
+    answer = got.json()
     assert (answer["added"], answer["unchanged"]) == ([patch(18)["doc_id"], patch(3)["doc_id"]], 0)
     assert answer["new_edges"] == [edge(18), edge(3)]
     assert answer["newly_superseded"] == sorted([disclosure(18)["doc_id"], disclosure(3)["doc_id"]])

@@ -10,6 +10,7 @@ from helpers_records import rec
 
 from car_rag import Policy
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
+from car_rag.policy import _parse
 
 UNRULED = Policy(name="notes", scope_keys=("topic", "part"))
 
@@ -65,8 +66,8 @@ def test_a_cycle_error_names_every_edge_of_the_cycle_with_its_confidence() -> No
     assert graph.edges() != [] and "c" not in {e.target for e in graph.superseders("a")}  # the graph is as it was
 
 
-def _rssg(*records, tau: float = 0.5):
-    graph = _graph(*records)
+def _rssg(*records, tau: float = 0.5, policy: Policy = UNRULED):
+    graph = _graph(*records, policy=policy)
     return graph.rssg(graph.records, tau)
 
 
@@ -95,3 +96,23 @@ def test_a_path_no_wider_than_one_found_does_not_stop_the_search_at_that_node() 
     assert set(rssg.voided_by["x"]) == {"b", "n", "k"}
     assert {pair: c for pair, c in rssg.path_confidence.items() if pair[1] == "x"} == {("b", "x"): 0.8, ("n", "x"): 0.9,
                                                                                          ("k", "x"): 0.8}
+
+
+EXCEPTION = _parse(
+    'name = "p"\nscope_keys = ["question"]\n[[rules]]\nname = "emergency_exception"\nkind = "exception"\n'
+    'trigger = "exception_grant"\ntarget = "blackout"\nwithin = ["question"]\nrevoked_by = "exception_revocation"\n',
+    ".toml", "p.toml")
+Q1 = {"question": "Q1"}
+
+
+@pytest.mark.parametrize("confidence", [1.0, 0.3])
+def test_an_exception_does_not_hide_the_other_records_voiding_its_target(confidence: float) -> None:
+    # the blackout's voiders: the grant's exception (suspends it), then a notice, sure or too unsure to void
+    rssg = _rssg(rec("blackout", "blackout", at=1, scope=Q1), rec("grant", "exception_grant", at=2, scope=Q1),
+                 rec("notice", "notice", at=3, scope=Q1, supersedes=[{"id": "blackout", "confidence": confidence}]),
+                 policy=EXCEPTION)
+    if confidence == 1.0:
+        assert rssg.voided_by["blackout"] == {"grant": "emergency_exception", "notice": "explicit"}
+    else:
+        assert rssg.voided_by["blackout"] == {"grant": "emergency_exception"}
+        assert rssg.contested_by["blackout"] == {"notice": ("explicit", 0.3)}

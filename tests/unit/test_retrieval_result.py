@@ -15,6 +15,7 @@ from car_rag.channels.fusion import RRF_K
 from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph, Edge
 from car_rag.latent_scope import ScopePosterior
+from car_rag.policy import _parse
 from car_rag.records import Record
 from car_rag.resolution import Anchor, RetrievedRecord, resolve_authority
 
@@ -126,3 +127,36 @@ def test_the_resolution_time_is_part_of_the_calls_time() -> None:
     result = _resolve([rec("old", at=1, scope=TOPIC), rec("new", at=2, scope=TOPIC, supersedes=["old"])], ["old"])
     took_ms = (time.perf_counter() - started) * 1000
     assert 0 <= result.timings_ms["stage23"] <= took_ms
+
+
+COURTS = _parse("""
+name = "courts"
+scope_keys = ["question"]
+[hierarchies.court]
+levels = ["supreme", "district"]
+field = "court_level"
+[[rules]]
+name = "later_ruling"
+trigger = "ruling"
+target = "ruling"
+within = ["question"]
+order = "later"
+[[rules]]
+name = "higher_court"
+trigger = "ruling"
+target = "ruling"
+within = ["question"]
+order = "higher_level"
+hierarchy = "court"
+""", ".toml", "courts.toml")
+
+
+@pytest.mark.parametrize(("resolution", "expected"), [("rules", ["district", "supreme"]), ("timestamp", ["district"])])
+def test_only_rule_resolution_brings_in_the_other_side_of_a_dispute(resolution: str, expected: list[str]) -> None:
+    # a later district ruling against an earlier supreme one: chronology and hierarchy disagree (Definition 10)
+    graph = AuthorityGraph(COURTS)
+    for doc_id, level, day in (("supreme", "supreme", 1), ("district", "district", 2)):
+        graph.add(rec(doc_id, "ruling", at=day, scope={"question": "Q1"}, metadata={"court_level": level}))
+    result = resolve_authority(graph, COURTS, "q", [Anchor("district", 1)], resolution=resolution)
+    assert sorted(result.doc_ids()) == sorted(expected)
+    assert bool(result.get("district").disputed_by) == (resolution == "rules")
