@@ -160,8 +160,8 @@ def read_question_scope(
     ("Is postfix still affected by CVE-2024-00001?", "Does EMP030-Harris's C transaction
     pass?"); every other candidate must convince on its own
     (:func:`~car_rag.scope_linking.accepted_links`, against the posterior before linking).
-    Named for Stage 2: the policy's ``scope_patterns`` and linked values that name whole
-    scopes of at most ``lookup_limit`` records (the lookup then brings the scope in whole);
+    Named for Stage 2: the policy's ``scope_patterns``; where they name nothing, linked values
+    that name whole scopes of at most ``lookup_limit`` records (the lookup then brings the scope in whole);
     any other linked value only narrows the posterior: a lone ticker of a two-key scope, or
     "Ethereum" where every record is about Ethereum, would pull in an arbitrary slice of
     records ahead of the anchors. With ``readable``, only records the caller may
@@ -173,8 +173,10 @@ def read_question_scope(
     together = _whole_scope_links(found, patterns, graph, policy, can_read) if len(policy.scope_keys) > 1 else []
     prior = estimate_scope_posterior(candidates, graph, policy, patterns, can_read)
     links = together + accepted_links([f for f in found if f not in together], graph, prior.support, document_frequency)
-    looked_up = _whole_scope_links(links, patterns, graph, policy, can_read, at_most=lookup_limit)
-    named = merge(patterns, values_by_key(looked_up))
+    # Stage 2 looks up what the policy's patterns name (every record of a named CVE id, in any
+    # package); only where they name nothing, the linked values that name whole scopes.
+    looked_up = [] if patterns else _whole_scope_links(links, patterns, graph, policy, can_read, at_most=lookup_limit)
+    named = {k: list(v) for k, v in patterns.items()} or values_by_key(looked_up)
     constraint = merge(named, values_by_key(links))
     posterior = estimate_scope_posterior(candidates, graph, policy, named, can_read, constraint=constraint)
     return QuestionScope(named, posterior, tuple(links))
