@@ -10,55 +10,26 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import httpx  # noqa: E402
-import uvicorn  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
-from car_rag.serve.app import create_app  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
+from car_rag_evals.servers import serving  # noqa: E402
 
 DEMO = Path(car_rag.__file__).parent / "data" / "demo"
-
-
-@contextmanager
-def serving(service: Service, **config: Any) -> Iterator[str]:
-    """``service`` in a uvicorn thread on a free loopback port (``config``: uvicorn's, e.g.
-    ``log_level``, ``access_log``); yields its URL once /readyz answers 200, stops it at the end."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port,
-                                           **{"log_level": "warning", **config}))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    while not (server.started and httpx.get(f"{url}/readyz").status_code == 200):
-        if not thread.is_alive():
-            raise RuntimeError("the server stopped before it was ready")
-        time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def percentiles(ms: list[float]) -> str:
@@ -94,7 +65,7 @@ def main() -> None:
             retriever.retrieve(q)
             in_process.append((time.perf_counter() - tick) * 1000)
         rows.append(("in process", 1, percentiles(in_process), len(asked) / (sum(in_process) / 1000)))
-        with serving(Service(store, anchors=args.anchors)) as url, \
+        with serving(Service(store, anchors=args.anchors), ready_s=None) as url, \
                 httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=16)) as client:
             def ask(q: str) -> float:
                 tick = time.perf_counter()

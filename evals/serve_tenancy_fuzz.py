@@ -59,12 +59,10 @@ from typing import Any  # noqa: E402
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_load import serving  # noqa: E402
-
 from car_rag import CARStore, Embedder, Record, load_policy  # noqa: E402
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
+from car_rag_evals.servers import serving  # noqa: E402
 
 TENANTS = ("acme", "globex", "initech")
 FORMATS = ("json", "xml", "reader", "plain")

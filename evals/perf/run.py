@@ -9,7 +9,7 @@ Each phase of :mod:`measure` runs in a fresh process (its memory figures are its
 stores are built under ``--stores`` (default ``.perf-stores/``) and kept, so ``--reuse``
 skips building one that is complete. Texts are embedded for real with MiniLM up to
 ``--real-upto`` records (default 100k); larger corpora take precomputed vectors (each
-record's gist embedded once, plus seeded noise; see :mod:`corpus`). The LlamaIndex and
+record's gist embedded once, plus seeded noise; see :mod:`car_rag_evals.perf.corpus`). The LlamaIndex and
 LangChain hybrids are built up to ``--frameworks-upto`` records (default 100k).
 ``--encoder`` (default ``onnx``) is the store's MiniLM encoder (see :class:`car_rag.Embedder`).
 Results: ``<out>/perf.json`` (every run, merged by size, Chroma mode and encoder), ``perf.md`` and PNGs.
@@ -22,50 +22,16 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from report import write_report  # the report module beside this script
+
+from car_rag_evals.servers import ChromaServer
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from report import write_report  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ChromaServer:
-    """``chroma run`` on loopback for the duration of a ``with`` block."""
-
-    def __init__(self, data: Path):
-        self.data, self.port = data, _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> "ChromaServer":
-        chroma = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.log = open(self.data.parent / f"{self.data.name}.log", "ab")
-        self.proc = subprocess.Popen([chroma, "run", "--host", "127.0.0.1", "--port", str(self.port), "--path", str(self.data)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(600):
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"chroma run exited ({self.proc.returncode}); see {self.log.name}")
-                time.sleep(0.1)
-        raise RuntimeError("chroma run did not start within 60 s")
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-        self.log.close()
 
 
 def _phase(phase: str, size: int, store: Path, out: Path, extra: list[str]) -> dict:

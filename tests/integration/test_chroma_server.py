@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from servers import HOST, chroma_http_client, chroma_run, free_port
+from servers import chroma_run
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
+from car_rag_evals.servers import HOST, chroma_http_client, free_port
 
 pytestmark = pytest.mark.server
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from servers import HOST, free_port
 
 from car_rag.postgres import server as pg_server
 from car_rag.postgres.fixture import sqlalchemy_url, throwaway_postgres
 from car_rag.postgres.server import PgServerError
+from car_rag_evals.servers import HOST, free_port
 
 CONNECT_TIMEOUT_S = 10
 EXTENSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"

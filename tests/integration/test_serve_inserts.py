@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import serving
 
 from car_rag import CARStore, IngestReport
 from car_rag.serve.errors import Forbidden
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key
 from car_rag.serve.service import Service
+from car_rag_evals.servers import serving
 
 
 class IngestCountingStore(CARStore):

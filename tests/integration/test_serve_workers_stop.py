@@ -14,10 +14,11 @@ import uuid
 import httpx
 import pytest
 from helpers_records import MDRENDER_PATCH
-from servers import HOST, chroma_run, free_port, wait_for
+from servers import chroma_run, wait_for
 
 from car_rag import CARStore
 from car_rag.postgres.fixture import throwaway_postgres
+from car_rag_evals.servers import HOST, free_port
 
 STOP_TIMEOUT_S = 60
 
