@@ -5,7 +5,7 @@ test): issue 19's goals, measured on one machine over loopback.
     python evals/serve_scale.py --size 10000 --out /tmp/scale-10000 --requests 300     # a quicker look
 
 Builds (once; kept under ``--stores``) the scale benchmark's seeded security-advisory corpus
-(evals/perf/corpus.py: precomputed gist vectors, 200 questions) into a shared store: records
+(car_rag_evals/perf/corpus.py: precomputed gist vectors, 200 questions) into a shared store: records
 in a `car-rag postgres` server, vectors in a `chroma run` server. Then, each in its own
 server process started with the real CLI:
 
@@ -26,7 +26,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,24 +36,16 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "perf"))
 
 import httpx  # noqa: E402
-from corpus import generate, gist_vectors  # noqa: E402
-from run import ChromaServer  # noqa: E402
 
 from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
 from car_rag.postgres import server as pg_server  # noqa: E402
+from car_rag_evals.perf.corpus import generate, gist_vectors  # noqa: E402
+from car_rag_evals.servers import ChromaServer, free_port  # noqa: E402
 
 POLICY = "security-advisory"
 SEED = 7
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def load() -> float:

@@ -1,4 +1,5 @@
-"""Seeded security-advisory corpora of any size, for the scale benchmark.
+"""Seeded security-advisory corpora of any size, for the scale benchmark (``evals/perf/``,
+``evals/serve/`` and ``evals/serve_scale.py``) and the tests of chunked ingest.
 
 What makes authority retrieval hard is kept at every size:
 
@@ -23,6 +24,9 @@ frontier).
 not the point (1M records on two cores): the attack, component and package, or the package
 of a release note. :func:`gist_vectors` encodes each distinct gist once with the real model
 and gives every record its gist's vector plus seeded noise (cosine ≈ 0.97 to the gist).
+
+:func:`arrivals` are new records for a store built from a corpus (the streaming-insert
+phases); :func:`generalised_policy` is ``security-advisory`` with issue 18's rules on.
 """
 
 from __future__ import annotations
@@ -31,10 +35,16 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["Corpus", "Query", "generate", "gist_vectors"]
+from car_rag.policy import Policy, load_policy
+
+if TYPE_CHECKING:
+    from car_rag import CARStore
+
+__all__ = ["SOURCES", "Corpus", "Query", "arrivals", "generalised_policy", "generate", "gist_vectors"]
 
 ATTACKS = [  # (attack, components it shows up in, impact, how a user asks about it)
     ("prototype pollution", ["object merge helper", "query string parser", "config loader", "deep clone utility"],
@@ -223,3 +233,41 @@ def gist_vectors(corpus: Corpus, embedder, *, seed: int = 7, noise: float = 0.25
         part += rng.standard_normal(part.shape, dtype=np.float32) * (noise / np.sqrt(part.shape[1]))
         vectors[start : start + len(part)] = part / np.linalg.norm(part, axis=1, keepdims=True)
     return vectors
+
+
+def arrivals(store: CARStore, count: int, seed: int) -> list[tuple[dict, str]]:
+    """New records for a live store, each with the stored disclosure it is about: half patch
+    releases voiding that disclosure (or the end of its chain), half new disclosures."""
+    rng = random.Random(seed)
+    disclosures = sorted(d for d, r in store.records.items() if r.doc_type == "vulnerability_disclosure")
+    out = []
+    for i in range(count):
+        target = store.records[rng.choice(disclosures)]
+        when = target.published_at.replace(year=target.published_at.year + 8).isoformat()
+        package = target.scope["package"]
+        if i % 2 == 0:
+            record = {"doc_id": f"stream:fix:{seed}:{i}", "doc_type": "patch_release", "scope": dict(target.scope),
+                      "text": f"{package} {90 + i}.0.0 release notes. Changes: upgraded bundled dependencies.",
+                      "published_at": when, "version": f"{90 + i}.0.0"}
+        else:
+            cve = f"CVE-2030-{500000 + seed * 10000 + i}"
+            record = {"doc_id": f"stream:vuln:{seed}:{i}", "doc_type": "vulnerability_disclosure",
+                      "scope": {"package": package, "cve_id": cve},
+                      "text": f"{cve}: heap buffer overflow in the image decoder of {package}.", "published_at": when}
+        out.append((record, target.doc_id))
+    return out
+
+
+SOURCES = ["vendor", "distro", "community"]
+"""The release sources of :func:`generalised_policy`'s hierarchy, highest first (``metadata.source_level``)."""
+
+
+def generalised_policy() -> Policy:
+    """``security-advisory`` with the release-source hierarchy and an uncertain fix rule."""
+    base = load_policy("security-advisory").model_dump()
+    rules = [{**r, "confidence": 0.8} if r["name"] == "patch_fixes_disclosure" else r for r in base["rules"]]
+    rules.append({"name": "higher_source", "trigger": "patch_release", "target": "patch_release",
+                  "within": ["package", "cve_id"], "order": "level_then_later", "hierarchy": "source",
+                  "description": "A release from a higher source binds a lower one's."})
+    return Policy.model_validate({**base, "name": "security-advisory-generalised", "rules": rules,
+                                  "hierarchies": {"source": {"levels": SOURCES, "field": "source_level"}}})

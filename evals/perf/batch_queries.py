@@ -18,10 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import generate  # noqa: E402
-
-from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
+from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag_evals.perf.corpus import generate
 
 
 def main() -> None:

@@ -22,10 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import generate  # noqa: E402
-
-from car_rag import CARStore  # noqa: E402
+from car_rag import CARStore
+from car_rag_evals.perf.corpus import generate
 
 DEPTH = 50
 SEED = 7

@@ -22,26 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import generate  # noqa: E402
-
-from car_rag.graph import AuthorityGraph  # noqa: E402
-from car_rag.policy import Policy, load_policy  # noqa: E402
-from car_rag.records import Record  # noqa: E402
-from car_rag.resolution import Anchor, resolve_authority  # noqa: E402
-
-SOURCES = ["vendor", "distro", "community"]
-
-
-def generalised_policy() -> Policy:
-    """``security-advisory`` with the release-source hierarchy and an uncertain fix rule."""
-    base = load_policy("security-advisory").model_dump()
-    rules = [{**r, "confidence": 0.8} if r["name"] == "patch_fixes_disclosure" else r for r in base["rules"]]
-    rules.append({"name": "higher_source", "trigger": "patch_release", "target": "patch_release",
-                  "within": ["package", "cve_id"], "order": "level_then_later", "hierarchy": "source",
-                  "description": "A release from a higher source binds a lower one's."})
-    return Policy.model_validate({**base, "name": "security-advisory-generalised", "rules": rules,
-                                  "hierarchies": {"source": {"levels": SOURCES, "field": "source_level"}}})
+from car_rag.graph import AuthorityGraph
+from car_rag.policy import load_policy
+from car_rag.records import Record
+from car_rag.resolution import Anchor, resolve_authority
+from car_rag_evals.perf.corpus import SOURCES, generalised_policy, generate
 
 
 def main() -> None:

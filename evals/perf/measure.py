@@ -5,7 +5,7 @@
     python evals/perf/measure.py query  --size N --store DIR --out FILE [--frameworks] [--queries Q]
     python evals/perf/measure.py stream --size N --store DIR --out FILE [--inserts M]
 
-``build`` generates the seeded corpus (:mod:`corpus`), measures raw MiniLM encode
+``build`` generates the seeded corpus (:mod:`car_rag_evals.perf.corpus`), measures raw MiniLM encode
 throughput on a sample of its texts, ingests it in chunks (embedding, graph, Chroma,
 records table and BM25 time from the store's own ingest report) and measures the
 authority index (entity index + graph) with tracemalloc. ``query`` opens the store and
@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import generate, gist_vectors  # noqa: E402
-
-from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
-from car_rag.graph import AuthorityGraph  # noqa: E402
+from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.graph import AuthorityGraph
+from car_rag_evals.perf.corpus import arrivals, generate, gist_vectors
+from car_rag_evals.perf.stats import percentiles, proc_status_mb
 
 POLICY = "security-advisory"
 LLAMA, LANG = "LlamaIndex QueryFusionRetriever", "LangChain EnsembleRetriever"
@@ -45,22 +42,8 @@ BATCH_SIZES = (1, 10, 100, 1000)
 """Records per ``store.ingest`` call in the stream phase: one at a time, then micro-batches."""
 
 
-def _status(field: str) -> float:
-    """VmRSS / VmHWM of this process in MiB (Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _percentiles(values_ms: list[float]) -> dict[str, float]:
-    v = np.asarray(values_ms)
-    return {"n": len(v), "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
-            "p99": float(np.percentile(v, 99)), "mean": float(v.mean())}
 
 
 # --------------------------------------------------------------------------- build
@@ -107,7 +90,7 @@ def build(args: argparse.Namespace) -> dict:
                 steps[step] = steps.get(step, 0.0) + seconds
             bar.update(len(chunk))
     ingest_s = time.perf_counter() - tick
-    peak_ingest_mb = _status("VmHWM")
+    peak_ingest_mb = proc_status_mb("VmHWM")
     if args.embed == "real":  # the same vectors for a later run against a Chroma server
         ids = [r["doc_id"] for r in corpus.records]
         rows = []
@@ -183,26 +166,26 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
              "framework"),
             (f"{LANG}, car-rag's encoder ({encoder})", langchain_ensemble_retriever, "invoke", "store"),
         ):
-            before = _status("VmRSS")
+            before = proc_status_mb("VmRSS")
             tick = time.perf_counter()
             method = getattr(make(store, DEPTH, embedding), call)
-            memory[name] = {"build_s": time.perf_counter() - tick, "rss_added_mb": _status("VmRSS") - before}
+            memory[name] = {"build_s": time.perf_counter() - tick, "rss_added_mb": proc_status_mb("VmRSS") - before}
             systems[name] = lambda q, m=method: doc_ids_of(m(q))
     return systems, memory
 
 
 def query(args: argparse.Namespace) -> dict:
     corpus = generate(args.size, seed=SEED, queries=args.queries)
-    rss_start = _status("VmRSS")
+    rss_start = proc_status_mb("VmRSS")
     tick = time.perf_counter()
     store = CARStore.open(args.store)
     open_s = time.perf_counter() - tick
     retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH)  # loads the model
-    rss_open = _status("VmRSS")
+    rss_open = proc_status_mb("VmRSS")
     queries = [q.query for q in corpus.queries]
     for q in queries:
         retriever.retrieve(q)
-    rss_loaded = _status("VmRSS")  # the store as a service holds it: before any comparison system is built
+    rss_loaded = proc_status_mb("VmRSS")  # the store as a service holds it: before any comparison system is built
     systems, framework_memory = _systems(store, retriever, frameworks=False)
     for q in queries[:10]:  # warm up every path
         for fn in systems.values():
@@ -232,7 +215,7 @@ def query(args: argparse.Namespace) -> dict:
         "size": args.size, "chroma": "server" if store.config.get("chroma_url") else "embedded",
         "encoder": store.embedder.encoder, "queries": len(queries), "open_s": open_s,
         "rss_mb": {"process_start": rss_start, "after_open": rss_open, "loaded_and_queried": rss_loaded},
-        "latency_ms": {n: _percentiles(v) for n, v in times.items()},
+        "latency_ms": {n: percentiles(v) for n, v in times.items()},
         "gold_in_top5": {n: hits[n] / len(queries) for n in names if not n.startswith(("floor", "car-rag Stage 1"))},
         "frameworks": framework_memory,
     }
@@ -240,34 +223,11 @@ def query(args: argparse.Namespace) -> dict:
 
 # --------------------------------------------------------------------------- stream
 
-def _arrivals(store: CARStore, count: int, seed: int) -> list[tuple[dict, str]]:
-    """New records for a live store, each with the stored disclosure it is about: half patch
-    releases voiding that disclosure (or the end of its chain), half new disclosures."""
-    rng = random.Random(seed)
-    disclosures = sorted(d for d, r in store.records.items() if r.doc_type == "vulnerability_disclosure")
-    out = []
-    for i in range(count):
-        target = store.records[rng.choice(disclosures)]
-        when = target.published_at.replace(year=target.published_at.year + 8).isoformat()
-        package = target.scope["package"]
-        if i % 2 == 0:
-            record = {"doc_id": f"stream:fix:{seed}:{i}", "doc_type": "patch_release", "scope": dict(target.scope),
-                      "text": f"{package} {90 + i}.0.0 release notes. Changes: upgraded bundled dependencies.",
-                      "published_at": when, "version": f"{90 + i}.0.0"}
-        else:
-            cve = f"CVE-2030-{500000 + seed * 10000 + i}"
-            record = {"doc_id": f"stream:vuln:{seed}:{i}", "doc_type": "vulnerability_disclosure",
-                      "scope": {"package": package, "cve_id": cve},
-                      "text": f"{cve}: heap buffer overflow in the image decoder of {package}.", "published_at": when}
-        out.append((record, target.doc_id))
-    return out
-
-
 def stream(args: argparse.Namespace) -> dict:
     store = CARStore.open(args.store)
     retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH)
-    arrivals = {size: _arrivals(store, args.inserts, seed=i) for i, size in enumerate(BATCH_SIZES, 1)}
-    records = [r for batch in arrivals.values() for r, _ in batch]
+    by_size = {size: arrivals(store, args.inserts, seed=i) for i, size in enumerate(BATCH_SIZES, 1)}
+    records = [r for batch in by_size.values() for r, _ in batch]
     vectors = dict(zip([r["doc_id"] for r in records], store.embedder.encode([r["text"] for r in records])))  # not timed
 
     def run(batches: list[list[dict]]) -> dict:
@@ -282,17 +242,17 @@ def stream(args: argparse.Namespace) -> dict:
             for step, seconds in report.timings_s.items():
                 steps.setdefault(step, []).append(seconds * 1000 / len(batch))
         return {"records": sum(map(len, batches)), "batch_size": len(batches[0]), "newly_superseded": voided,
-                "per_record_ms": _percentiles(wall),
+                "per_record_ms": percentiles(wall),
                 "mean_per_record_ms_by_step": {s: statistics.fmean(v) for s, v in steps.items()}}
 
     by_batch = {
         str(size): run([[r for r, _ in batch[i : i + size]] for i in range(0, len(batch), size)])
-        for size, batch in arrivals.items()
+        for size, batch in by_size.items()
     }
     # A query issued after the inserts: asked in the words of a disclosure a streamed fix
     # voided, it must report that disclosure superseded whenever it retrieves it.
     retrieved = superseded = 0
-    for fix, target in [(r, t) for r, t in arrivals[1] if r["doc_type"] == "patch_release"][:50]:
+    for _fix, target in [(r, t) for r, t in by_size[1] if r["doc_type"] == "patch_release"][:50]:
         found = retriever.retrieve(store.records[target].text).get(target)
         if found is not None:
             retrieved += 1
@@ -310,7 +270,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--chroma-url")
     parser.add_argument("--embed", choices=["real", "gist", "cached"], default="real",
-                        help="MiniLM on every text; gist vectors (see corpus.py); or the vectors a real build saved")
+                        help="MiniLM on every text; gist vectors (car_rag_evals.perf.corpus); or the vectors a real build saved")
     parser.add_argument("--encoder", choices=["onnx", "torch"], default="onnx", help="MiniLM encoder of the store built")
     parser.add_argument("--chunk", type=int, default=10_000)
     parser.add_argument("--frameworks", action="store_true")

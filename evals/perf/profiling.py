@@ -15,15 +15,13 @@ import cProfile
 import io
 import pstats
 import resource
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import generate  # noqa: E402
-from measure import DEPTH, K1, SEED, _arrivals  # noqa: E402
+from measure import DEPTH, K1, SEED  # the phase script beside this one
 
-from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
+from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag_evals.perf.corpus import arrivals, generate
 
 
 def _cpu() -> float:
@@ -70,12 +68,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"profile-query-{args.size}.txt").write_text("".join(report))
 
-    arrivals = [r for r, _ in _arrivals(store, args.inserts, seed=99)]
-    vectors = dict(zip([r["doc_id"] for r in arrivals], store.embedder.encode([r["text"] for r in arrivals])))
+    arriving = [r for r, _ in arrivals(store, args.inserts, seed=99)]
+    vectors = dict(zip([r["doc_id"] for r in arriving], store.embedder.encode([r["text"] for r in arriving])))
     inserts = _profile("store.ingest, one record per call (vectors given)",
-                       lambda r: store.ingest([r], progress=False, embeddings={r["doc_id"]: vectors[r["doc_id"]]}), arrivals)
+                       lambda r: store.ingest([r], progress=False, embeddings={r["doc_id"]: vectors[r["doc_id"]]}), arriving)
     # Chroma's own write, outside car-rag: wall-clock against CPU time of this process.
-    probe = [(f"probe:{i}", vectors[arrivals[i % len(arrivals)]["doc_id"]]) for i in range(50)]
+    probe = [(f"probe:{i}", vectors[arriving[i % len(arriving)]["doc_id"]]) for i in range(50)]
     wall, cpu = time.perf_counter(), _cpu()
     for doc_id, vector in probe:
         store.dense.collection.add(ids=[doc_id], embeddings=[vector], documents=["probe"], metadatas=[{"doc_id": doc_id}])

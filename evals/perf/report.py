@@ -121,7 +121,7 @@ def goals(results: dict) -> list[tuple[str, str, str]]:
 
 def markdown(results: dict) -> str:
     lines = ["# Scale benchmark", "",
-             "Seeded security-advisory corpora (`evals/perf/corpus.py`): chains of depth 1–4, vocabulary-disjoint "
+             "Seeded security-advisory corpora (`car_rag_evals/perf/corpus.py`): chains of depth 1–4, vocabulary-disjoint "
              "release notes as superseders, shared package scopes, unpatched disclosures and maintenance releases as "
              "distractors. The systems of a size were timed side by side in one run per size and encoder; runs of "
              "different encoders or sizes were made at different times, under the load listed with each command "

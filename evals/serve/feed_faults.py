@@ -23,15 +23,14 @@ import argparse
 import os
 import shutil
 import signal
-import sys
 import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stage2_sql import DEMO, ChromaServer, servers  # noqa: E402
+from stage2_sql import DEMO, servers  # the Stage 2 measurement beside this script: its servers and stores
 
-from car_rag import CARStore, load_policy  # noqa: E402
+from car_rag import CARStore, load_policy
+from car_rag_evals.servers import ChromaServer
 
 STALL_S = 8.0
 

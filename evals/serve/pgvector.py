@@ -3,7 +3,7 @@ test): dense search latency and recall against exact search, past the exact-sear
 
     python evals/serve/pgvector.py --size 100000 --out evals/results/serve/pgvector-100k.md
 
-The seeded security-advisory corpus of the scale benchmark (``evals/perf/corpus.py``), its vectors
+The seeded security-advisory corpus of the scale benchmark (:mod:`car_rag_evals.perf.corpus`), its vectors
 each record's gist embedded once with MiniLM plus seeded noise (``gist_vectors``: templated, near
 duplicate, what lost Chroma's default HNSW up to 9 of the exact top 10), and its questions embedded
 for real. Two shared stores on one PostgreSQL (``car_rag.postgres.fixture``, two databases): one with
@@ -23,7 +23,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,17 +33,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "evals" / "perf"))
-from corpus import generate, gist_vectors  # noqa: E402
-from run import ChromaServer  # noqa: E402
-
 from car_rag import CARStore, Embedder  # noqa: E402
 from car_rag.channels import VectorChannel  # noqa: E402
 from car_rag.eligibility import CallerContext  # noqa: E402
 from car_rag.postgres import PgVectorChannel  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.store import DEFAULT_HNSW, DEFAULT_PGVECTOR_HNSW  # noqa: E402
+from car_rag_evals.perf.corpus import generate, gist_vectors  # noqa: E402
+from car_rag_evals.servers import ChromaServer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 POLICY = "security-advisory"
 DEPTH, K = 50, 10

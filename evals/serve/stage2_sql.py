@@ -18,7 +18,7 @@ tables) and measures, on the same stores and the same Stage-1 anchors:
   delay (commit in this process, applied in a second process) for single inserts and batches.
 
 Corpora: the packaged demo corpus, ghsa-freeform (``../shared/data/car-benchmarks/corpora``) and
-100k records of ``evals/perf/corpus.py`` (seed 7, gist vectors). Run from the repository root::
+100k records of :mod:`car_rag_evals.perf.corpus` (seed 7, gist vectors). Run from the repository root::
 
     python evals/serve/stage2_sql.py                      # everything, ~20 min on 2 cores
     python evals/serve/stage2_sql.py --corpora demo --phases stage23 --out /tmp/s2   # a quick look
@@ -37,7 +37,6 @@ import json
 import math
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -52,12 +51,7 @@ from urllib.parse import urlparse
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "evals" / "perf"))
 import numpy as np  # noqa: E402
-from corpus import generate, gist_vectors  # noqa: E402
-from measure import _arrivals, _percentiles, _status  # noqa: E402
-from run import ChromaServer  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa: E402
@@ -71,7 +65,11 @@ from car_rag.queries import load_queries  # noqa: E402
 from car_rag.record_log import parse_stored  # noqa: E402
 from car_rag.records import Record  # noqa: E402
 from car_rag.resolution import Anchor, RetrievalResult, resolve_authority  # noqa: E402
+from car_rag_evals.perf.corpus import arrivals, generate, gist_vectors  # noqa: E402
+from car_rag_evals.perf.stats import percentiles, proc_status_mb  # noqa: E402
+from car_rag_evals.servers import ChromaServer, free_port  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = Path(car_rag.__file__).parent / "data" / "demo"
 PERF_SIZE, PERF_SEED = 100_000, 7
 SINGLES, BATCHES, BATCH = 200, 20, 100
@@ -254,24 +252,15 @@ def signature(result: RetrievalResult) -> list[tuple[Any, ...]]:
 
 # --------------------------------------------------------------------------- servers and stores
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def servers(work: Path):
     """PostgreSQL (car_rag.postgres.server) and ``chroma run`` with their data under ``work``, stopped at the end:
     yields the PostgreSQL URL and the running ``ChromaServer`` (``.url``, ``.proc``)."""
     from car_rag.postgres import server as pg_server
 
-    url = pg_server.start(work / "pg", port=_free_port())
-    chroma = ChromaServer(work / "chroma")
+    url = pg_server.start(work / "pg", port=free_port())
     pinned = work / "chroma-port"  # a store remembers its Chroma URL: the stores under work keep this port
-    if pinned.is_file():
-        chroma.port = int(pinned.read_text())
-        chroma.url = f"http://127.0.0.1:{chroma.port}"
+    chroma = ChromaServer(work / "chroma", port=int(pinned.read_text()) if pinned.is_file() else None)
     pinned.write_text(str(chroma.port))
     try:
         with chroma:
@@ -408,10 +397,10 @@ def measure_stage23(store: CARStore, questions: list[tuple[str, str]], samples: 
     summary = lambda v: {"mean": float(np.mean(v)), "max": int(max(v)), "counts": dict(sorted(Counter(v).items()))}  # noqa: E731
     return {
         "queries": len(questions), "passes": passes, "load_at_start": load,
-        "latency_ms": {n: _percentiles(v) for n, v in times.items()},
+        "latency_ms": {n: percentiles(v) for n, v in times.items()},
         "cpu_ms_per_query": {n: cpu[n] * 1000 / timed for n in names},
-        "over_sql": {n: {"round_trips": _percentiles(v["round_trips"]), "sql_ms": _percentiles(v["sql_ms"]),
-                         "decode_ms": _percentiles(v["decode_ms"]), "backend_cpu_ms_per_query": v["backend_cpu_s"] * 1000 / timed}
+        "over_sql": {n: {"round_trips": percentiles(v["round_trips"]), "sql_ms": percentiles(v["sql_ms"]),
+                         "decode_ms": percentiles(v["decode_ms"]), "backend_cpu_ms_per_query": v["backend_cpu_s"] * 1000 / timed}
                      for n, v in over_sql.items()},
         "closure_shape": {n: {k: summary(v) for k, v in kinds.items()} for n, kinds in shape.items()},
         "agreement": {n: {"same": len(questions) - len(d), "different": len(d), "differences": d[:5]}
@@ -428,18 +417,19 @@ def _open_args(args: argparse.Namespace) -> dict[str, Any]:
 def child_open(args: argparse.Namespace) -> dict:
     """A worker's start, in a fresh process: the store opened from PostgreSQL, then the model;
     then the parts of the open re-done one by one in the same (now warm) process."""
-    rss = {"process_start": _status("VmRSS")}
+    rss = {"process_start": proc_status_mb("VmRSS")}
     tick = time.perf_counter()
     store = CARStore.open(args.folder, follow=False, **_open_args(args))
     seconds = {"open": time.perf_counter() - tick}
-    rss["after_open"] = _status("VmRSS")
+    rss["after_open"] = proc_status_mb("VmRSS")
     tick = time.perf_counter()
     ControllingAuthorityRetriever(store)  # loads MiniLM
     seconds["model"] = time.perf_counter() - tick
-    rss["after_model"] = _status("VmRSS")
+    rss["after_model"] = proc_status_mb("VmRSS")
     parts = _parts(store.log, store.policy, store.config["bm25_backend"])  # type: ignore[arg-type]
     store.close()
-    return {"records": parts.pop("records"), "seconds": seconds, "parts_s": parts, "rss_mb": rss, "peak_rss_mb": _status("VmHWM")}
+    return {"records": parts.pop("records"), "seconds": seconds, "parts_s": parts, "rss_mb": rss,
+            "peak_rss_mb": proc_status_mb("VmHWM")}
 
 
 def _rows(log: PostgresRecordLog) -> tuple[list[tuple[str, str]], list[Edge]]:
@@ -509,7 +499,7 @@ def child_follow(args: argparse.Namespace) -> None:
     store.feed.listeners.append(lambda changes: applied.extend((c.number, time.time(), len(changes)) for c in changes))
     while not store.feed.connected:
         time.sleep(0.01)
-    print(json.dumps({"head": store.head, "rss_mb": _status("VmRSS")}), flush=True)
+    print(json.dumps({"head": store.head, "rss_mb": proc_status_mb("VmRSS")}), flush=True)
     for line in sys.stdin:
         target, deadline = int(line), time.monotonic() + 120
         while (not applied or applied[-1][0] < target) and time.monotonic() < deadline:
@@ -563,12 +553,12 @@ def measure_feed(args: argparse.Namespace, name: str, store: CARStore) -> dict:
     store.log.transaction = lambda: _stamped(transaction, commits)  # type: ignore[method-assign]
     out: dict[str, Any] = {"follower_rss_mb": ready["rss_mb"]}
     for label, count, size, pause in (("single", SINGLES, 1, 0.05), (f"batch of {BATCH}", BATCHES * BATCH, BATCH, 0.2)):
-        arrivals = [r for r, _ in _arrivals(store, count, seed=store.head)]  # ids new to the store, run after run
-        vectors = dict(zip([r["doc_id"] for r in arrivals], store.embedder.encode([r["text"] for r in arrivals])))
+        arriving = [r for r, _ in arrivals(store, count, seed=store.head)]  # ids new to the store, run after run
+        vectors = dict(zip([r["doc_id"] for r in arriving], store.embedder.encode([r["text"] for r in arriving])))
         load, heads, ingest_ms = os.getloadavg(), [], []
         commits.clear()
         for start in range(0, count, size):
-            batch = arrivals[start : start + size]
+            batch = arriving[start : start + size]
             tick = time.perf_counter()
             store.ingest(batch, progress=False, embeddings={r["doc_id"]: vectors[r["doc_id"]] for r in batch})
             ingest_ms.append((time.perf_counter() - tick) * 1000)
@@ -591,14 +581,14 @@ def measure_feed(args: argparse.Namespace, name: str, store: CARStore) -> dict:
                   if any(committed[head] < end and start < t for start, end, _ in seen["drains"])]
         out[label] = {
             "records": count, "commits": len(heads), "pause_s": pause, "load_at_start": load,
-            "commit_to_applied_ms": _percentiles(per_commit), "per_record_ms": _percentiles(per_change),
-            "feed_metric_ms": _percentiles([d * 1000 for d in seen["feed_delays_s"]]),
-            "changes_per_step": _percentiles([n for *_, n in seen["applied"]]),
-            "writer_ingest_ms": _percentiles(ingest_ms),
+            "commit_to_applied_ms": percentiles(per_commit), "per_record_ms": percentiles(per_change),
+            "feed_metric_ms": percentiles([d * 1000 for d in seen["feed_delays_s"]]),
+            "changes_per_step": percentiles([n for *_, n in seen["applied"]]),
+            "writer_ingest_ms": percentiles(ingest_ms),
             "follower_drains": {"count": len(seen["drains"]), "vectors": sum(n for *_, n in seen["drains"]),
-                                "ms": _percentiles([(end - start) * 1000 for start, end, _ in seen["drains"]] or [0.0]),
+                                "ms": percentiles([(end - start) * 1000 for start, end, _ in seen["drains"]] or [0.0]),
                                 "commits_waiting_on_a_drain": len(behind),
-                                "their_commit_to_applied_ms": _percentiles(behind or [0.0])},
+                                "their_commit_to_applied_ms": percentiles(behind or [0.0])},
         }
     store.log.transaction = transaction  # type: ignore[method-assign]
     follower.stdin.close()

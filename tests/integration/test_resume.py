@@ -20,15 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_records import edge_set
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals" / "perf"))
-
-from corpus import generate  # noqa: E402
-from helpers_records import edge_set  # noqa: E402
-
-import car_rag  # noqa: E402
-from car_rag import AuthorityGraph, CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
-from car_rag.channels import make_lexical_index  # noqa: E402
+import car_rag
+from car_rag import AuthorityGraph, CARStore, ControllingAuthorityRetriever, Embedder
+from car_rag.channels import make_lexical_index
+from car_rag_evals.perf.corpus import generate
 
 ROOT = Path(car_rag.__file__).resolve().parents[1]
 """The checkout whose car_rag the tests import: the child CLI runs the same one."""

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals" / "perf"))
-
-from corpus import ATTACKS, generate  # noqa: E402
-
-from car_rag import AuthorityGraph, Record, load_policy  # noqa: E402
+from car_rag import AuthorityGraph, Record, load_policy
+from car_rag_evals.perf.corpus import ATTACKS, generalised_policy, generate
 
 
 def test_generation_is_seeded_and_sized() -> None:
@@ -43,8 +38,6 @@ def test_gold_is_the_active_frontier_of_its_chain_and_never_names_the_flaw() -> 
 
 
 def test_the_generalised_perf_policy_exercises_levels_disputes_and_confidences() -> None:
-    from generalised import generalised_policy
-
     policy = generalised_policy()
     assert policy.rule("patch_fixes_disclosure").confidence == 0.8 and "higher_source" in policy.hierarchical_rules
     scope = {"package": "p", "cve_id": "CVE-1"}
