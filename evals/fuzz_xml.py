@@ -1,6 +1,7 @@
 """Fuzz both evidence renderings for injection safety, with as many examples as you like.
 
-Runs the property of ``tests/integration/test_xml_injection.py`` (same strategies, same invariants):
+Runs the property of ``tests/integration/test_xml_injection.py`` (the same strategies and invariants,
+:mod:`car_rag_evals.xml_fuzz`):
 packets whose every string is adversarial (generated unicode with control characters and
 lone surrogates, decoded invalid UTF-8, closing tags, CDATA terminators, quotes, entities,
 "ignore previous instructions" …) are rendered with random renderer options and parsed
@@ -22,16 +23,12 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import hypothesis
+from hypothesis import HealthCheck, given, seed, settings
 
-import hypothesis  # noqa: E402
-from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-from test_xml_injection import NASTY, cases, check_reader_rendering, check_rendering  # noqa: E402  (tests/ is on sys.path)
-
-import car_rag  # noqa: E402
-from car_rag.evidence import render_reader, render_xml  # noqa: E402
+import car_rag
+from car_rag.evidence import render_reader, render_xml
+from car_rag_evals.xml_fuzz import NASTY, cases, check_reader_rendering, check_rendering
 
 
 def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
