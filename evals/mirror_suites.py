@@ -50,16 +50,13 @@ import json
 import random
 import re
 import statistics
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
-
-from car_rag_evals.suites import MIRRORS, default_corpora_dir, default_mirrors_dir  # noqa: E402
+from car_rag_evals.suites import MIRRORS, default_corpora_dir, default_mirrors_dir
 
 DEFAULT_SEED = 30
 

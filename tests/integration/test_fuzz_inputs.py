@@ -8,16 +8,12 @@ them through ``car-rag ingest`` as a subprocess.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import fuzz_inputs as fi  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
 from car_rag import CARStore
 from car_rag.cli import main
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
-import fuzz_inputs as fi  # noqa: E402  (evals/ is on sys.path)
 
 GOOD = {"doc_id": "good", "text": "a record that is fine", "doc_type": "note"}
 

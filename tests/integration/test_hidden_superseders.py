@@ -13,10 +13,10 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -24,9 +24,6 @@ from hypothesis import strategies as st
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, render_xml
 from car_rag.cli import main
 from car_rag.graph import AuthorityGraph
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
-import permissions_fuzz as pf  # noqa: E402  (evals/ is on sys.path)
 
 MODES = ("bm25", "dense", "hybrid")
 CALLER = ["--tenant", "acme", "--principal", "analyst"]

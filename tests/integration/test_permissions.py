@@ -10,16 +10,12 @@ a hidden middle link of a three-record chain, and a caller who may read everythi
 
 from __future__ import annotations
 
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
+import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, render_xml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
-import permissions_fuzz as pf  # noqa: E402  (evals/ is on sys.path)
 
 MODES = ("bm25", "dense", "hybrid")
 ACME_SEC = CallerContext(tenant="acme", principals={"sec"})

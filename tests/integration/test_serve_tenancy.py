@@ -6,11 +6,7 @@ status is one the request allows, and the store holds exactly what the accepted 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
-import serve_tenancy_fuzz as fuzz  # noqa: E402  (evals/ is on sys.path)
+import serve_tenancy_fuzz as fuzz  # evals/ is on pytest's pythonpath (pyproject.toml)
 
 REQUESTS = 1200
 

@@ -4,18 +4,11 @@ right or as confidently wrong, wherever labels are counted."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import classifier_agreement as agreement  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
 from car_rag.eval.answers import LABELS, NOT_CONFIDENT, STATUS_LABELS, classify, labels_for
 
-_SPEC = importlib.util.spec_from_file_location(
-    "classifier_agreement", Path(__file__).resolve().parents[2] / "evals" / "classifier_agreement.py")
-assert _SPEC is not None and _SPEC.loader is not None
-agreement = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(agreement)
 SUITES = agreement.PROBE_SUITES
 CASES = [(domain, number, probe) for domain in SUITES for number, probe in enumerate(agreement.probes(domain), 1)]
 

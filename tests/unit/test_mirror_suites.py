@@ -5,17 +5,14 @@ first questions of each free-form suite over the real corpora."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import mirror_suites as ms  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
 from car_rag.graph import AuthorityGraph
 from car_rag.policy import load_policy
 from car_rag.records import parse_records
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals"))
-import mirror_suites as ms  # noqa: E402  (evals/ is on sys.path)
 
 QUESTIONS = 6
 POLICIES = {"cvepatchqa": "security-advisory", "legalprecedentqa": "legal-precedent"}
