@@ -13,7 +13,11 @@ they run.
 * :mod:`~car_rag_evals.systems`, :mod:`~car_rag_evals.framework_systems` — what a bench compares;
 * :mod:`~car_rag_evals.bench` — ``car-rag bench``; :mod:`~car_rag_evals.plots` — its PNGs;
 * :mod:`~car_rag_evals.llm` — ``car-rag eval-llm`` (conditions, client, cache, runner, report);
-* :mod:`~car_rag_evals.guard_run` — ``car-rag guard``.
+* :mod:`~car_rag_evals.guard_run` — ``car-rag guard``;
+* what the tests and the ``evals/`` scripts share, so that neither edits ``sys.path``:
+  :mod:`~car_rag_evals.servers` (``chroma run`` and ``car-rag serve`` on loopback),
+  :mod:`~car_rag_evals.perf` (the scale benchmark's corpus and statistics) and
+  :mod:`~car_rag_evals.xml_fuzz` (adversarial evidence packets and the renderings' invariants).
 
 The throwaway PostgreSQL + pgvector of the integrations' PGVector tests and the parity scripts is
 the library's own (:mod:`car_rag.postgres.fixture`), which every test suite uses.

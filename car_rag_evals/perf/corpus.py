@@ -34,7 +34,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -98,8 +98,9 @@ QUESTION = [  # users name the version they run, not the CVE
     "Can attackers still exploit {package} {affected} through {short} in its {component}?",
     "We run {package} {affected}: has a fix shipped for the {short} issue in the {component}?",
 ]
-_SYLLABLES = ["ka", "lo", "mi", "zen", "tor", "vex", "qui", "ra", "dash", "io", "fy", "plex", "nu", "gro", "sta", "lyn", "bo", "chi"]
-_BASE = datetime(2019, 1, 1, tzinfo=timezone.utc)
+_SYLLABLES = ["ka", "lo", "mi", "zen", "tor", "vex", "qui", "ra", "dash", "io", "fy", "plex", "nu", "gro", "sta", "lyn", "bo",
+              "chi"]
+_BASE = datetime(2019, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ class Corpus:
 def _package_names(count: int, rng: random.Random) -> list[str]:
     names: set[str] = set()
     while len(names) < count:
-        names.add("".join(rng.choice(_SYLLABLES) for _ in range(rng.choice((2, 3)))) + rng.choice(("", "js", "-core", "lib", "py")))
+        syllables = range(rng.choice((2, 3)))
+        names.add("".join(rng.choice(_SYLLABLES) for _ in syllables) + rng.choice(("", "js", "-core", "lib", "py")))
     return sorted(names)
 
 
