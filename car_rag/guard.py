@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from car_rag.ambiguity import Ambiguity
 from car_rag.claims import ClaimReader, ClaimReading, sentences
 from car_rag.evidence import EvidencePacket, build_packets, scope_groups
-from car_rag.evidence.digest import authority_digest, record_phrase
+from car_rag.evidence.digest import authority_digest
+from car_rag.evidence.wording import DIGEST_IDS, record_phrase
 from car_rag.versions import extract_versions, normalise_version
 
 if TYPE_CHECKING:
@@ -87,7 +88,6 @@ _ENGLISH = frozenset(
 )
 _ANY_VERSION = re.compile(r"(\d+(?:\.\d+)+)(?:[-.]?(?:alpha|beta|rc|pre|post|dev|a|b)\.?\d*)?", re.IGNORECASE)
 _HEADING = re.compile(r"^\s*(?:#|\*\*.*\*\*\s*$)|:\s*$")
-_PARENTHETICAL_IDS = re.compile(r"\s*\((?:Current|Replaced):[^()]*\)\s*$")
 # An answer that declines to pick among the scopes the question may mean (English, as the claim rules are).
 _SAYS_IT_DEPENDS = re.compile(
     r"\b(?:it\s+)?depend(?:s|ing)\s+on\s+(?:which|what|the\s+(?:specific|particular|exact))\b|\bit\s+depends\b"
@@ -402,7 +402,7 @@ def _stale_state(
                     continue  # leads with what holds now; the stale state is history ("versions before 2.3 were vulnerable")
                 claim = reading.first(stale)
                 digest = authority_digest(group, policy)
-                now = f" The evidence says: {_PARENTHETICAL_IDS.sub('', digest[0].text)}" if digest else ""
+                now = f" The evidence says: {DIGEST_IDS.sub('', digest[0].text)}" if digest else ""
                 out.append(Finding(
                     "stale_state",
                     f"The answer says {policy.state_label(stale)!r}, which is what the replaced "
