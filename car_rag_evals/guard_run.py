@@ -286,7 +286,7 @@ def run_guard(
 
     from car_rag.eval.answers import classify
     from car_rag.evidence.plain import oldest_first
-    from car_rag.guard import EvidenceForm, check_answer, scope_evidence, seen_evidence
+    from car_rag.guard import Numbering, check_answer, scope_evidence, seen_evidence
     from car_rag.queries import load_queries
     from car_rag.retriever import ControllingAuthorityRetriever
 
@@ -318,7 +318,7 @@ def run_guard(
     for r in rows:
         qid, cond = r["query_id"], r["condition"]
         line = by_key.get((qid, cond)) or by_key.get((qid, None))
-        form = cast("EvidenceForm", _form(cond, line))
+        form = cast("Numbering", _form(cond, line))
         result = results[qid]
         ambiguity = line.ambiguity if line is not None and line.states_ambiguity else result.ambiguity
         if line is None or line.doc_ids is None:

@@ -197,5 +197,5 @@ def _guard_evidence(
     form = CONDITION_FORMS[condition]
     if form is None:
         return scope_evidence(result, store.graph, store.policy, k=k)
-    return seen_evidence(store.graph, ids, store.policy, form="documents" if form == "plain" else "packets", text=context,
+    return seen_evidence(store.graph, ids, store.policy, form=form, text=context,
                          ambiguity=result.ambiguity, subject=result, query=result.query, **seen)
