@@ -186,7 +186,7 @@ def ambiguity_sentence(ambiguity: Ambiguity, policy: Policy | None = None) -> st
     so no value can start a line of its own."""
     members = ambiguity.members
     keys = [k for k in (policy.scope_keys if policy else ()) if any(k in m.scope for m in members)]
-    keys += [k for m in members for k in m.scope if k not in keys]
+    keys += [k for k in dict.fromkeys(k for m in members for k in m.scope) if k not in keys]  # each key once
     shared = [k for k in keys if len({m.scope.get(k) for m in members}) == 1 and members[0].scope.get(k) is not None]
     differing = [k for k in keys if k not in shared]
 
