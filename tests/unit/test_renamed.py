@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -13,13 +14,14 @@ from car_rag import DictStore, load_policy, load_records
 from car_rag.evidence import render, render_audit, render_plain, render_reader
 from car_rag.evidence.render import EVIDENCE_FORMS, evidence_form
 
-DEMO = "car_rag/data/demo"
+DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 
 
 @pytest.fixture(scope="module")
 def result():
-    store = DictStore.of(load_records(f"{DEMO}/corpus.jsonl").records)
-    return store.resolve(load_policy(f"{DEMO}/policy.toml"), "Is lodash still vulnerable?", ["sec-lodash-cve-2099-10001-disclosure"])
+    store = DictStore.of(load_records(DEMO / "corpus.jsonl").records)
+    policy = load_policy(DEMO / "policy.toml")
+    return store.resolve(policy, "Is lodash still vulnerable?", ["sec-lodash-cve-2099-10001-disclosure"])
 
 
 def _warns(new: str):
