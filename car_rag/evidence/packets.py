@@ -9,8 +9,9 @@ the Evidence Packet schema of the retrieval doctrine (``evidence_packet_id``,
 where it fits; car-rag adds the supersession links that schema has no room for.
 
 Packets are built from a :class:`~car_rag.retriever.RetrievalResult` with
-:func:`build_packets`. They can also be constructed directly (tests, adapters), and every
-string in them is treated as untrusted when rendered: see :mod:`car_rag.evidence.xml_tree`.
+:func:`build_packets`; their rationale sentences are :mod:`car_rag.evidence.wording`'s. They
+can also be constructed directly (tests, adapters), and every string in them is treated as
+untrusted when rendered: see :mod:`car_rag.evidence.xml_tree`.
 """
 
 from __future__ import annotations
