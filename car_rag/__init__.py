@@ -10,7 +10,8 @@ import logging
 from car_rag.dict_store import DictStore
 from car_rag.eligibility import CallerContext
 from car_rag.embedding import DEFAULT_MODEL, Embedder
-from car_rag.evidence import EvidencePacket, build_packets, render_xml
+from car_rag.evidence import EvidencePacket, build_packets, render
+from car_rag.evidence import render_xml as render_xml
 from car_rag.extractors import MissingScope, ScopeExtractor
 from car_rag.graph import RSSG, AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.layout import LAYOUT_VERSION, LayoutError, RecordLayout
@@ -64,7 +65,7 @@ __all__ = [
     "load_policy",
     "load_records",
     "parse_records",
-    "render_xml",
+    "render",
     "resolve_authority",
     "__version__",
 ]

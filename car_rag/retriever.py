@@ -239,7 +239,8 @@ class ControllingAuthorityRetriever:
         started: float | None = None,
     ) -> RetrievalResult:
         """Fusion, the latent-scope step and Stages 2 + 3 for channel runs already searched
-        (what :meth:`retrieve` does after searching; a study can replay cached runs)."""
+        (what :meth:`retrieve` does after searching; a study can replay cached runs). The
+        result keeps the fused candidates (``candidates``), so no caller fuses again."""
         started = time.perf_counter() if started is None else started
         with self.store.lock.read():
             candidates = self.fuse(runs)
@@ -247,6 +248,7 @@ class ControllingAuthorityRetriever:
             anchors, scope, ambiguity = self._anchors(query, candidates, caller)
             latent_done = time.perf_counter()
             result = self.resolve(query, anchors, caller, scope=scope, ambiguity=ambiguity)
+        result.candidates = candidates
         result.timings_ms = {
             "stage1": (stage1_done - started) * 1000,
             "latent_scope": (latent_done - stage1_done) * 1000,

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from car_rag.channels import make_lexical_index
-from car_rag.evidence import render_xml
+from car_rag.evidence import render_audit
 from car_rag.graph import AuthorityGraph
 from car_rag.policy import Policy, load_policy
 from car_rag.records import Record
@@ -197,7 +197,7 @@ def score_multi_authority(corpus: MultiCorpus, policy: Policy) -> dict[str, Any]
     conflicts = dict(corpus.conflicts)
     for _question, anchors in corpus.questions:
         result = resolve_authority(graph, policy, _question, [Anchor(d, i) for i, d in enumerate(anchors, 1)])
-        xml = render_xml(result)
+        xml = render_audit(result)
         for item in result:
             if item.doc_id in corpus.active:
                 kept_active += 1

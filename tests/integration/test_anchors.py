@@ -12,7 +12,7 @@ import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
 from car_rag.cli import main
 from car_rag.policy import Policy
-from car_rag.evidence import render_plain, render_reader, render_xml
+from car_rag.evidence import render_audit, render_plain, render_reader
 
 SEC = load_policy("security-advisory")
 ONE_SCOPE = Policy(name="design-proposals", scope_keys=("project",), rules=())
@@ -99,7 +99,7 @@ def test_an_ambiguous_question_shows_each_probable_scope_with_its_probability(am
     assert result.ambiguity.scopes == 2 and result.ambiguity.states == {"patched": 1, "vulnerable": 1}
     sentence = "The question matches 2 subjects it does not tell apart"
     assert render_plain(result, k=5).startswith(f"Note: {sentence}")
-    assert sentence in render_reader(result, k=5) and sentence in render_xml(result, k=5)
+    assert sentence in render_reader(result, k=5) and sentence in render_audit(result, k=5)
     named = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has CVE-2034-0002 been fixed?")
     assert named.top(1)[0].doc_id == "beta-utils-d"
     assert named.top(1)[0].scope_probability == pytest.approx(1.0)

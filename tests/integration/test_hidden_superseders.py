@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, render_xml
+from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
+from car_rag.evidence import render_audit
 from car_rag.cli import main
 from car_rag.graph import AuthorityGraph
 
@@ -176,4 +177,4 @@ def test_records_superseded_only_by_hidden_records_stay_in_top_k(fuzz_store, ret
     as_dict = result.to_dict(k)
     del as_dict["query"]  # the caller's own words
     assert pf.unreadable_leaks(json.dumps(as_dict, ensure_ascii=False), unreadable, texts) == []
-    assert pf.unreadable_leaks(render_xml(result, policy=fuzz_store.policy, k=k), unreadable, texts) == []
+    assert pf.unreadable_leaks(render_audit(result, policy=fuzz_store.policy, k=k), unreadable, texts) == []

@@ -41,8 +41,9 @@ from car_rag.evidence import (
     RetrievalRationale,
     hidden_only,
 )
-from car_rag.evidence import approx_tokens, render_reader, render_xml
-from car_rag.evidence.audit_xml import compact_relation_text, format_scope, parse_scope
+from car_rag.evidence import approx_tokens, render_audit, render_reader
+from car_rag.evidence.audit import format_scope, parse_scope
+from car_rag.evidence.wording import compact_relation_text
 from car_rag.evidence.reader import reader_order
 from car_rag.evidence.xml_tree import sanitize_xml_text
 
@@ -216,7 +217,7 @@ class _Maker:
 
 @st.composite
 def cases(draw: Any) -> tuple[list[EvidencePacket], dict[str, Any]]:
-    """(packets, render_xml options): 0-5 adversarial packets and random renderer options."""
+    """(packets, render_audit options): 0-5 adversarial packets and random renderer options."""
     pool = draw(st.lists(nasty, min_size=1, max_size=8))
     rnd = draw(st.randoms(use_true_random=True))
     maker = _Maker(rnd, pool)
@@ -247,7 +248,7 @@ def _attr(value: str | None) -> str | None:
 
 
 def check_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], out: str) -> None:
-    """Assert every injection-safety invariant of ``out = render_xml(packets_in, **options)``."""
+    """Assert every injection-safety invariant of ``out = render_audit(packets_in, **options)``."""
     assert not _FORBIDDEN_IN_OUTPUT.search(out), "a character XML 1.0 forbids reached the output"
     out.encode("utf-8")  # strict: no lone surrogate survived
     root = ET.fromstring(out)
@@ -377,7 +378,7 @@ def test_property_adversarial_packets_in_the_reader_form(case: tuple[list[Eviden
 
 
 def render_and_check(packets_in: list[EvidencePacket], options: dict[str, Any]) -> str:
-    out = render_xml(packets_in, **options)
+    out = render_audit(packets_in, **options)
     check_rendering(packets_in, options, out)
     return out
 
@@ -505,7 +506,7 @@ def test_instructions_never_appear_in_the_evidence_xml() -> None:
     stale = _packet("old text", doc_id="old", packet_id="EP-2", status="superseded", scope={"document": "d"},
                     superseded_by=[AuthorityLink(doc_id="doc-1", doc_type="note", rule="explicit")])
     hidden = _packet("older", doc_id="older", packet_id="EP-3", status="superseded", hidden=True)
-    out = render_xml([active, stale, hidden], token_budget=80)
+    out = render_audit([active, stale, hidden], token_budget=80)
     lowered = out.lower()
     for phrase in ("you must", "answer from", "cite", "ignore", "instruction"):
         assert phrase not in lowered
@@ -545,6 +546,6 @@ def test_result_path_is_as_safe(embedder: Any, tmp_path: Any, security_policy: A
     built = build_packets(result, store.policy)
     assert len(built) == 2
     for options in ({}, {"superseded": "omit"}, {"token_budget": 60}):
-        out = render_xml(result, policy=store.policy, **options)
+        out = render_audit(result, policy=store.policy, **options)
         check_rendering(built, options, out)
     store.close()
