@@ -130,7 +130,7 @@ def test_cli_json_carries_scope_probabilities_and_the_posterior(ambiguous_store,
     assert {m["state"] for m in data["ambiguity"]["members"]} == {"patched", "vulnerable"}
     assert main(["query", "--store", str(path), "Has the prototype pollution in merge been fixed?"]) == 0
     assert capsys.readouterr().out.startswith("ambiguous: The question matches 2 subjects it does not tell apart")
-    for form in ("evidence", "reader", "xml"):
+    for form in ("plain", "reader", "audit"):
         assert main(["query", "--store", str(path), "--format", form, "Has the prototype pollution in merge been fixed?"]) == 0
         assert "The question matches 2 subjects it does not tell apart" in capsys.readouterr().out
     assert main(["query", "--store", str(path), "--format", "json", "--no-latent-scope", "--fusion", "rrf",

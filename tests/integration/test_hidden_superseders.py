@@ -114,7 +114,7 @@ def test_cli_json_and_table_keep_the_stage1_place(issue_store, capsys) -> None:
     assert len(data["records"]) == 5 and first["doc_id"] == target and first["stage1"]["rank"] == 1
     assert (first["rank"], first["status"], first["hidden_superseder"]) == (1, "superseded", True)
     assert first["superseded_by"] == first["voided_by"] == []
-    assert main(["query", question, "--store", str(path), "--format", "xml", "--k", "5", *CALLER]) == 0
+    assert main(["query", question, "--store", str(path), "--format", "audit", "--k", "5", *CALLER]) == 0
     xml = capsys.readouterr().out
     packet = next(p for p in ET.fromstring(xml).iter("evidence-packet") if p.get("doc-id") == target)
     assert packet.get("status") == "superseded" and packet.find("superseded-by").attrib == {"hidden": "true"}
