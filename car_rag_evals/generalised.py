@@ -8,7 +8,7 @@ a notice of another entity claims to void the chain's controlling notice, with a
 confidence an imperfect extractor would give a wrong link (low by default; ``--overlap``
 draws false and true confidences from overlapping ranges). The question names the
 entity's first notice; Stage 1 is car-rag's BM25 (top 10 anchors), Stages 2-3 are
-:func:`car_rag.resolve_authority` at threshold τ. The baseline treats every edge as certain
+:func:`car_rag.adapters.resolve_authority` at threshold τ. The baseline treats every edge as certain
 (τ = 0, which is today's behaviour). Scored: TCA@5 (the controlling notice in the top 5
 and reported active; no truly superseded notice in the top 5 reported active without a
 warning) and, over the chains with a false edge, how often the wrongly voided controlling

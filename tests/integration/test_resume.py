@@ -27,7 +27,8 @@ from corpus import generate  # noqa: E402
 from helpers_records import edge_set  # noqa: E402
 
 import car_rag  # noqa: E402
-from car_rag import AuthorityGraph, CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
+from car_rag import CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
+from car_rag.adapters import AuthorityGraph
 from car_rag.channels import make_lexical_index  # noqa: E402
 
 ROOT = Path(car_rag.__file__).resolve().parents[1]

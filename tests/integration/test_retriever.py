@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from car_rag import CARStore, ControllingAuthorityRetriever, DictStore, Edge
+from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.adapters import DictStore, Edge
 
 MODES = ("bm25", "dense", "hybrid")
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from car_rag import DictStore, Policy
+from car_rag import Policy
+from car_rag.adapters import DictStore
 from car_rag.evidence import build_packets, render_audit, render_plain, render_reader
 from car_rag.evidence.digest import authority_digest
 from car_rag.graph import AuthorityGraph, Edge

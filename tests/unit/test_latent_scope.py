@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from car_rag import AuthorityGraph, CallerContext, Record, load_policy, resolve_authority
+from car_rag import CallerContext, Record, load_policy
+from car_rag.adapters import AuthorityGraph, resolve_authority
 from car_rag.channels.fusion import FusedHit
 from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.latent_scope import detect_ambiguity, estimate_scope_posterior, read_question_scope, select_anchors

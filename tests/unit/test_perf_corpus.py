@@ -10,7 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "evals" / "perf"))
 
 from corpus import ATTACKS, generate  # noqa: E402
 
-from car_rag import AuthorityGraph, Record, load_policy  # noqa: E402
+from car_rag import Record, load_policy  # noqa: E402
+from car_rag.adapters import AuthorityGraph
 
 
 def test_generation_is_seeded_and_sized() -> None:

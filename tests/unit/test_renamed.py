@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from car_rag import DictStore, load_policy, load_records
+from car_rag import load_policy, load_records
+from car_rag.adapters import DictStore
 from car_rag.evidence import render, render_audit, render_plain, render_reader
 from car_rag.evidence.render import EVIDENCE_FORMS, evidence_form
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from car_rag import Policy, RecordLayout, RetrievalResult, builtin_policies, load_policy, render
+from car_rag import Policy, RetrievalResult, builtin_policies, load_policy, render
+from car_rag.adapters import RecordLayout
 from car_rag.annotations import result_from_annotations
 from car_rag.evidence import EVIDENCE_FORMS, EvidenceForm, SupersededMode, TokenCounter
 from car_rag.prompts import evidence_messages, load_prompt
