@@ -4,7 +4,7 @@ Authority resolution never searches by similarity. :class:`AuthorityClosure` say
 records to fetch by metadata filter (:class:`ScopeQuery`: the scope an anchor shares with
 what could void it, optionally of the superseding types, or the records naming it in their
 explicit ``supersedes``), absorbs what the store returned, and repeats from every record
-found until the authority closure is complete; then :func:`car_rag.resolve_authority`
+found until the authority closure is complete; then :func:`car_rag.adapters.resolve_authority`
 builds the active frontier. An integration is an :class:`AuthorityStore`: it translates
 queries into its store's filter language and hands back :class:`StoredItem` values.
 """

@@ -161,6 +161,10 @@ class RetrievalResult:
     ambiguity: Ambiguity | None = None
     """Set when the question plausibly names several scopes it does not tell apart (see
     :mod:`car_rag.ambiguity`); None when one scope is clearly its subject or no posterior was estimated."""
+    candidates: list[FusedHit] = field(default_factory=list)
+    """The fused Stage-1 candidates the anchors were chosen from, best first, with their
+    channel scores (the core retriever's; empty where no fusion ran, e.g. a framework's
+    Stage 1). Not part of :meth:`to_dict`."""
 
     def __iter__(self) -> Iterator[RetrievedRecord]:
         return iter(self.ranked)

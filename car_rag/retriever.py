@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Literal
 
@@ -129,29 +129,45 @@ class ControllingAuthorityRetriever:
         with self.store.lock.read():
             return self._anchors(query, self.fuse(self._runs(query, vector, caller)), caller)[0]
 
-    def channel_runs(self, query: str, caller: CallerContext | None = None) -> dict[str, list[ChannelHit]]:
+    def channel_runs(
+        self, query: str, caller: CallerContext | None = None, *, channels: Collection[str] | None = None
+    ) -> dict[str, list[ChannelHit]]:
         """Each Stage-1 channel's top ``depth`` for ``query`` (embedding it when a dense channel
-        is on), before fusion: what :meth:`resolve_runs` takes."""
-        vector = self._embed(query)
+        is on), before fusion: what :meth:`resolve_runs` takes. ``channels`` searches only some
+        of this retriever's channels (a service runs the dense one under its own deadline)."""
+        wanted = self._channels(channels)
+        vector = self._embed(query) if "dense" in wanted else None
         with self.store.lock.read():
-            return self._runs(query, vector, caller)
+            return self._runs(query, vector, caller, wanted)
+
+    def _channels(self, channels: Collection[str] | None) -> tuple[str, ...]:
+        own = {"bm25": ("bm25",), "dense": ("dense",)}.get(self.anchor_mode, ("bm25", "dense"))
+        if channels is None:
+            return own
+        unknown = [c for c in channels if c not in own]
+        if unknown:
+            raise ValueError(f"channels {unknown} are not among this retriever's ({', '.join(own)})")
+        return tuple(c for c in own if c in channels)
 
     def _embed(self, query: str) -> np.ndarray | None:
         """The query's vector, when a dense channel is on; done before the store's lock is taken."""
         return self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
 
-    def _runs(self, query: str, vector: np.ndarray | None, caller: CallerContext | None) -> dict[str, list[ChannelHit]]:
+    def _runs(
+        self, query: str, vector: np.ndarray | None, caller: CallerContext | None, channels: Collection[str] = ("bm25", "dense")
+    ) -> dict[str, list[ChannelHit]]:
         runs: dict[str, list[ChannelHit]] = {}
         dense: Future[list[ChannelHit]] | None = None
         where = caller.chroma_where() if caller is not None else None
         records = self.store.records
         readable = None if caller is None else (lambda ids: caller.mask(ids, records))
-        if vector is not None and self.anchor_mode == "hybrid" and not self.store.dense.exact:
+        lexical = self.anchor_mode in ("bm25", "hybrid") and "bm25" in channels
+        if vector is not None and lexical and not self.store.dense.exact:
             # Chroma's HNSW search releases the GIL: BM25 runs meanwhile (0.55x the time of one
             # after the other at 100k records, evals/perf/concurrency.py; exact search below
             # 20k records gains nothing, so it stays on this thread).
             dense = self._dense_pool().submit(self.store.dense.search, vector, self.depth, where=where)
-        if self.anchor_mode in ("bm25", "hybrid"):
+        if lexical:
             runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(caller))
         if dense is not None:
             runs["dense"] = dense.result()
@@ -239,7 +255,8 @@ class ControllingAuthorityRetriever:
         started: float | None = None,
     ) -> RetrievalResult:
         """Fusion, the latent-scope step and Stages 2 + 3 for channel runs already searched
-        (what :meth:`retrieve` does after searching; a study can replay cached runs)."""
+        (what :meth:`retrieve` does after searching; a study can replay cached runs). The
+        result keeps the fused candidates (``candidates``), so no caller fuses again."""
         started = time.perf_counter() if started is None else started
         with self.store.lock.read():
             candidates = self.fuse(runs)
@@ -247,6 +264,7 @@ class ControllingAuthorityRetriever:
             anchors, scope, ambiguity = self._anchors(query, candidates, caller)
             latent_done = time.perf_counter()
             result = self.resolve(query, anchors, caller, scope=scope, ambiguity=ambiguity)
+        result.candidates = candidates
         result.timings_ms = {
             "stage1": (stage1_done - started) * 1000,
             "latent_scope": (latent_done - stage1_done) * 1000,

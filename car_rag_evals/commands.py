@@ -123,8 +123,9 @@ def _eval_llm_arguments(evalllm: argparse.ArgumentParser) -> None:
                          help="each context fitted to this many tokens by leaving out whole records, least useful first")
     evalllm.add_argument("--max-doc-chars", type=count,
                          help="also cut each record's text to this many characters, in every condition (default: whole)")
-    evalllm.add_argument("--xml-form", choices=["compact", "full"], default="compact",
-                         help="layout of the audit XML in the car-xml conditions (render_xml compact=)")
+    evalllm.add_argument("--audit-layout", "--xml-form", dest="audit_layout", choices=["compact", "full"], default="compact",
+                         help="layout of the audit XML in the car-audit conditions (render(..., 'audit', compact=...)); "
+                              "--xml-form is its former name, accepted for one release")
     _corpora(evalllm)
     _stores(evalllm)
     evalllm.add_argument("--out", type=Path, required=True, help="run folder: report, labels, answers, cache")
@@ -144,7 +145,7 @@ def _eval_llm(args: argparse.Namespace) -> int:
     options = {} if args.answers else {
         "k": args.k, "limit": args.limit, "query_ids": query_ids, "stores_dir": args.stores, "concurrency": args.concurrency,
         "timeout": args.timeout, "max_retries": args.retries, "cache": args.cache, "evidence_budget": args.evidence_budget,
-        "max_doc_chars": args.max_doc_chars, "max_tokens": args.max_tokens, "xml_form": args.xml_form,
+        "max_doc_chars": args.max_doc_chars, "max_tokens": args.max_tokens, "audit_layout": args.audit_layout,
     }
     conditions = tuple(args.conditions.split(",")) if args.conditions else llm.DEFAULT_CONDITIONS
     paths = llm.run_eval_llm(

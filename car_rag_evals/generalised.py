@@ -8,7 +8,7 @@ a notice of another entity claims to void the chain's controlling notice, with a
 confidence an imperfect extractor would give a wrong link (low by default; ``--overlap``
 draws false and true confidences from overlapping ranges). The question names the
 entity's first notice; Stage 1 is car-rag's BM25 (top 10 anchors), Stages 2-3 are
-:func:`car_rag.resolve_authority` at threshold τ. The baseline treats every edge as certain
+:func:`car_rag.adapters.resolve_authority` at threshold τ. The baseline treats every edge as certain
 (τ = 0, which is today's behaviour). Scored: TCA@5 (the controlling notice in the top 5
 and reported active; no truly superseded notice in the top 5 reported active without a
 warning) and, over the chains with a false edge, how often the wrongly voided controlling
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from car_rag.channels import make_lexical_index
-from car_rag.evidence import render_xml
+from car_rag.evidence import render_audit
 from car_rag.graph import AuthorityGraph
 from car_rag.policy import Policy, load_policy
 from car_rag.records import Record
@@ -197,7 +197,7 @@ def score_multi_authority(corpus: MultiCorpus, policy: Policy) -> dict[str, Any]
     conflicts = dict(corpus.conflicts)
     for _question, anchors in corpus.questions:
         result = resolve_authority(graph, policy, _question, [Anchor(d, i) for i, d in enumerate(anchors, 1)])
-        xml = render_xml(result)
+        xml = render_audit(result)
         for item in result:
             if item.doc_id in corpus.active:
                 kept_active += 1

@@ -14,7 +14,7 @@ reader saw, as ``records`` (doc ids, or record objects with ``doc_id`` as ``car-
 as seen), ``context_doc_ids`` (what ``eval-llm`` stores: an ``eval-llm`` ``answers.jsonl``
 is itself an evidence file) or ``text`` (the rendered evidence). Optional: ``form``
 (``documents``: cited ``[Document n]``, the plain form; ``packets``: ``[EP-n]``, the reader
-and XML forms; default: the ``eval-llm`` condition's form, else what ``text`` cites, else
+and audit forms; default: the ``eval-llm`` condition's form, else what ``text`` cites, else
 ``documents``), ``dated`` (the documents were shown oldest first, as ``fresh-plain`` shows
 them) and ``ambiguity`` (as ``car-rag query --format json`` writes it; null: the evidence
 said the question names one scope; absent: the re-retrieval's).
@@ -47,18 +47,22 @@ from typing import Any, cast
 from car_rag.ambiguity import Ambiguity, AmbiguousScope
 from car_rag.eval.stats import Rate
 from car_rag_evals.gold import load_gold
+from car_rag_evals.llm.conditions import CONDITION_FORMS, RENAMED_CONDITIONS, condition_name
 from car_rag_evals.llm.report import read_answers
 from car_rag_evals.suites import custom_suite, load_suite, open_suite_store
 
 __all__ = ["PACKET_CONDITIONS", "EvidenceLine", "read_evidence", "run_guard", "summarise_guard", "unmatched_lines"]
 
-PACKET_CONDITIONS = frozenset({"car-xml", "car-xml-omit", "car-reader", "car-reader-repair"})
-"""``eval-llm`` conditions whose evidence numbers records ``[EP-n]`` and (but ``car-xml-omit``)
-shows the records they replace as provenance, beyond the ``context_doc_ids`` the run lists;
-the others (``dense``, ``car-plain``, ``fresh-plain``) show plain ``[Document n]`` records,
-``fresh-plain`` oldest first. ``closed-book`` lists none: the reader saw nothing."""
+PACKET_CONDITIONS = frozenset(
+    c for c in [*CONDITION_FORMS, *RENAMED_CONDITIONS] if CONDITION_FORMS[condition_name(c)] in ("reader", "audit")
+)
+"""``eval-llm`` conditions (and their former names) whose evidence numbers records ``[EP-n]``
+and (but ``car-audit-omit``) shows the records they replace as provenance, beyond the
+``context_doc_ids`` the run lists; the others (``dense``, ``car-plain``, ``fresh-plain``) show
+plain ``[Document n]`` records, ``fresh-plain`` oldest first. ``closed-book`` lists none: the
+reader saw nothing."""
 DATED_CONDITIONS = frozenset({"fresh-plain"})
-OMIT_CONDITIONS = frozenset({"car-xml-omit"})
+OMIT_CONDITIONS = frozenset({"car-audit-omit", "car-xml-omit"})
 """``eval-llm`` conditions that leave replaced records' texts out, listing only their packet ids."""
 _FORMS = ("documents", "packets")
 
@@ -282,7 +286,7 @@ def run_guard(
 
     from car_rag.eval.answers import classify
     from car_rag.evidence.plain import oldest_first
-    from car_rag.guard import EvidenceForm, check_answer, scope_evidence, seen_evidence
+    from car_rag.guard import Numbering, check_answer, scope_evidence, seen_evidence
     from car_rag.queries import load_queries
     from car_rag.retriever import ControllingAuthorityRetriever
 
@@ -314,7 +318,7 @@ def run_guard(
     for r in rows:
         qid, cond = r["query_id"], r["condition"]
         line = by_key.get((qid, cond)) or by_key.get((qid, None))
-        form = cast("EvidenceForm", _form(cond, line))
+        form = cast("Numbering", _form(cond, line))
         result = results[qid]
         ambiguity = line.ambiguity if line is not None and line.states_ambiguity else result.ambiguity
         if line is None or line.doc_ids is None:

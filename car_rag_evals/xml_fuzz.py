@@ -7,7 +7,7 @@ ids, doc ids, doc types, scope keys and values, rule names, sources, URIs, match
 names) is adversarial (:func:`cases`: generated unicode with control characters and lone
 surrogates, decoded invalid UTF-8, the hand-written :data:`NASTY` fragments), rendered with random
 renderer options, and parsed back with two real XML parsers (ElementTree and minidom).
-:func:`check_rendering` asserts the invariants of ``render_xml``:
+:func:`check_rendering` asserts the invariants of ``render_audit`` (the audit form):
 
 * the output is well-formed XML with one ``<evidence>`` root and only known tags;
 * exactly the expected packets are there, as direct children, in the expected order
@@ -45,8 +45,9 @@ from car_rag.evidence import (
     approx_tokens,
     hidden_only,
 )
-from car_rag.evidence.audit_xml import compact_relation_text, format_scope
+from car_rag.evidence.audit import format_scope
 from car_rag.evidence.reader import reader_order
+from car_rag.evidence.wording import compact_relation_text
 from car_rag.evidence.xml_tree import sanitize_xml_text
 
 S = sanitize_xml_text
@@ -219,7 +220,7 @@ class _Maker:
 
 @st.composite
 def cases(draw: Any) -> tuple[list[EvidencePacket], dict[str, Any]]:
-    """(packets, render_xml options): 0-5 adversarial packets and random renderer options."""
+    """(packets, render_audit options): 0-5 adversarial packets and random renderer options."""
     pool = draw(st.lists(nasty, min_size=1, max_size=8))
     rnd = draw(st.randoms(use_true_random=True))
     maker = _Maker(rnd, pool)
@@ -250,7 +251,7 @@ def _attr(value: str | None) -> str | None:
 
 
 def check_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], out: str) -> None:
-    """Assert every injection-safety invariant of ``out = render_xml(packets_in, **options)``."""
+    """Assert every injection-safety invariant of ``out = render_audit(packets_in, **options)``."""
     assert not _FORBIDDEN_IN_OUTPUT.search(out), "a character XML 1.0 forbids reached the output"
     out.encode("utf-8")  # strict: no lone surrogate survived
     root = ET.fromstring(out)

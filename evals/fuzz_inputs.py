@@ -64,7 +64,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import car_rag  # noqa: E402
-from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder, Record, render_xml  # noqa: E402
+from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder, Record  # noqa: E402
+from car_rag.evidence import render_audit  # noqa: E402
 from car_rag.policy import PolicyError, load_policy  # noqa: E402
 from car_rag.store import StoreError  # noqa: E402
 
@@ -822,7 +823,7 @@ class Fuzzer:
         query = " ".join([record.scope.get("cve_id", ""), *record.text.split()[:4]]).strip() or "fuzz probe"
         try:
             result = self.retriever.retrieve(query)
-            render_xml(result, policy=self.store.policy, k=5)
+            render_audit(result, policy=self.store.policy, k=5)
             json.dumps(result.to_dict(), ensure_ascii=False)
         except Exception as exc:  # noqa: BLE001
             self._violate("query of a stored record crashed", case, f"{doc_id[:80]}: {type(exc).__name__}: {exc}")

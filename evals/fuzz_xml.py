@@ -27,7 +27,7 @@ import hypothesis
 from hypothesis import HealthCheck, given, seed, settings
 
 import car_rag
-from car_rag.evidence import render_reader, render_xml
+from car_rag.evidence import render_audit, render_reader
 from car_rag_evals.xml_fuzz import NASTY, cases, check_reader_rendering, check_rendering
 
 
@@ -44,7 +44,7 @@ def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
     @given(cases())
     def property_holds(case):  # type: ignore[no-untyped-def]
         packets, options = case
-        out = render_xml(packets, **options)
+        out = render_audit(packets, **options)
         stats["examples"] += 1
         stats["packets"] += len(packets)
         stats["xml_chars"] += len(out)
@@ -88,7 +88,7 @@ def main() -> int:
     ok, stats, failure = run(args.examples, args.seed)
     elapsed = time.perf_counter() - started
     lines = [
-        "fuzz_xml: injection safety of car_rag.evidence.audit_xml.render_xml and car_rag.evidence.reader.render_reader",
+        "fuzz_xml: injection safety of car_rag.evidence.audit.render_audit and car_rag.evidence.reader.render_reader",
         f"car-rag {car_rag.__version__}, hypothesis {hypothesis.__version__}, Python {platform.python_version()}",
         f"seed: {args.seed if args.seed is not None else 'random'}; max_examples: {args.examples}; "
         f"{len(NASTY)} hand-written nasty fragments mixed with generated text",

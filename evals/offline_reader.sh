@@ -17,7 +17,7 @@
 # Contexts: whole record texts, each context fitted to EVIDENCE_BUDGET tokens (default
 # 1500, approx_tokens) by leaving out whole records, in every condition (MAX_DOC_CHARS
 # also cuts each text, as the runs before the reader-first work did with 300); answers
-# capped at MAX_TOKENS (default 160); the XML is render_xml's compact form. On two CPU
+# capped at MAX_TOKENS (default 160); the audit XML is render_audit's compact form. On two CPU
 # threads the 1.5B model reads ~100 prompt tokens/s and writes ~25 tokens/s: a 1,500-token
 # context call takes ~15-25 s.
 #

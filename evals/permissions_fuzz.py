@@ -16,7 +16,7 @@ index passed as ``lexical=``, a tenth with the timestamp baseline) and checks, f
 (b) result: every ranked record, anchor id and supersession edge (voided_by, voids,
     superseded_by) is readable, and so is every id in ``result.to_dict()``; every readable
     record of a CVE the query names is admitted (lookups under ``scope_lookup_limit``);
-(c) XML: ``render_xml(result, policy=store.policy)`` holds no unreadable doc_id, secret
+(c) XML: ``render_audit(result, policy=store.policy)`` holds no unreadable doc_id, secret
     marker or text, and every packet with a hidden superseder carries
     ``<superseded-by hidden="true">`` and ``status="superseded"``;
 (d) status: every result record with an ancestor is ``superseded`` (one with none is
@@ -58,7 +58,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import car_rag  # noqa: E402
-from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder, render_xml  # noqa: E402
+from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
+from car_rag.evidence import render_audit  # noqa: E402
 from car_rag.channels import LexicalIndex, make_lexical_index  # noqa: E402
 
 __all__ = [
@@ -481,7 +482,7 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
                     bad("scope", f"readable records {missing} of query-named {key}={value} not admitted")
 
     # (c) the rendered XML
-    xml = render_xml(result, policy=store.policy, **case.render)
+    xml = render_audit(result, policy=store.policy, **case.render)
     leaks = unreadable_leaks(xml, unreadable, texts)
     if leaks:
         bad("xml", f"XML leaks {leaks}")

@@ -34,7 +34,7 @@ examples:
   car-rag ingest corpus.jsonl --store ./store --policy security-advisory
   car-rag query --store ./store "Is lodash still vulnerable to CVE-2019-10744?"
   car-rag query --store ./store --queries questions.jsonl --out answers.jsonl
-  car-rag -v query --store ./store "..." --format evidence
+  car-rag -v query --store ./store "..." --format plain
 
 exit status: 0 done, 1 runtime error or records rejected by ingest, 2 usage error
 (3: car-rag postgres status, not running).

@@ -19,12 +19,19 @@ from car_rag.store import CONFIG_FILE
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext
     from car_rag.embedding import Embedder
+    from car_rag.evidence import EvidenceForm
     from car_rag.resolution import RetrievalResult, RetrievedRecord
 
 __all__ = ["QUERY", "result_json"]
 
 QUERY_BATCH = 256
 """Queries of a --queries file embedded together (ControllingAuthorityRetriever.retrieve_many)."""
+
+
+FORMER_FORMATS = {"evidence": "plain", "xml": "audit"}
+"""``--format`` values renamed in issue 31 (one evidence vocabulary), accepted for one release."""
+RENDERED: dict[str, EvidenceForm] = {"plain": "plain", "reader": "reader", "audit": "audit", "evidence": "plain", "xml": "audit"}
+"""``--format`` values that print a rendering, and the evidence form each is."""
 
 
 def _caller(args: argparse.Namespace) -> CallerContext | None:
@@ -37,7 +44,7 @@ def _caller(args: argparse.Namespace) -> CallerContext | None:
 
 def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
     if result.ambiguity is not None:
-        from car_rag.evidence.digest import ambiguity_sentence
+        from car_rag.evidence.wording import ambiguity_sentence
 
         print(f"ambiguous: {ambiguity_sentence(result.ambiguity, result.policy)}", file=out)
     shown = result.top(k)
@@ -129,6 +136,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--out goes with --queries (one query prints to stdout)")
     batch = args.queries is not None
     fmt = args.format or ("json" if batch else "table")
+    if fmt in FORMER_FORMATS:
+        print(f"car-rag query: --format {fmt} is deprecated and will be removed in the next release: use "
+              f"--format {FORMER_FORMATS[fmt]}", file=sys.stderr)
     if batch and fmt != "json":
         raise UsageError(f"--queries writes JSON lines (--format json); --format {fmt} renders one query text")
     if args.with_text and fmt != "json":
@@ -147,18 +157,10 @@ def _run(args: argparse.Namespace) -> int:
             result = retriever.retrieve(args.text, caller=caller)
             if fmt == "json":
                 print(json.dumps(result_json(result, args.k, with_text=args.with_text), indent=2, ensure_ascii=False))
-            elif fmt == "evidence":
-                from car_rag.evidence import render_plain
+            elif fmt in RENDERED:
+                from car_rag.evidence import render
 
-                print(render_plain(result, k=args.k))
-            elif fmt == "reader":
-                from car_rag.evidence import render_reader
-
-                print(render_reader(result, policy=store.policy, k=args.k))
-            elif fmt == "xml":
-                from car_rag.evidence import render_xml
-
-                print(render_xml(result, policy=store.policy, k=args.k))
+                print(render(result, RENDERED[fmt], policy=store.policy, k=args.k))
             else:
                 _print_table(result, args.k, sys.stdout)
             return 0
@@ -185,10 +187,12 @@ def _arguments(query: argparse.ArgumentParser) -> None:
     query.add_argument("--out", type=Path, help="with --queries: write here instead of stdout")
     query.add_argument("--k", type=count, default=5, help="records to return")
     retriever_arguments(query)
-    query.add_argument("--format", choices=["table", "json", "evidence", "reader", "xml"],
-                       help="json: records with status and edges; evidence: what an LLM reads by default (the records "
+    query.add_argument("--format", choices=["table", "json", "plain", "reader", "audit", *FORMER_FORMATS],
+                       metavar="{table,json,plain,reader,audit}",
+                       help="json: records with status and edges; plain: what an LLM reads by default (the records "
                             "as numbered plain documents); reader: the reader-first form (authority digest, packets); "
-                            "xml: the audit XML (default: table for a query text, json lines with --queries)")
+                            "audit: the audit XML (default: table for a query text, json lines with --queries; "
+                            "evidence and xml, the former names of plain and audit, still work for one release)")
     query.add_argument("--with-text", action="store_true", help="JSON output carries each record's text")
     query.add_argument("--encoder", choices=list(ENCODERS),
                        help="query encoder; must be the one the store was built with (default: the store's own)")

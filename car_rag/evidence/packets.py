@@ -9,13 +9,13 @@ the Evidence Packet schema of the retrieval doctrine (``evidence_packet_id``,
 where it fits; car-rag adds the supersession links that schema has no room for.
 
 Packets are built from a :class:`~car_rag.retriever.RetrievalResult` with
-:func:`build_packets`. They can also be constructed directly (tests, adapters), and every
-string in them is treated as untrusted when rendered: see :mod:`car_rag.evidence.xml_tree`.
+:func:`build_packets`; their rationale sentences are :mod:`car_rag.evidence.wording`'s. They
+can also be constructed directly (tests, adapters), and every string in them is treated as
+untrusted when rendered: see :mod:`car_rag.evidence.xml_tree`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -23,15 +23,24 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from car_rag.annotations import status_rule
-from car_rag.policy import EXPLICIT_RULE, Policy
+from car_rag.evidence.spans import matching_spans
+from car_rag.evidence.wording import (
+    NOT_SUPERSEDED,
+    disputed_sentence,
+    hidden_sentence,
+    possibly_superseded_sentence,
+    record_label,
+    role_phrase,
+    superseded_by_sentence,
+    supersedes_sentence,
+)
+from car_rag.policy import Policy
 
 if TYPE_CHECKING:
     from car_rag.graph import Edge
     from car_rag.retriever import RetrievalResult, RetrievedRecord
 
 __all__ = [
-    "uncertain_scope",
-    "HIDDEN_SUPERSEDER_TEXT",
     "AuthorityLink",
     "CitationCoordinates",
     "ConflictIndicators",
@@ -45,12 +54,7 @@ __all__ = [
     "SupersededMode",
     "renderable_packets",
     "build_packets",
-    "confidence_words",
-    "disputed_sentence",
     "hidden_only",
-    "possibly_superseded_sentence",
-    "matching_spans",
-    "record_label",
     "scope_groups",
 ]
 
@@ -58,18 +62,6 @@ FreshnessStatus = Literal["active", "superseded", "archived"]
 
 SupersededMode = Literal["include", "omit"]
 """What a rendering does with superseded packets: show them as marked provenance, or leave them out."""
-
-HIDDEN_SUPERSEDER_TEXT = "superseded by a record you are not permitted to read"
-"""What a packet says when the record that voids it is one the caller may not read."""
-
-_MAX_SPANS = 24
-_WORD = re.compile(r"\w+", re.UNICODE)
-_STOPWORDS = frozenset(
-    """a an and are as at be been but by can could did do does for from has have how i if in into is it
-    its may might must not of on or our should so still than that the their them then there these they
-    this those to was we were what when where which who whom why will with would you your""".split()
-)
-
 
 def _to_text(value: Any) -> Any:
     """Bytes become text the way untrusted input should: invalid UTF-8 is replaced, not fatal."""
@@ -174,14 +166,6 @@ class EpistemicMetadata(_Model):
     )
 
 
-def uncertain_scope(probability: float | None) -> str | None:
-    """The scope probability as a reader sees it ("0.42"), or None where the scope is certain
-    (named by the question) or was never estimated: only uncertainty is worth the words."""
-    if probability is None or round(probability, 2) >= 1.0:
-        return None
-    return f"{probability:.2f}"
-
-
 class CitationCoordinates(_Model):
     uri: str | None = None
     version_id: str | None = None
@@ -264,97 +248,7 @@ class EvidencePacket(_Model):
         return hidden_sentence(self.label())
 
 
-# ---------------------------------------------------------------------- wording
-def record_label(doc_type: str | None, version: str | None, doc_id: str) -> str:
-    kind = (doc_type or "record").replace("_", " ").strip() or "record"
-    return f"{kind} {version}" if version else f"{kind} {doc_id}"
-
-
-def supersedes_sentence(label: str, link: AuthorityLink) -> str:
-    return f"{label} supersedes {link.label()}{_scope_phrase(link)}{_rule_phrase(link)}{_sureness(link)}."
-
-
-def superseded_by_sentence(label: str, link: AuthorityLink) -> str:
-    tail = "" if link.controlling else "; that record is itself superseded"
-    return f"{label} is superseded by {link.label()}{_scope_phrase(link)}{_rule_phrase(link)}{_sureness(link)}{tail}."
-
-
-def _sureness(link: AuthorityLink) -> str:
-    return f" ({confidence_words(link.confidence)})" if link.confidence < 1.0 else ""
-
-
-def hidden_sentence(label: str) -> str:
-    return f"{label} is {HIDDEN_SUPERSEDER_TEXT}."
-
-
-def confidence_words(confidence: float) -> str:
-    """'confidence 0.60': how sure an uncertain edge is, as every rendering says it."""
-    return f"confidence {confidence:.2f}"
-
-
-def disputed_sentence(label: str, link: AuthorityLink, reverse: AuthorityLink | None) -> str:
-    """'authority disputed: by rule R ruling Y supersedes ruling X; by rule S ruling X supersedes ruling Y.'"""
-    claims = [f"by rule {link.rule} {link.label()} supersedes {label}"]
-    if reverse is not None:
-        claims.append(f"by rule {reverse.rule} {label} supersedes {link.label()}")
-    return f"authority disputed: {'; '.join(claims)}; neither is applied, both are shown as current."
-
-
-def possibly_superseded_sentence(label: str, link: AuthorityLink) -> str:
-    """'ruling X is possibly superseded by overruling Y …, by rule R (confidence 0.60); too unsure to void it.'"""
-    return (f"{label} is possibly superseded by {link.label()}{_scope_phrase(link)}{_rule_phrase(link)} "
-            f"({confidence_words(link.confidence)}); too unsure to void it, so it stays active.")
-
-
-def _scope_phrase(link: AuthorityLink) -> str:
-    if link.scope:
-        return " for " + " and ".join(f"{key} {value}" for key, value in link.scope.items())
-    if link.rule != EXPLICIT_RULE:
-        return " in every scope"
-    return ""
-
-
-def _rule_phrase(link: AuthorityLink) -> str:
-    if link.rule == EXPLICIT_RULE:
-        return ", by an explicit supersedes edge"
-    description = link.rule_description.strip().rstrip(".")
-    return f", by rule {link.rule}" + (f" ({description})" if description else "")
-
-
 # ---------------------------------------------------------------------- building
-def matching_spans(text: str, query: str, limit: int = _MAX_SPANS) -> list[str]:
-    """Distinct verbatim spans of ``text`` made of consecutive query terms (case-insensitive,
-    stop words ignored), in order of first appearance."""
-    terms = {w.casefold() for w in _WORD.findall(query)} - _STOPWORDS
-    terms = {t for t in terms if len(t) > 1 or t.isdigit()}
-    if not terms:
-        return []
-    spans: list[str] = []
-    run: tuple[int, int] | None = None
-
-    def close() -> None:
-        if run is not None:
-            span = text[run[0] : run[1]]
-            if span not in spans:
-                spans.append(span)
-
-    for match in _WORD.finditer(text):
-        if match.group().casefold() in terms:
-            gap = text[run[1] : match.start()] if run else None
-            if run is not None and gap is not None and gap.strip(" -") == "" and len(gap) <= 2:
-                run = (run[0], match.end())
-            else:
-                close()
-                run = (match.start(), match.end())
-        else:
-            close()
-            run = None
-        if len(spans) >= limit:
-            return spans
-    close()
-    return spans[:limit]
-
-
 def _link(
     result: RetrievalResult, policy: Policy | None, edge: Edge, *, towards: str, controlling: bool = True
 ) -> AuthorityLink:
@@ -396,12 +290,7 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
     disputed = [_link(result, policy, e, towards=e.superseder) for e in item.disputed_by]
     status: FreshnessStatus = item.status
     label = record_label(record.doc_type, record.version, record.doc_id)
-    roles = {
-        "anchor": "Stage-1 anchor for the query",
-        "superseder": f"supersedes anchor {item.anchor_id}",
-        "scope_match": "in the scope of an id named in the query",
-    }
-    reasons = [roles.get(item.role, str(item.role))]
+    reasons = [role_phrase(item.role, item.anchor_id)]
     if status == "superseded":
         if superseded_by:
             reasons.append("; ".join(superseded_by_sentence(label, link) for link in superseded_by))
@@ -412,7 +301,7 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
         reasons.extend(possibly_superseded_sentence(label, link) for link in possibly)
         reasons.extend(supersedes_sentence(label, link) for link in supersedes)
     else:
-        reasons.append("active: no retrieved record supersedes it")
+        reasons.append(NOT_SUPERSEDED)
         reasons.extend(supersedes_sentence(label, link) for link in supersedes)
     hit = item.stage1
     restricted = record.tenant is not None or bool(record.allowed_principals)

@@ -25,25 +25,31 @@ the ``fresh-plain`` condition of ``car-rag eval-llm``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
-from car_rag.evidence.digest import ambiguity_sentence, subject_phrase
-from car_rag.evidence.packets import SupersededMode, confidence_words, record_label, uncertain_scope
+from car_rag.evidence.packets import SupersededMode
+from car_rag.evidence.wording import (
+    CUT_MARK,
+    HIDDEN_REPLACER_NOTE,
+    ambiguity_note,
+    disputed_note,
+    document_header,
+    possibly_superseded_note,
+    quote_forged_headers,
+    record_label,
+    scope_probability_note,
+    subject_phrase,
+    uncertain_scope,
+)
 from car_rag.evidence.xml_tree import iso_date
 
 if TYPE_CHECKING:
     from car_rag.records import Record
     from car_rag.retriever import RetrievalResult
 
-__all__ = ["HIDDEN_REPLACER_NOTE", "clip_text", "oldest_first", "render_plain"]
-
-HIDDEN_REPLACER_NOTE = "replaced by a record you are not permitted to read"
-"""Header note of a document voided by a record the caller may not read (never named)."""
-
-_HEADER = re.compile(r"^([ \t]*)\[(Document \d+)\]", re.MULTILINE | re.IGNORECASE)
+__all__ = ["clip_text", "oldest_first", "render_plain"]
 
 
 def clip_text(text: str, max_chars: int | None) -> str:
@@ -55,7 +61,7 @@ def clip_text(text: str, max_chars: int | None) -> str:
 
 def _text(record: Record, max_chars: int | None) -> str:
     """The record's text, cut as :func:`clip_text` does, with any forged header quoted."""
-    return _HEADER.sub(r"\1[quoted: \2]", clip_text(record.text, max_chars))
+    return quote_forged_headers(clip_text(record.text, max_chars))
 
 
 def oldest_first(records: Iterable[Record]) -> list[Record]:
@@ -96,17 +102,17 @@ def render_plain(
     hidden: set[str] = set()  # voided only by records the caller may not read: nothing shown says so
     guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
     possibly: dict[str, list[tuple[str, float]]] = {}  # contested doc_id -> (its weak voider's label, confidence)
-    disputed: dict[str, list[str]] = {}  # doc_id -> the records disputing its authority, with their rule
+    disputed: dict[str, list[tuple[str, str]]] = {}  # doc_id -> the records disputing its authority, with their rule
     lead = ""  # the ambiguity sentence, where the question names several subjects it does not tell apart
     if hasattr(evidence, "top"):
         result = cast("RetrievalResult", evidence)
         if result.ambiguity is not None:
-            lead = f"Note: {ambiguity_sentence(result.ambiguity, result.policy)}\n\n"
+            lead = f"{ambiguity_note(result.ambiguity, result.policy)}\n\n"
         shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
         # Named by label, not by document number: a token budget can renumber the documents.
         possibly = {r.doc_id: [(_label(result, e.superseder), e.confidence) for e in r.contested_by]
                     for r in shown if r.contested}
-        disputed = {r.doc_id: [f"{_label(result, e.superseder)} (rule {e.rule})" for e in r.disputed_by]
+        disputed = {r.doc_id: [(_label(result, e.superseder), e.rule) for e in r.disputed_by]
                     for r in shown if r.disputed_by}
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
@@ -118,16 +124,13 @@ def render_plain(
     count = token_counter or approx_tokens
 
     def doc(i: int, rec: Record, text: str) -> str:
-        when = f", {iso_date(rec.time) or 'date unknown'}" if dated else ""
-        note = f"; {HIDDEN_REPLACER_NOTE}" if rec.doc_id in hidden else ""
-        for voider, confidence in possibly.get(rec.doc_id, ()):
-            note += f"; possibly superseded by {voider} ({confidence_words(confidence)})"
+        notes = [HIDDEN_REPLACER_NOTE] if rec.doc_id in hidden else []
+        notes += [possibly_superseded_note(voider, confidence) for voider, confidence in possibly.get(rec.doc_id, ())]
         if rec.doc_id in disputed:
-            note += f"; authority disputed by {', '.join(disputed[rec.doc_id])}"
+            notes.append(disputed_note(disputed[rec.doc_id]))
         if rec.doc_id in guessed:
-            about = subject_phrase(rec.scope) or "its subject"
-            note += f"; probability {guessed[rec.doc_id]} that the question is about {about}"
-        return f"[Document {i}] ({rec.doc_type}{when}{note})\n{text}"
+            notes.append(scope_probability_note(guessed[rec.doc_id], subject_phrase(rec.scope)))
+        return f"{document_header(i, rec.doc_type, notes, dated=dated, date=iso_date(rec.time))}\n{text}"
 
     texts = [_text(rec, max_chars) for rec in records]
     kept: list[str] = []
@@ -138,5 +141,5 @@ def render_plain(
     if token_budget is not None and kept and count(lead + kept[0]) > token_budget:
         words = texts[0].split(" ")
         keep = max(1, int(len(words) * max(token_budget - count(lead), 1) / count(kept[0])))
-        kept[0] = doc(1, records[0], " ".join(words[:keep]) + " […]")
+        kept[0] = doc(1, records[0], " ".join(words[:keep]) + CUT_MARK)
     return lead + "\n\n".join(kept)

@@ -14,7 +14,7 @@ Packets follow their subject: each current packet, then the records it replaced.
 ``token_budget`` keeps whole packets in that order while they fit and drops the ones that
 do not, rather than cutting every text; only the first packet, when it alone exceeds the
 budget, is cut, and says so.
-Channel scores, ranks and match lists are for audits: :func:`car_rag.evidence.audit_xml.render_xml`.
+Channel scores, ranks and match lists are for audits: :func:`car_rag.evidence.audit.render_audit`.
 
 Every string is escaped by :mod:`car_rag.evidence.xml_tree`: retrieved text never leaves its packet.
 """  # noqa: E501 (the example's packet lines are shown whole)
@@ -25,13 +25,18 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
-from car_rag.evidence.digest import ambiguity_sentence, authority_digest, record_phrase, subject_phrase
-from car_rag.evidence.packets import (
-    EvidencePacket,
-    SupersededMode,
-    confidence_words,
-    hidden_only,
-    renderable_packets,
+from car_rag.evidence.digest import authority_digest
+from car_rag.evidence.packets import EvidencePacket, SupersededMode, hidden_only, renderable_packets
+from car_rag.evidence.wording import (
+    CUT_MARK,
+    HIDDEN_REPLACER,
+    NOT_SHOWN_REASON,
+    ambiguity_sentence,
+    cut_note,
+    reader_status,
+    record_phrase,
+    ref_with_confidence,
+    subject_phrase,
     uncertain_scope,
 )
 from car_rag.evidence.xml_tree import Element, iso_date
@@ -41,12 +46,7 @@ if TYPE_CHECKING:
     from car_rag.policy import Policy
     from car_rag.retriever import RetrievalResult
 
-__all__ = ["HIDDEN_REPLACER", "reader_order", "render_reader"]
-
-HIDDEN_REPLACER = "hidden"
-"""``replaced-by`` of a packet voided by a record the caller may not read."""
-
-_CUT_MARK = " […]"
+__all__ = ["reader_order", "render_reader"]
 
 
 def reader_order(packets: Iterable[EvidencePacket]) -> list[EvidencePacket]:
@@ -81,12 +81,11 @@ def _packet(packet: EvidencePacket, refs: dict[str, str], policy: Policy | None,
     replaced_by = [refs.get(link.doc_id, link.doc_id) for link in ep.superseded_by if link.controlling]
     if ep.conflict_indicators.hidden_superseder and not replaced_by:
         replaced_by = [HIDDEN_REPLACER]
-    possibly = [f"{refs.get(link.doc_id, link.doc_id)} ({confidence_words(link.confidence)})"
-                for link in ep.possibly_superseded_by]
+    possibly = [ref_with_confidence(refs.get(link.doc_id, link.doc_id), link.confidence) for link in ep.possibly_superseded_by]
     when = packet.provenance.effective_at or packet.provenance.published_at
     return Element("packet", {
         "id": packet.evidence_packet_id,
-        "status": "current" if packet.is_active else "replaced",
+        "status": reader_status(packet.is_active),
         "replaced-by": ", ".join(replaced_by) if not packet.is_active else None,
         "possibly-replaced-by": ", ".join(possibly) or None,
         "disputed-with": ", ".join(refs.get(link.doc_id, link.doc_id) for link in ep.disputed_by) or None,
@@ -114,10 +113,10 @@ def _document(
         text = p.text.replace("\r\n", "\n").replace("\r", "\n")
         cut = None
         if cut_to is not None and i == len(shown) - 1 and len(text) > cut_to:
-            cut, text = f"{cut_to} of {len(text)} characters shown", text[:cut_to] + _CUT_MARK
+            cut, text = cut_note(cut_to, len(text)), text[:cut_to] + CUT_MARK
         root.add(_packet(p, refs, policy, text, cut))
     if dropped:
-        root.add(Element("not-shown", {"reason": "length budget"}, ", ".join(dropped)))
+        root.add(Element("not-shown", {"reason": NOT_SHOWN_REASON}, ", ".join(dropped)))
     out: list[str] = []
     root.write(out, indent)
     return "".join(out)

@@ -5,7 +5,7 @@ surrogates, U+FFFE/U+FFFF) are replaced by U+FFFD; then ``&``, ``<`` and ``>`` a
 everywhere (so neither a tag nor the CDATA terminator ``]]>`` can appear), ``"`` and literal
 tab/newline/CR are escaped in attribute values, and CR is escaped in text, so a conforming
 parser reads back exactly the sanitized string. Both evidence renderings
-(:mod:`car_rag.evidence.audit_xml`, :mod:`car_rag.evidence.reader`) write through it.
+(:mod:`car_rag.evidence.audit`, :mod:`car_rag.evidence.reader`) write through it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Answer-prompt templates for the three evidence renderings.
+"""Answer-prompt templates for the three evidence forms (plain, reader, audit).
 
 The templates are package data (``car_rag/prompts/*.txt``). For the plain form of
 :mod:`car_rag.evidence.plain` (the default for a language model)::
@@ -16,7 +16,7 @@ For the reader-first form of :mod:`car_rag.evidence.reader`::
                     not read
     reader_user     user message with the placeholders {evidence} and {question}
 
-and for the audit XML of :mod:`car_rag.evidence.audit_xml` (``answer_system``, ``answer_hidden``,
+and for the audit XML of :mod:`car_rag.evidence.audit` (``answer_system``, ``answer_hidden``,
 ``answer_user``: the same roles). The hidden-record rules are sent only when needed: small
 readers told about hidden records echo the rule when nothing is hidden
 (evals/results/llm-ghsa-freeform-v1/).
@@ -136,5 +136,5 @@ def evidence_messages(question: str, evidence: str) -> list[dict[str, str]]:
 
 def answer_messages(question: str, evidence_xml: str) -> list[dict[str, str]]:
     """Chat messages (system, then user) for answering ``question`` from
-    :func:`car_rag.evidence.audit_xml.render_xml` evidence (the audit form)."""
+    :func:`car_rag.evidence.audit.render_audit` evidence (the audit form)."""
     return _messages(system_prompt(evidence_xml), USER_PROMPT, question, evidence_xml)

@@ -16,7 +16,9 @@ __all__ = [
     "RecordsRejected", "MAX_QUERY_CHARS",
 ]
 
-Format = Literal["json", "xml", "reader", "plain"]
+Format = Literal["json", "plain", "reader", "audit", "xml"]
+"""The evidence pack's form: json packets, or a rendering (plain, reader, audit). ``xml`` is the former
+name of ``audit``, accepted for one release; the pack says which form it holds."""
 MAX_QUERY_CHARS = 4096
 """Longer questions are refused: MiniLM reads 256 tokens, and BM25 time grows with the query."""
 
@@ -35,7 +37,9 @@ class Caller(_Strict):
 class RetrieveRequest(_Strict):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     k: int = Field(5, ge=1, le=100, description="records in the ranking and the evidence")
-    format: Format = Field("json", description="evidence pack: json packets, or the xml (audit), reader or plain rendering")
+    format: Format = Field(
+        "json", description="evidence pack: json packets, or the plain, reader or audit rendering (xml: the former name of audit)"
+    )
     with_text: bool = Field(False, description="each ranked record carries its text")
     token_budget: float | None = Field(None, gt=0, description="fit the rendered evidence to this many tokens")
     caller: Caller | None = Field(None, description="only on a server without API keys")
@@ -108,7 +112,7 @@ class RankedRecord(_Strict):
 
 
 class EvidencePack(_Strict):
-    """``packets`` for format json; ``text`` (the rendering) for xml, reader and plain."""
+    """``packets`` for format json; ``text`` (the rendering) for plain, reader and audit."""
 
     format: Format
     packets: list[EvidencePacket] | None = None

@@ -20,7 +20,7 @@ from typing import Any
 
 from car_rag.channels import ChannelHit
 from car_rag.eligibility import CallerContext
-from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
+from car_rag.evidence import build_packets, evidence_form, render
 from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.serve.errors import Unavailable
@@ -83,20 +83,13 @@ class Service:
         self.not_ready: str | None = "loading the retriever (and the embedding model)"
         self.metrics = Metrics(store)
         self._dense_pool = ThreadPoolExecutor(DENSE_THREADS, thread_name_prefix="car-rag-dense")
-        self._resolver: ControllingAuthorityRetriever | None = None
-        self._bm25: ControllingAuthorityRetriever | None = None
-        self._dense: ControllingAuthorityRetriever | None = None
+        self._retriever: ControllingAuthorityRetriever | None = None
         self.inserts = Inserts(store, self.metrics, insert_window_ms / 1000)
 
     def load(self) -> None:
         """Build the retrievers (loading MiniLM for a dense channel); /readyz answers 200 after."""
         try:
-            make = ControllingAuthorityRetriever
-            self._resolver = make(self.store, anchors=self.anchors, **self._options)
-            if self.anchors != "dense":
-                self._bm25 = make(self.store, anchors="bm25", **self._options)
-            if self.anchors != "bm25":
-                self._dense = make(self.store, anchors="dense", **self._options)
+            self._retriever = ControllingAuthorityRetriever(self.store, anchors=self.anchors, **self._options)
             self.metrics.refresh()
             # The store is millions of long-lived objects that every full collection walks again: at
             # 100k records that stalled one request in a hundred by 150-280 ms (BM25 anchors, p99 261
@@ -129,35 +122,33 @@ class Service:
 
     # ------------------------------------------------------------------ retrieval
     def answer(self, request: RetrieveRequest, caller: CallerContext | None) -> RetrieveResponse:
-        resolver = self._resolver
-        if resolver is None or self.not_ready:
+        retriever = self._retriever
+        if retriever is None or self.not_ready:
             raise Unavailable(f"not ready: {self.not_ready}")
         query = request.query
         started = time.perf_counter()
-        dense = self._dense_pool.submit(_timed, self._dense.channel_runs, query, caller) if self._dense else None
+        dense = None
+        if retriever.anchor_mode != "bm25":
+            dense = self._dense_pool.submit(_timed, retriever.channel_runs, query, caller, ("dense",))
         runs: dict[str, list[ChannelHit]] = {}
         timings: dict[str, float] = {}
         degraded: list[str] = []
-        if self._bm25 is not None:
-            got, timings["bm25"] = _timed(self._bm25.channel_runs, query, caller)
+        if retriever.anchor_mode != "dense":
+            got, timings["bm25"] = _timed(retriever.channel_runs, query, caller, ("bm25",))
             runs.update(got)
         if dense is not None:
             self._collect_dense(dense, started + self.timeout_s * DENSE_SHARE, runs, timings, degraded)
         if (down := self._feed_down()) is not None:
             degraded.append(f"authority: {down}")
             self.metrics.degraded.labels("authority").inc()
-        result = resolver.resolve_runs(query, runs, caller, started=started)
+        result = retriever.resolve_runs(query, runs, caller, started=started)
         tick = time.perf_counter()
         k, policy = request.k, self.store.policy
         if request.format == "json":
             evidence = EvidencePack(format="json", packets=build_packets(result, policy, k))
-        elif request.format == "xml":
-            evidence = EvidencePack(format="xml", text=render_xml(result, policy=policy, k=k, token_budget=request.token_budget))
-        elif request.format == "reader":
-            evidence = EvidencePack(format="reader",
-                                    text=render_reader(result, policy=policy, k=k, token_budget=request.token_budget))
         else:
-            evidence = EvidencePack(format="plain", text=render_plain(result, k=k, token_budget=request.token_budget))
+            form = evidence_form(request.format)  # "xml" (audit) still accepted, with a warning in the log
+            evidence = EvidencePack(format=form, text=render(result, form, policy=policy, k=k, token_budget=request.token_budget))
         timings.update(result.timings_ms)
         timings["evidence"] = (time.perf_counter() - tick) * 1000
         anchors = {h.doc_id for h in result.anchors}
@@ -170,7 +161,7 @@ class Service:
                     for name, score in hit.channel_scores.items()
                 },
             )
-            for hit in resolver.fuse(runs)
+            for hit in result.candidates
         ]
         posterior = result.scope_posterior
         for stage, ms in timings.items():
@@ -226,8 +217,8 @@ class Service:
 
 
 def _timed(
-    run: Callable[[str, CallerContext | None], dict[str, list[ChannelHit]]], query: str, caller: CallerContext | None
+    run: Callable[..., dict[str, list[ChannelHit]]], query: str, caller: CallerContext | None, channels: tuple[str, ...]
 ) -> tuple[dict[str, list[ChannelHit]], float]:
     tick = time.perf_counter()
-    return run(query, caller), (time.perf_counter() - tick) * 1000
+    return run(query, caller, channels=channels), (time.perf_counter() - tick) * 1000
 

@@ -7,11 +7,16 @@ Two ways in:
 * ``--base-url URL --model NAME`` — any OpenAI-compatible chat server (OpenAI, vLLM,
   llama.cpp's server …) answers each query under each condition:
 
-  ``dense``         dense MiniLM top-k, plain text
-  ``car-plain``     car-rag top-k, plain text
-  ``car-xml``       car-rag top-k as XML evidence packets, superseded ones marked
-  ``car-xml-omit``  the same with superseded packets omitted
-  ``closed-book``   no context (optional)
+  ``dense``              dense MiniLM top-k, plain documents
+  ``car-plain``          car-rag top-k, plain documents (``fresh-plain``: dated, oldest first)
+  ``car-reader``         car-rag top-k in the reader-first form (``car-reader-repair``: its
+                         answers the guard flags, asked once more)
+  ``car-audit``          car-rag top-k as the audit XML, superseded packets marked
+  ``car-audit-omit``     the same with superseded packets omitted
+  ``closed-book``        no context (optional)
+
+  (``car-xml`` and ``car-xml-omit``, the audit conditions' former names, still work for one
+  release.) Each answer gets the authority guard's verdict against the context it was given.
 
   Calls run in a thread pool (``concurrency``), at temperature 0, with the client's retries
   and timeout; every answer is appended to an on-disk JSONL cache keyed by
@@ -32,14 +37,25 @@ query rewrite and HyDE.
 
 from car_rag_evals.llm.cache import AnswerCache, cache_key
 from car_rag_evals.llm.client import ChatClient
-from car_rag_evals.llm.conditions import CONDITIONS, DEFAULT_CONDITIONS, QUESTION_SUFFIX, Job, build_jobs
+from car_rag_evals.llm.conditions import (
+    CONDITION_FORMS,
+    CONDITIONS,
+    DEFAULT_CONDITIONS,
+    QUESTION_SUFFIX,
+    RENAMED_CONDITIONS,
+    Job,
+    build_jobs,
+    condition_name,
+)
 from car_rag_evals.llm.report import classify_rows, paired, read_answers, report, write_report
 from car_rag_evals.llm.runner import answer_jobs, guard_rows, repair_rows, run_eval_llm
 
 __all__ = [
+    "CONDITION_FORMS",
     "CONDITIONS",
     "DEFAULT_CONDITIONS",
     "QUESTION_SUFFIX",
+    "RENAMED_CONDITIONS",
     "AnswerCache",
     "ChatClient",
     "Job",
@@ -47,6 +63,7 @@ __all__ = [
     "build_jobs",
     "cache_key",
     "classify_rows",
+    "condition_name",
     "guard_rows",
     "paired",
     "read_answers",

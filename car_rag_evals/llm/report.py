@@ -14,6 +14,7 @@ from car_rag.eval.answers import Classification, GoldAnswer, classify, labels_fo
 from car_rag.eval.stats import Rate, mcnemar_exact
 from car_rag.extras import require
 from car_rag.records import json_line_error
+from car_rag_evals.llm.conditions import condition_name
 
 __all__ = ["PAIRS", "classify_rows", "markdown", "paired", "plot", "read_answers", "report", "write_report"]
 
@@ -110,8 +111,8 @@ def report(labelled: Sequence[dict[str, Any]], suite_name: str) -> dict[str, Any
 
 
 PAIRS = (
-    ("dense", "car-xml"), ("car-plain", "car-xml"), ("dense", "car-plain"), ("car-xml", "car-xml-omit"),
-    ("car-plain", "car-reader"), ("fresh-plain", "car-reader"), ("car-xml", "car-reader"), ("dense", "car-reader"),
+    ("dense", "car-audit"), ("car-plain", "car-audit"), ("dense", "car-plain"), ("car-audit", "car-audit-omit"),
+    ("car-plain", "car-reader"), ("fresh-plain", "car-reader"), ("car-audit", "car-reader"), ("dense", "car-reader"),
     ("car-reader", "car-reader-repair"), ("dense", "car-reader-repair"), ("car-plain", "fresh-plain"),
 )
 """Condition pairs compared query by query: retrieval, the evidence forms against each
@@ -123,14 +124,17 @@ def paired(
 ) -> list[dict[str, Any]]:
     """For each pair of conditions both present: on the queries answered under both, how
     many were ``label`` under A only, under B only, under both; ratio of rates; exact
-    McNemar p-value (the same queries and reader on both sides, so pair them)."""
+    McNemar p-value (the same queries and reader on both sides, so pair them). A run recorded
+    under a condition's former name pairs under it (:func:`condition_name`), and is named as recorded."""
     by: dict[str, dict[str, str]] = collections.defaultdict(dict)
     for r in labelled:
         by[r["condition"]][r["query_id"]] = r["label"]
+    recorded = {condition_name(c): c for c in by}
     out = []
     for a, b in pairs:
-        if a not in by or b not in by:
+        if a not in recorded or b not in recorded:
             continue
+        a, b = recorded[a], recorded[b]
         shared = sorted(set(by[a]) & set(by[b]))
         in_a = {q for q in shared if by[a][q] == label}
         in_b = {q for q in shared if by[b][q] == label}

@@ -69,14 +69,14 @@ def answer_jobs(
 # --------------------------------------------------------------------------- guard + repair
 
 def repair_rows(
-    rows: Sequence[dict[str, Any]], jobs: Sequence[Job], client: ChatClient, policy: Any, *, k: int = 5,
+    rows: Sequence[dict[str, Any]], jobs: Sequence[Job], client: ChatClient, policy: Any, *,
     concurrency: int = 1, progress: bool = True,
 ) -> list[dict[str, Any]]:
     """``car-reader-repair`` rows: every ``car-reader`` answer checked by the guard against
-    the result it was generated from; a flagged one is sent back to the same model once,
-    with the findings stated plainly (:func:`car_rag.guard.repair_messages`); an unflagged
-    one is kept as it is, at no cost. Rows keep ``original_answer``, ``repaired`` and the
-    findings that triggered the repair."""
+    the evidence it was generated from (its job's ``evidence``); a flagged one is sent back to
+    the same model once, with the findings stated plainly (:func:`car_rag.guard.repair_messages`);
+    an unflagged one is kept as it is, at no cost. Rows keep ``original_answer``, ``repaired``
+    and the findings that triggered the repair."""
     by_job = {(j.query_id, j.condition): j for j in jobs}
     out: list[dict[str, Any]] = []
     fixes: list[tuple[int, Job]] = []
@@ -84,12 +84,15 @@ def repair_rows(
         if r["condition"] != "car-reader":
             continue
         job = by_job[(r["query_id"], "car-reader")]
-        verdict = check_answer(r["answer"], job.result, policy, k=k)
+        if job.evidence is None:
+            raise ValueError(f"{job.query_id}/car-reader: the job carries no evidence for the guard")
+        verdict = check_answer(r["answer"], job.evidence, policy)
         out.append({**r, "condition": "car-reader-repair", "original_answer": r["answer"], "repaired": False,
                     "repair_findings": [f.to_dict() for f in verdict.findings]})
         if verdict.flagged:
             messages = repair_messages(job.messages, r["answer"], verdict)
-            fixes.append((len(out) - 1, Job(r["query_id"], "car-reader-repair", messages, dict(job.meta), job.result)))
+            fixes.append((len(out) - 1, Job(r["query_id"], "car-reader-repair", messages, dict(job.meta), job.result,
+                                            job.evidence)))
     answered = {a["query_id"]: a for a in answer_jobs([j for _, j in fixes], client, concurrency=concurrency, progress=progress)}
     for i, job in fixes:
         if job.query_id in answered:
@@ -99,13 +102,17 @@ def repair_rows(
     return out
 
 
-def guard_rows(rows: Sequence[dict[str, Any]], results: dict[str, Any], policy: Any, *, k: int = 5) -> None:
-    """Add the guard's verdict to every row (``guard``: judged, flagged, findings), judged
-    against car-rag's result for the row's query, whatever the condition's own context."""
+def guard_rows(rows: Sequence[dict[str, Any]], jobs: Sequence[Job], policy: Any) -> None:
+    """Add the guard's verdict to every row (``guard``: judged, flagged, findings, basis),
+    judged against what the row's reader saw: its job's context (a repaired answer: the
+    ``car-reader`` context it was repaired from). Rows of jobs without evidence (no retrieval
+    ran) get none."""
+    by_job = {(j.query_id, j.condition): j for j in jobs}
     for r in rows:
-        result = results.get(r["query_id"])
-        if result is not None:
-            r["guard"] = check_answer(r["answer"], result, policy, k=k).to_dict()
+        condition = "car-reader" if r["condition"] == "car-reader-repair" else r["condition"]
+        job = by_job.get((r["query_id"], condition))
+        if job is not None and job.evidence is not None:
+            r["guard"] = check_answer(r["answer"], job.evidence, policy).to_dict()
 
 
 def run_eval_llm(
@@ -138,10 +145,9 @@ def run_eval_llm(
         concurrency = options.pop("concurrency", 4)
         jobs = build_jobs(suite, conditions, **options)
         rows = answer_jobs(jobs, client, concurrency=concurrency)
-        k = options.get("k", 5)
         if "car-reader-repair" in conditions:
-            rows += repair_rows(rows, jobs, client, suite.policy, k=k, concurrency=concurrency)
-        guard_rows(rows, {j.query_id: j.result for j in jobs if j.result is not None}, suite.policy, k=k)
+            rows += repair_rows(rows, jobs, client, suite.policy, concurrency=concurrency)
+        guard_rows(rows, jobs, suite.policy)
         raw = out_dir / "answers.jsonl"
         with raw.open("w", encoding="utf-8") as fh:
             for r in rows:

@@ -70,8 +70,10 @@ def _eval_llm_options(command: str | None) -> tuple[dict[str, Any], str | None]:
             args = build_parser().parse_args(shlex.split(command or "")[1:])
     except (SystemExit, ValueError):
         return {}, f"the run's command is not known ({command!r}): evidence rendered with eval-llm's defaults"
+    # A command recorded before the audit conditions' rename says --xml-form.
+    layout = getattr(args, "audit_layout", None) or getattr(args, "xml_form", None) or "compact"
     return {"k": args.k, "max_doc_chars": args.max_doc_chars, "evidence_budget": args.evidence_budget,
-            "xml_form": args.xml_form}, None
+            "audit_layout": layout}, None
 
 
 def _contexts(
@@ -80,25 +82,28 @@ def _contexts(
     """query id -> form -> the user message a reader got: ``reader`` and ``audit`` forms of
     car-rag's evidence, and for an LLM run every condition's own context. ``kind`` is the
     question's (None: the built-in suite's own)."""
-    from car_rag_evals.llm.conditions import CONDITIONS, build_jobs
+    from car_rag_evals.llm.conditions import CONDITIONS, build_jobs, condition_name
 
-    forms = {"car-reader": "reader", "car-xml": "audit"}
+    forms = {"car-reader": "reader", "car-audit": "audit"}
+    recorded: dict[str, str] = {}  # condition -> as the run recorded it (a run before the rename says car-xml)
     if run.kind == "llm":
         options, problem = _eval_llm_options((run.llm_report or {}).get("command"))
         if problem:
             problems.append(problem)
-        ran = [c for c in dict.fromkeys(a["condition"] for a in run.answers) if c in CONDITIONS and c != "car-reader-repair"]
+        for c in dict.fromkeys(a["condition"] for a in run.answers):
+            if condition_name(c) in CONDITIONS and c != "car-reader-repair":
+                recorded[condition_name(c)] = c
     else:
-        options, ran = {"k": (run.bench or {}).get("k", 5)}, []
-    conditions = tuple(dict.fromkeys([*ran, *forms]))
+        options = {"k": (run.bench or {}).get("k", 5)}
+    conditions = tuple(dict.fromkeys([*recorded, *forms]))
     out: dict[str, dict[str, str]] = {}
     for job in build_jobs(suite, conditions, stores_dir=stores_dir, query_ids=ids, progress=False, kind=kind, **options):
         text = job.messages[-1]["content"]
         entry = out.setdefault(job.query_id, {})
         if job.condition in forms:
             entry[forms[job.condition]] = text
-        if job.condition in ran:
-            entry[job.condition] = text
+        if job.condition in recorded:
+            entry[recorded[job.condition]] = text
     return out
 
 

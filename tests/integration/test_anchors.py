@@ -12,7 +12,7 @@ import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
 from car_rag.cli import main
 from car_rag.policy import Policy
-from car_rag.evidence import render_plain, render_reader, render_xml
+from car_rag.evidence import render_audit, render_plain, render_reader
 
 SEC = load_policy("security-advisory")
 ONE_SCOPE = Policy(name="design-proposals", scope_keys=("project",), rules=())
@@ -99,7 +99,7 @@ def test_an_ambiguous_question_shows_each_probable_scope_with_its_probability(am
     assert result.ambiguity.scopes == 2 and result.ambiguity.states == {"patched": 1, "vulnerable": 1}
     sentence = "The question matches 2 subjects it does not tell apart"
     assert render_plain(result, k=5).startswith(f"Note: {sentence}")
-    assert sentence in render_reader(result, k=5) and sentence in render_xml(result, k=5)
+    assert sentence in render_reader(result, k=5) and sentence in render_audit(result, k=5)
     named = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has CVE-2034-0002 been fixed?")
     assert named.top(1)[0].doc_id == "beta-utils-d"
     assert named.top(1)[0].scope_probability == pytest.approx(1.0)
@@ -130,7 +130,7 @@ def test_cli_json_carries_scope_probabilities_and_the_posterior(ambiguous_store,
     assert {m["state"] for m in data["ambiguity"]["members"]} == {"patched", "vulnerable"}
     assert main(["query", "--store", str(path), "Has the prototype pollution in merge been fixed?"]) == 0
     assert capsys.readouterr().out.startswith("ambiguous: The question matches 2 subjects it does not tell apart")
-    for form in ("evidence", "reader", "xml"):
+    for form in ("plain", "reader", "audit"):
         assert main(["query", "--store", str(path), "--format", form, "Has the prototype pollution in merge been fixed?"]) == 0
         assert "The question matches 2 subjects it does not tell apart" in capsys.readouterr().out
     assert main(["query", "--store", str(path), "--format", "json", "--no-latent-scope", "--fusion", "rrf",

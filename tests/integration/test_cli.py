@@ -48,10 +48,10 @@ def test_query_json_and_xml(cli_store, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["scope_ids"] == {"cve_id": ["CVE-2099-10001"]} and len(data["records"]) == 3
     assert data["records"][0]["doc_id"] == "sec-lodash-4.17.12-release" and data["records"][0]["status"] == "active"
-    assert main(["query", "--store", str(cli_store), question, "--format", "xml", "--k", "3"]) == 0
+    assert main(["query", "--store", str(cli_store), question, "--format", "audit", "--k", "3"]) == 0
     root = ET.fromstring(capsys.readouterr().out)
     assert root.tag == "evidence" and root.find("evidence-packet").get("doc-id") == "sec-lodash-4.17.12-release"
-    assert main(["query", "--store", str(cli_store), question, "--format", "evidence", "--k", "3"]) == 0
+    assert main(["query", "--store", str(cli_store), question, "--format", "plain", "--k", "3"]) == 0
     plain = capsys.readouterr().out
     assert plain.startswith("[Document 1] (patch_release") and plain.count("[Document ") == 3
     assert main(["query", "--store", str(cli_store), question, "--format", "reader", "--k", "3"]) == 0
@@ -102,8 +102,8 @@ def test_single_and_batch_json_have_one_shape_and_text_on_request(cli_store, tmp
     "argv, message",
     [
         (["--queries", "Q", "--format", "table"], "--queries writes JSON lines"),
-        (["--queries", "Q", "--format", "evidence"], "--queries writes JSON lines"),
-        (["question", "--format", "xml", "--with-text"], "--with-text adds record texts"),
+        (["--queries", "Q", "--format", "plain"], "--queries writes JSON lines"),
+        (["question", "--format", "audit", "--with-text"], "--with-text adds record texts"),
         (["question", "--out", "o.jsonl"], "--out goes with --queries"),
         ([], "give either a query text or --queries"),
         (["question", "--queries", "Q"], "give either a query text or --queries"),

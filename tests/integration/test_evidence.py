@@ -11,8 +11,8 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Policy, RetrievalResult
 from car_rag.eligibility import CallerContext
-from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT, EvidencePacket, approx_tokens, build_packets, matching_spans, render_xml
-from car_rag.evidence.audit_xml import parse_scope
+from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT, EvidencePacket, approx_tokens, build_packets, matching_spans, render_audit
+from car_rag.evidence.audit import parse_scope
 from car_rag.prompts import answer_messages, available_prompts, fill_prompt, load_prompt, system_prompt
 
 LODASH = {"package": "lodash", "cve_id": "CVE-2019-10744"}
@@ -215,7 +215,7 @@ def test_superseding_link_carries_rule_description_and_scope(retriever: Retrieve
 
 def test_release_note_without_the_cve_id_still_says_what_it_answers(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_LODASH)
-    root = _root(render_xml(result, policy=store.policy))
+    root = _root(render_audit(result, policy=store.policy))
     release = _packet_el(root, "lodash-4.17.12")
     assert "CVE-2019-10744" not in release.find("text").text
     sup = release.find("supersedes")
@@ -226,7 +226,7 @@ def test_release_note_without_the_cve_id_still_says_what_it_answers(retriever: R
 
 def test_active_first_and_superseded_marked_with_pointer(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_LODASH)
-    root = _root(render_xml(result, policy=store.policy))
+    root = _root(render_audit(result, policy=store.policy))
     statuses = [p.get("status") for p in root.findall("evidence-packet")]
     assert statuses == sorted(statuses, key=lambda s: s != "active") and "superseded" in statuses
     stale = _packet_el(root, "lodash-cve")
@@ -240,7 +240,7 @@ def test_active_first_and_superseded_marked_with_pointer(retriever: Retriever, s
 
 def test_chain_marks_the_intermediate_superseder(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_ZIP)
-    root = _root(render_xml(result, policy=store.policy))
+    root = _root(render_audit(result, policy=store.policy))
     top = _packet_el(root, "zip-2.3.4")
     assert top.get("status") == "active"
     assert {(s.get("doc-id"), s.get("rule")) for s in top.findall("supersedes")} == {
@@ -275,7 +275,7 @@ def test_hidden_superseder_is_marked_and_never_named(retriever: Retriever, store
     assert disclosure.epistemic_metadata.conflict_indicators.hidden_superseder
     assert disclosure.epistemic_metadata.superseded_by == []
     assert HIDDEN_SUPERSEDER_TEXT in disclosure.retrieval_rationale.relevance_rationale
-    xml = render_xml(result, policy=store.policy)
+    xml = render_audit(result, policy=store.policy)
     for leaked in ("axios-1.7.4-internal", "1.7.4", "Internal build", "acme", "sec-team"):
         assert leaked not in xml
         assert leaked not in "".join(p.model_dump_json() for p in packets)
@@ -299,7 +299,7 @@ def test_superseder_that_is_itself_hidden_superseded_does_not_control(retriever:
         assert packets[doc_id].epistemic_metadata.conflict_indicators.hidden_superseder, doc_id
     (link,) = packets["tar-cve"].epistemic_metadata.superseded_by
     assert link.doc_id == "tar-1.0" and not link.controlling
-    root = _root(render_xml(result, policy=store.policy))
+    root = _root(render_audit(result, policy=store.policy))
     pointers = _packet_el(root, "tar-cve").findall("superseded-by")
     assert [(b.get("doc-id"), b.get("controlling"), b.get("hidden")) for b in pointers] == [
         ("tar-1.0", "false", None),
@@ -315,14 +315,14 @@ def test_permitted_reader_sees_the_restricted_superseder(retriever: Retriever, s
     assert patch.status == "active" and patch.governance.permission_status == "restricted"
     assert patch.governance.tenant_id == "acme" and patch.governance.allowed_principals == ["sec-team"]
     assert not packets["axios-cve"].epistemic_metadata.conflict_indicators.hidden_superseder
-    root = _root(render_xml(result, policy=store.policy))
+    root = _root(render_audit(result, policy=store.policy))
     assert _packet_el(root, "axios-1.7.4-internal").get("permission") == "restricted"
     assert HIDDEN_SUPERSEDER_TEXT not in ET.tostring(root, encoding="unicode")
 
 
 def test_omit_superseded_lists_them_instead(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_ZIP)
-    root = _root(render_xml(result, policy=store.policy, superseded="omit"))
+    root = _root(render_audit(result, policy=store.policy, superseded="omit"))
     assert {p.get("status") for p in root.findall("evidence-packet")} == {"active"}
     omitted = {p.get("id"): p.get("doc-id") for p in root.find("omitted").findall("packet")}
     assert sorted(omitted.values()) == sorted(r.doc_id for r in result.superseded)
@@ -330,13 +330,13 @@ def test_omit_superseded_lists_them_instead(retriever: Retriever, store: CARStor
     # and renders exactly as it does when they are shown (a shared prompt prefix)
     sup = _packet_el(root, "zip-2.3.4").findall("supersedes")
     assert sup and {omitted[s.get("packet-ref")] for s in sup} == {"zip-cve", "zip-2.3.1"}
-    shown = render_xml(result, policy=store.policy)
+    shown = render_audit(result, policy=store.policy)
     assert ET.tostring(_packet_el(_root(shown), "zip-2.3.4")) == ET.tostring(_packet_el(root, "zip-2.3.4"))
 
 
 def test_conflict_group_for_one_scope(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_ZIP)
-    root = _root(render_xml(result, policy=store.policy))
+    root = _root(render_audit(result, policy=store.policy))
     groups = [g for g in root.findall("conflict-group") if parse_scope(g.get("scope") or "") == ZIP]
     assert len(groups) == 1
     members = {m.get("doc-id"): m.get("status") for m in groups[0].findall("member")}
@@ -348,7 +348,7 @@ def test_conflict_group_for_one_scope(retriever: Retriever, store: CARStore) -> 
 
 def test_compact_states_the_same_supersession_in_fewer_tokens(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_ZIP)
-    full, compact = render_xml(result, policy=store.policy), render_xml(result, policy=store.policy, compact=True)
+    full, compact = render_audit(result, policy=store.policy), render_audit(result, policy=store.policy, compact=True)
     assert approx_tokens(compact) < 0.8 * approx_tokens(full)
     root = _root(compact)
     ids = {p.get("id"): p.get("doc-id") for p in root.findall("evidence-packet")}
@@ -382,31 +382,31 @@ def test_compact_keeps_a_conflict_group_when_two_records_of_a_scope_are_active()
 
     voided = packet("EP-3", "zip-2.3.0", "superseded", [AuthorityLink(doc_id="zip-2.3.4", rule="later_patch", scope=ZIP)])
     both = [packet("EP-1", "zip-2.3.4", "active"), packet("EP-2", "zip-backport", "active"), voided]
-    groups = _root(render_xml(both, compact=True)).findall("conflict-group")
+    groups = _root(render_audit(both, compact=True)).findall("conflict-group")
     assert len(groups) == 1 and {m.get("doc-id") for m in groups[0].findall("member")} == {"zip-2.3.4", "zip-backport", "zip-2.3.0"}
-    assert not _root(render_xml(both[::2], compact=True)).findall("conflict-group")
+    assert not _root(render_audit(both[::2], compact=True)).findall("conflict-group")
 
 
 def test_token_budget_drops_superseded_before_active(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_ZIP)
-    full = render_xml(result, policy=store.policy)
+    full = render_audit(result, policy=store.policy)
     assert "<dropped" not in full
     n_active = len(result.active)
-    only_active = render_xml(result, policy=store.policy, superseded="omit")
+    only_active = render_audit(result, policy=store.policy, superseded="omit")
     # room for the active packets and a <dropped> line per superseded packet, not much more
     budget = approx_tokens(only_active) + 25 * len(result.superseded)
     assert budget < approx_tokens(full)
-    root = _root(render_xml(result, policy=store.policy, token_budget=budget))
+    root = _root(render_audit(result, policy=store.policy, token_budget=budget))
     kept = root.findall("evidence-packet")
     dropped = root.find("dropped").findall("packet")
-    assert approx_tokens(render_xml(result, policy=store.policy, token_budget=budget)) <= budget
+    assert approx_tokens(render_audit(result, policy=store.policy, token_budget=budget)) <= budget
     assert len(kept) >= n_active and all(p.get("status") == "superseded" for p in dropped)
     # lowest rank first: the dropped ones are the last superseded packets, last one first
     superseded_ids = [r.doc_id for r in result.superseded]
     assert [p.get("doc-id") for p in dropped] == superseded_ids[::-1][: len(dropped)]
     assert root.find("dropped").get("reason") == "token-budget"
     # a budget too small for any packet drops the active ones too, after every superseded one
-    tiny = _root(render_xml(result, policy=store.policy, token_budget=5))
+    tiny = _root(render_audit(result, policy=store.policy, token_budget=5))
     assert tiny.findall("evidence-packet") == []
     statuses = [p.get("status") for p in tiny.find("dropped").findall("packet")]
     assert statuses == sorted(statuses, key=lambda s: s == "active")
@@ -420,8 +420,8 @@ def test_pluggable_token_counter(retriever: Retriever, store: CARStore) -> None:
         seen.append(text)
         return len(text) // 4
 
-    budget = len(render_xml(result, policy=store.policy)) // 4 - 1
-    xml = render_xml(result, policy=store.policy, token_budget=budget, token_counter=chars)
+    budget = len(render_audit(result, policy=store.policy)) // 4 - 1
+    xml = render_audit(result, policy=store.policy, token_budget=budget, token_counter=chars)
     assert seen and chars(xml) <= budget
     assert _root(xml).find("dropped") is not None
 
@@ -435,9 +435,9 @@ def test_k_keeps_the_top_of_the_result(retriever: Retriever, store: CARStore) ->
     assert packets[2:], "expected the voided disclosure as provenance"
     for packet in packets[2:]:
         assert packet.status == "superseded" and set(result.get(packet.doc_id).superseded_by) & set(top)
-    shown = _root(render_xml(result, policy=store.policy, k=1)).findall("evidence-packet")
+    shown = _root(render_audit(result, policy=store.policy, k=1)).findall("evidence-packet")
     assert shown[0].get("doc-id") == result.doc_ids(1)[0] and all(p.get("status") == "superseded" for p in shown[1:])
-    omitted = _root(render_xml(result, policy=store.policy, k=1, superseded="omit")).findall("evidence-packet")
+    omitted = _root(render_audit(result, policy=store.policy, k=1, superseded="omit")).findall("evidence-packet")
     assert [p.get("doc-id") for p in omitted] == result.doc_ids(1)
     assert build_packets(result, store.policy, k=0) == []
     with pytest.raises(ValueError):
@@ -465,12 +465,12 @@ def test_packet_json_round_trip(retriever: Retriever, store: CARStore) -> None:
 def test_render_rejects_wrong_input(retriever: Retriever, store: CARStore) -> None:
     result = retriever.retrieve(Q_LODASH)
     with pytest.raises(ValueError):
-        render_xml(result, policy=store.policy, superseded="drop")  # type: ignore[arg-type]
+        render_audit(result, policy=store.policy, superseded="drop")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        render_xml("<evidence/>")  # type: ignore[arg-type]
+        render_audit("<evidence/>")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        render_xml([{"doc_id": "x"}])  # type: ignore[list-item]
-    assert _root(render_xml([])).findall("evidence-packet") == []
+        render_audit([{"doc_id": "x"}])  # type: ignore[list-item]
+    assert _root(render_audit([])).findall("evidence-packet") == []
 
 
 def test_matching_spans_are_verbatim_runs_of_query_terms() -> None:
@@ -484,7 +484,7 @@ def test_demo_store_every_query_renders_consistently(demo_store: CARStore, demo_
     retriever = ControllingAuthorityRetriever(demo_store, anchors="hybrid")
     for query in demo_queries:
         result: RetrievalResult = retriever.retrieve(query["query"])
-        root = _root(render_xml(result, policy=demo_store.policy))
+        root = _root(render_audit(result, policy=demo_store.policy))
         by_id = {p.get("id"): p for p in root.findall("evidence-packet")}
         assert len(by_id) == len(result)
         for gold in query["gold_doc_ids"]:

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, render_xml
+from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
+from car_rag.evidence import render_audit
 from car_rag.cli import main
 from car_rag.graph import AuthorityGraph
 
@@ -110,7 +111,7 @@ def test_cli_json_and_table_keep_the_stage1_place(issue_store, capsys) -> None:
     assert len(data["records"]) == 5 and first["doc_id"] == target and first["stage1"]["rank"] == 1
     assert (first["rank"], first["status"], first["hidden_superseder"]) == (1, "superseded", True)
     assert first["superseded_by"] == first["voided_by"] == []
-    assert main(["query", question, "--store", str(path), "--format", "xml", "--k", "5", *CALLER]) == 0
+    assert main(["query", question, "--store", str(path), "--format", "audit", "--k", "5", *CALLER]) == 0
     xml = capsys.readouterr().out
     packet = next(p for p in ET.fromstring(xml).iter("evidence-packet") if p.get("doc-id") == target)
     assert packet.get("status") == "superseded" and packet.find("superseded-by").attrib == {"hidden": "true"}
@@ -173,4 +174,4 @@ def test_records_superseded_only_by_hidden_records_stay_in_top_k(fuzz_store, ret
     as_dict = result.to_dict(k)
     del as_dict["query"]  # the caller's own words
     assert pf.unreadable_leaks(json.dumps(as_dict, ensure_ascii=False), unreadable, texts) == []
-    assert pf.unreadable_leaks(render_xml(result, policy=fuzz_store.policy, k=k), unreadable, texts) == []
+    assert pf.unreadable_leaks(render_audit(result, policy=fuzz_store.policy, k=k), unreadable, texts) == []

@@ -145,7 +145,7 @@ def test_concurrency_limit_respected(tmp_path):
 @needs_openai
 def test_calls_sharing_a_system_prompt_run_back_to_back_and_rows_keep_job_order(tmp_path):
     systems = ["plain rules", "xml rules"]
-    jobs = [Job(f"q{i // 2}", ["dense", "car-xml"][i % 2], [{"role": "system", "content": systems[i % 2]},
+    jobs = [Job(f"q{i // 2}", ["dense", "car-audit"][i % 2], [{"role": "system", "content": systems[i % 2]},
             {"role": "user", "content": f"question {i}"}]) for i in range(6)]
     with FakeOpenAIServer(answer=lambda m: m[-1]["content"]) as server:
         rows = answer_jobs(jobs, ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl")), concurrency=1, progress=False)
@@ -217,14 +217,14 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
     queries = tmp_path / "queries.jsonl"
     queries.write_text("\n".join(security) + "\n")
     suite = custom_suite(demo / "corpus.jsonl", queries, str(demo / "policy.toml"), name="demo-security")
-    conditions = ("dense", "car-plain", "car-xml", "car-xml-omit")
+    conditions = ("dense", "car-plain", "car-audit", "car-audit-omit")
     jobs = build_jobs(suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security")
     assert len(jobs) == 4 * len(security)
     by = {(j.query_id, j.condition): j for j in jobs}
-    xml = by[("demo-q01", "car-xml")].messages[-1]["content"]
+    xml = by[("demo-q01", "car-audit")].messages[-1]["content"]
     assert "<evidence" in xml and "sec-lodash-4.17.12-release" in xml and "<supersedes" in xml
     superseded_packet = re.compile(r'<evidence-packet [^>]*status="superseded"')
-    assert superseded_packet.search(xml) and not superseded_packet.search(by[("demo-q01", "car-xml-omit")].messages[-1]["content"])
+    assert superseded_packet.search(xml) and not superseded_packet.search(by[("demo-q01", "car-audit-omit")].messages[-1]["content"])
     assert all(j.meta["controlling_in_context"] for j in jobs if j.condition.startswith("car"))
     assert "Is the vulnerability patched?" in by[("demo-q01", "dense")].messages[-1]["content"]
 
@@ -239,20 +239,21 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
         assert len(server.requests) == len({cache_key("scripted", j.messages) for j in jobs}) and len(rows) == len(jobs)
     gold = GoldAnswer("patched", "4.17.12")
     labels = {(r["query_id"], r["condition"]): classify(r["answer"], "ghsa-freeform", gold).label for r in rows}
-    assert labels[("demo-q01", "car-xml")] != "confident_wrong" and labels[("demo-q01", "car-plain")] == "confident_wrong"
+    assert labels[("demo-q01", "car-audit")] != "confident_wrong" and labels[("demo-q01", "car-plain")] == "confident_wrong"
 
 
-def test_paired_confident_wrong_counts_and_exact_mcnemar():
+@pytest.mark.parametrize("audit", ["car-audit", "car-xml"])  # a run recorded before the rename pairs as it did
+def test_paired_confident_wrong_counts_and_exact_mcnemar(audit):
     from car_rag_evals.llm import paired
     from car_rag.eval.stats import mcnemar_exact
 
     rows = []
     for i in range(10):
         rows.append({"query_id": f"q{i}", "condition": "dense", "label": "confident_wrong" if i < 8 else "correct"})
-        rows.append({"query_id": f"q{i}", "condition": "car-xml", "label": "confident_wrong" if i in (0, 9) else "uncertain"})
-    rows.append({"query_id": "q99", "condition": "dense", "label": "confident_wrong"})  # not answered under car-xml
+        rows.append({"query_id": f"q{i}", "condition": audit, "label": "confident_wrong" if i in (0, 9) else "uncertain"})
+    rows.append({"query_id": "q99", "condition": "dense", "label": "confident_wrong"})  # not answered under the audit form
     (pair,) = paired(rows)
-    assert (pair["a"], pair["b"], pair["n"]) == ("dense", "car-xml", 10)
+    assert (pair["a"], pair["b"], pair["n"]) == ("dense", audit, 10)
     assert (pair["a_count"], pair["b_count"], pair["only_a"], pair["only_b"], pair["both"]) == (8, 2, 7, 1, 1)
     assert pair["ratio_b_to_a"] == 0.25
     assert pair["mcnemar_p"] == pytest.approx(0.0703125, abs=1e-6)  # 2 * P(X <= 1), X ~ Bin(8, 1/2) = 2 * 9/256
@@ -320,13 +321,58 @@ def test_reader_conditions_and_repair_only_for_flagged_answers(tmp_path):
         client = ChatClient(server.base_url, "scripted", cache=AnswerCache(tmp_path / "cache.jsonl"))
         rows = answer_jobs(jobs, client, concurrency=1, progress=False)
         first_calls = len(server.requests)
-        repaired = repair_rows(rows, jobs, client, suite.policy, k=5, progress=False)
+        repaired = repair_rows(rows, jobs, client, suite.policy, progress=False)
         repair_calls = len(server.requests) - first_calls
     flagged = [r for r in repaired if r["repair_findings"]]
     assert len(repaired) == n and repair_calls == len(flagged) > 0
     assert all(r["repaired"] and r["answer"].startswith("Yes") and r["original_answer"].startswith("No") for r in flagged)
     assert all(not r["repaired"] and r["answer"] == r["original_answer"] for r in repaired if not r["repair_findings"])
-    guard_rows(rows + repaired, {j.query_id: j.result for j in jobs}, suite.policy, k=5)
+    guard_rows(rows + repaired, jobs, suite.policy)
     assert all("guard" in r for r in rows + repaired)
     assert all(not r["guard"]["flagged"] for r in repaired if r["repaired"])
     assert all(r["prompt_tokens"] > 0 for r in rows)
+
+
+def test_the_guard_judges_each_answer_against_the_context_its_condition_showed(tmp_path):
+    """The same answer, two contexts: under ``dense`` the first document is the replaced
+    disclosure, under ``car-plain`` the release that replaced it; citations are read in each
+    context's own numbering ([Document n] in the plain form), and closed-book, which showed
+    nothing, is judged against the whole scopes of car-rag's top k."""
+    from car_rag_evals.llm import build_jobs, guard_rows
+
+    suite, _ = _demo_security_suite(tmp_path)
+    conditions = ("dense", "car-plain", "car-audit", "closed-book")
+    jobs = build_jobs(suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False,
+                      kind="security", query_ids=["demo-q01"])
+    by = {j.condition: j for j in jobs}
+    assert by["dense"].meta["context_doc_ids"][0] == "sec-lodash-cve-2099-10001-disclosure"
+    assert by["car-plain"].meta["context_doc_ids"][0] == "sec-lodash-4.17.12-release"
+    rows = [{"query_id": "demo-q01", "condition": c, "answer": answer} for c in conditions
+            for answer in ("Yes, it is patched [Document 1].", "Yes, it is patched [Document 7].")]
+    guard_rows(rows, jobs, suite.policy)
+    kinds = {(r["condition"], r["answer"][-13:-2]): [f["kind"] for f in r["guard"]["findings"]] for r in rows}
+    assert kinds[("dense", "[Document 1")] == ["stale_citation"] and kinds[("car-plain", "[Document 1")] == []
+    assert kinds[("dense", "[Document 7")] == kinds[("car-plain", "[Document 7")] == ["unknown_citation"]  # 5 shown
+    assert kinds[("car-audit", "[Document 7")] == []  # the audit form numbers packets [EP-n]
+    assert {r["condition"]: r["guard"]["basis"] for r in rows} == {
+        "dense": "evidence", "car-plain": "evidence", "car-audit": "evidence", "closed-book": "scopes"}
+
+
+def test_the_audit_conditions_former_names_still_work_and_warn(tmp_path):
+    from car_rag_evals.llm import build_jobs, condition_name
+
+    suite, _ = _demo_security_suite(tmp_path)
+    options = {"k": 5, "stores_dir": tmp_path / "stores", "anchors": "bm25", "k1": 5, "progress": False, "kind": "security",
+               "query_ids": ["demo-q01"]}
+    with pytest.warns(DeprecationWarning) as caught:
+        old = build_jobs(suite, ("car-xml", "car-xml-omit"), xml_form="full", **options)
+    said = sorted(str(w.message).split(" is deprecated")[0] + " -> " + str(w.message).split("use ")[-1] for w in caught)
+    assert said == ["build_jobs(xml_form=...) -> audit_layout=...", "eval-llm condition 'car-xml' -> 'car-audit'",
+                    "eval-llm condition 'car-xml-omit' -> 'car-audit-omit'"]
+    new = build_jobs(suite, ("car-audit", "car-audit-omit"), audit_layout="full", **options)
+    assert [(j.condition, j.messages) for j in old] == [(j.condition, j.messages) for j in new]
+    assert [j.condition for j in new] == ["car-audit", "car-audit-omit"]
+    assert new[0].messages != build_jobs(suite, ("car-audit",), **options)[0].messages  # compact is the default layout
+    assert condition_name("car-xml-omit") == "car-audit-omit" and condition_name("dense") == "dense"
+    with pytest.raises(ValueError, match="audit_layout"):
+        build_jobs(suite, ("car-audit",), audit_layout="xml", **options)

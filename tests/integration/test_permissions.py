@@ -15,7 +15,8 @@ import xml.etree.ElementTree as ET
 import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
-from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, render_xml
+from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
+from car_rag.evidence import render_audit
 
 MODES = ("bm25", "dense", "hybrid")
 ACME_SEC = CallerContext(tenant="acme", principals={"sec"})
@@ -133,7 +134,7 @@ def test_superseder_in_another_tenant_leaves_anchor_superseded_and_unnamed(store
     assert disclosure.status == "superseded" and disclosure.hidden_superseder
     assert disclosure.superseded_by == [] and disclosure.voided_by == []
     assert result.get("perm-a-patch") is None
-    xml = render_xml(result, policy=store.policy)
+    xml = render_audit(result, policy=store.policy)
     _assert_no_leak(store, ACME_SEC, xml, result)
     el = _packet(xml, "perm-a-disclosure")
     assert el.get("status") == "superseded"
@@ -148,7 +149,7 @@ def test_restricted_anchor_is_absent_and_its_public_patch_active(store, retrieve
     patch = result.get("perm-b-patch")
     assert patch is not None and patch.status == "active" and not patch.hidden_superseder
     assert patch.voids == []  # the disclosure it fixes is not named either
-    xml = render_xml(result, policy=store.policy)
+    xml = render_audit(result, policy=store.policy)
     _assert_no_leak(store, ACME_SEC, xml, result)
     assert _packet(xml, "perm-b-patch").get("status") == "active"
     # A reader in legal sees the disclosure, superseded by the patch.
@@ -169,7 +170,7 @@ def test_hidden_middle_of_three_chain_disclosure_superseded_by_final_patch(store
     assert disclosure.superseded_by == ["perm-c-patch2"]
     assert [e.superseder for e in disclosure.voided_by] == ["perm-c-patch2"]
     assert not disclosure.hidden_superseder  # a visible record controls it
-    xml = render_xml(result, policy=store.policy)
+    xml = render_audit(result, policy=store.policy)
     _assert_no_leak(store, ACME_SEC, xml, result)
     assert "6.2.1" not in xml
     pointers = [c.attrib for c in _packet(xml, "perm-c-disclosure").findall("superseded-by")]
@@ -191,7 +192,7 @@ def test_caller_with_matching_principal_sees_everything(store, retrievers, mode)
     result = retrievers[mode].retrieve(QUERIES["c"], caller=GLOBEX_ALL)
     assert result.get("perm-c-patch1").status == "superseded"
     assert result.get("perm-c-disclosure").superseded_by == ["perm-c-patch2"]
-    assert "perm-c-patch1" in render_xml(result, policy=store.policy)
+    assert "perm-c-patch1" in render_audit(result, policy=store.policy)
 
 
 def test_governance_change_on_reingest_reaches_every_channel(tmp_path, embedder) -> None:

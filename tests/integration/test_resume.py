@@ -23,7 +23,8 @@ import pytest
 from helpers_records import edge_set
 
 import car_rag
-from car_rag import AuthorityGraph, CARStore, ControllingAuthorityRetriever, Embedder
+from car_rag import CARStore, ControllingAuthorityRetriever, Embedder
+from car_rag.adapters import AuthorityGraph
 from car_rag.channels import make_lexical_index
 from car_rag_evals.perf.corpus import generate
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from car_rag import CARStore, ControllingAuthorityRetriever, Edge
+from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.adapters import DictStore, Edge
 
 MODES = ("bm25", "dense", "hybrid")
 
@@ -333,3 +334,22 @@ def test_empty_or_non_string_query_raises(retrievers, query):
 def test_bad_arguments_raise(demo_store, kwargs, message):
     with pytest.raises(ValueError, match=message):
         ControllingAuthorityRetriever(demo_store, **kwargs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_result_keeps_the_fused_candidates_its_anchors_came_from(retrievers, demo_queries, demo_store, mode):
+    """What the service used to fuse a second time: the result carries it, once."""
+    retriever = retrievers[mode]
+    for q in demo_queries:
+        runs = retriever.channel_runs(q["query"])
+        result = retriever.resolve_runs(q["query"], runs)
+        assert result.candidates == retriever.fuse(runs), q["query_id"]
+        assert 0 < len(result.candidates) <= retriever.depth
+        assert [h.rank for h in result.candidates] == list(range(1, len(result.candidates) + 1))
+        assert {h.doc_id for h in result.anchors} <= {h.doc_id for h in result.candidates}, q["query_id"]
+        assert set(mode.replace("hybrid", "bm25 dense").split()) == {c for h in result.candidates for c in h.channel_ranks}
+        assert "candidates" not in result.to_dict()  # the JSON form is unchanged
+    # A result no fusion produced (a framework's anchors, resolved over any store) has none.
+    q = demo_queries[0]
+    framework = DictStore.of(demo_store.records.values()).resolve(demo_store.policy, q["query"], q["anchor_doc_ids"])
+    assert framework.candidates == [] and framework.anchors

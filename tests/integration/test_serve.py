@@ -73,7 +73,7 @@ def retrieve(url: str, key: str | None, **body) -> httpx.Response:
 
 
 # --------------------------------------------------------------------------- retrieval
-@pytest.mark.parametrize("fmt", ["json", "xml", "reader", "plain"])
+@pytest.mark.parametrize("fmt", ["json", "audit", "reader", "plain", "xml"])
 def test_retrieve_answers_the_contract_in_every_format(url, fmt, demo_queries):
     question = demo_queries[0]
     got = retrieve(url, "k-globex", query=question["query"], k=10, format=fmt, with_text=True)
@@ -97,12 +97,12 @@ def test_retrieve_answers_the_contract_in_every_format(url, fmt, demo_queries):
     assert {"bm25", "dense", "stage1", "latent_scope", "stage23", "total", "evidence"} <= set(diag["timings_ms"])
     assert diag["scope_ids"] == {"cve_id": ["CVE-2099-10001"]} and diag["scope_posterior"][0]["probability"] > 0
     pack = body["evidence_pack"]
-    assert pack["format"] == fmt
+    assert pack["format"] == ("audit" if fmt == "xml" else fmt)  # xml: audit's former name, still accepted
     if fmt == "json":
         assert pack["text"] is None and [p["corpus_object_id"] for p in pack["packets"]][:1] == [body["reranked"][0]["doc_id"]]
     else:
         assert pack["packets"] is None and "4.17.12" in pack["text"]
-        if fmt in ("xml", "reader"):
+        if fmt in ("audit", "xml", "reader"):
             ET.fromstring(pack["text"])
 
 
@@ -237,7 +237,7 @@ BAD_REQUESTS: dict[str, tuple[Send, int, str]] = {  # what is sent, the status, 
     "retrieve-100k-query": (lambda c, _: c.post("/retrieve", json={"query": "x" * 100_000}, headers=auth("k-globex")),
                             422, "at most 4096 characters"),
     "retrieve-unknown-format": (lambda c, _: c.post("/retrieve", json={"query": "q", "format": "html"},
-                                                    headers=auth("k-globex")), 422, "'json', 'xml', 'reader' or 'plain'"),
+                                                    headers=auth("k-globex")), 422, "'json', 'plain', 'reader', 'audit' or 'xml'"),
     "retrieve-blank-query": (lambda c, _: c.post("/retrieve", json={"query": "   "}, headers=auth("k-globex")), 422,
                              "must not be blank"),
     "retrieve-k-0": (lambda c, _: c.post("/retrieve", json={"query": "q", "k": 0}, headers=auth("k-globex")), 422,

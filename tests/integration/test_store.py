@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from car_rag import CARStore, Edge, Record, StoreError
+from car_rag import CARStore, Record, StoreError
+from car_rag.adapters import Edge
 from car_rag.channels import DenseChannel
 from car_rag.store import chroma_metadata
 

@@ -26,10 +26,10 @@ from car_rag.evidence import (
     PacketContent,
     Provenance,
     RetrievalRationale,
+    render_audit,
     render_reader,
-    render_xml,
 )
-from car_rag.evidence.audit_xml import format_scope, parse_scope
+from car_rag.evidence.audit import format_scope, parse_scope
 from car_rag.evidence.xml_tree import sanitize_xml_text
 from car_rag_evals.xml_fuzz import NASTY, cases, check_reader_rendering, check_rendering, nasty
 
@@ -45,7 +45,7 @@ def test_property_adversarial_packets_in_the_reader_form(case: tuple[list[Eviden
 
 
 def render_and_check(packets_in: list[EvidencePacket], options: dict[str, Any]) -> str:
-    out = render_xml(packets_in, **options)
+    out = render_audit(packets_in, **options)
     check_rendering(packets_in, options, out)
     return out
 
@@ -173,7 +173,7 @@ def test_instructions_never_appear_in_the_evidence_xml() -> None:
     stale = _packet("old text", doc_id="old", packet_id="EP-2", status="superseded", scope={"document": "d"},
                     superseded_by=[AuthorityLink(doc_id="doc-1", doc_type="note", rule="explicit")])
     hidden = _packet("older", doc_id="older", packet_id="EP-3", status="superseded", hidden=True)
-    out = render_xml([active, stale, hidden], token_budget=80)
+    out = render_audit([active, stale, hidden], token_budget=80)
     lowered = out.lower()
     for phrase in ("you must", "answer from", "cite", "ignore", "instruction"):
         assert phrase not in lowered
@@ -213,6 +213,6 @@ def test_result_path_is_as_safe(embedder: Any, tmp_path: Any, security_policy: A
     built = build_packets(result, store.policy)
     assert len(built) == 2
     for options in ({}, {"superseded": "omit"}, {"token_budget": 60}):
-        out = render_xml(result, policy=store.policy, **options)
+        out = render_audit(result, policy=store.policy, **options)
         check_rendering(built, options, out)
     store.close()

@@ -87,7 +87,7 @@ def test_no_help_text_calls_the_evidence_xml_unless_it_is_the_audit_form():
         text = " ".join(parser.format_help().split())
         assert not unqualified_xml(text), (name, unqualified_xml(text))
     query = " ".join(dict(parsers())["car-rag query"].format_help().split())
-    assert "evidence: what an LLM reads by default (the records as numbered plain documents)" in query
+    assert "plain: what an LLM reads by default (the records as numbered plain documents)" in query
 
 
 @pytest.mark.parametrize("path", sorted([*ROOT.glob("integrations/*/README.md"), *ROOT.glob("examples/*.py")]),

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from car_rag import DictStore, Policy
-from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
+from car_rag import Policy
+from car_rag.adapters import DictStore
+from car_rag.evidence import build_packets, render_audit, render_plain, render_reader
 from car_rag.evidence.digest import authority_digest
 from car_rag.graph import AuthorityGraph, Edge
 from car_rag.layout import RecordLayout
@@ -192,7 +193,7 @@ def test_every_evidence_form_says_possibly_superseded_with_the_confidence():
     assert "is possibly superseded by the ruling (confidence 0.60)" in line.text
     ref = next(p.evidence_packet_id for p in packets if p.doc_id == "ruling-2010")
     assert f'possibly-replaced-by="{ref} (confidence 0.60)"' in render_reader(result)
-    xml = render_xml(result)
+    xml = render_audit(result)
     assert "<possibly-superseded-by" in xml and 'confidence="0.6"' in xml
     assert "(ruling; possibly superseded by ruling ruling-2010 (confidence 0.60))" in render_plain(result)
 
@@ -200,7 +201,7 @@ def test_every_evidence_form_says_possibly_superseded_with_the_confidence():
 def test_a_weak_edge_that_still_voids_is_shown_with_its_confidence():
     records = [rec("a", at=1), rec("b", at=2, supersedes=[{"id": "a", "confidence": 0.8}])]
     result = _resolve(records, _policy(), ["a"])
-    xml = render_xml(result)
+    xml = render_audit(result)
     assert 'rule="explicit" confidence="0.8"' in xml
     assert "by an explicit supersedes edge (confidence 0.80)" in xml
 

@@ -13,7 +13,9 @@ import re
 import pytest
 from fake_openai import FakeOpenAIServer
 
-from car_rag import DictStore, Policy, PolicyError, RecordLayout, ScopeExtractor, builtin_policies, load_policy
+from car_rag import Policy, PolicyError, builtin_policies, load_policy
+from car_rag.adapters import DictStore, RecordLayout
+from car_rag.extractors import ScopeExtractor
 from car_rag.extractors import missing_scope
 from car_rag.policy import RecordScope
 from helpers_records import rec

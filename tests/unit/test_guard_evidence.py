@@ -204,6 +204,21 @@ def test_a_plain_rendering_of_a_result_is_judged_by_document_numbers() -> None:
     assert _kinds(check_answer("It is patched in 41.0.0-beta.8 [Document 1].", result, policy, form="documents")) == []
 
 
+
+@pytest.mark.parametrize("form, numbering", [("plain", "documents"), ("reader", "packets"), ("audit", "packets")])
+def test_the_guard_takes_the_evidence_form_the_reader_was_shown(form: str, numbering: str) -> None:
+    """One vocabulary: the form the evidence was rendered in says how it numbers its records."""
+    result, policy = authority_result("security-advisory", [MULTI_BRANCH[0], MULTI_BRANCH[4]], ["disclosure"])
+    for answer in ("It remains vulnerable [Document 2].", "It remains vulnerable [EP-2].", "Patched [Document 9] [EP-9]."):
+        by_form = check_answer(answer, result, policy, form=form)  # type: ignore[arg-type]
+        assert by_form == check_answer(answer, result, policy, form=numbering), (form, answer)  # type: ignore[arg-type]
+    graph = _graph(MULTI_BRANCH)
+    ids = ["disclosure", "rel-41.0.0-beta.8"]
+    assert seen_evidence(graph, ids, form=form).form == numbering  # type: ignore[arg-type]
+    assert scope_evidence(result, graph, policy, form=form).form == numbering  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'plain', 'reader', 'audit'"):
+        check_answer("It is patched.", result, policy, form="xml")  # type: ignore[arg-type]
+
 # ---------------------------------------------------------------------------- ambiguity
 
 def _puppet(n: int) -> dict[str, Any]:

@@ -9,9 +9,10 @@ import math
 
 import pytest
 
-from car_rag import AuthorityGraph, CallerContext, Record, load_policy, resolve_authority
+from car_rag import CallerContext, Record, load_policy
+from car_rag.adapters import AuthorityGraph, resolve_authority
 from car_rag.channels.fusion import FusedHit
-from car_rag.evidence import render_plain, render_reader, render_xml
+from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.latent_scope import detect_ambiguity, estimate_scope_posterior, read_question_scope, select_anchors
 from car_rag.policy import Policy, Rule
 
@@ -221,7 +222,7 @@ def test_every_evidence_form_and_the_json_say_the_question_does_not_pick_a_subje
     plain = render_plain(result)
     assert plain.startswith(f"Note: {sentence}\n\n[Document 1]")
     assert f'<ambiguity subjects="2">{sentence}</ambiguity>' in render_reader(result, policy=SEC)
-    xml = render_xml(result, policy=SEC)
+    xml = render_audit(result, policy=SEC)
     assert f'<ambiguity subjects="2">{sentence}' in xml
     assert '<subject scope="package=alpha; cve_id=CVE-2024-1001" probability="0.50" state="patched" ' \
            'controlling="alpha-patch"/>' in xml
@@ -245,7 +246,7 @@ def test_the_uncertain_scope_is_visible_in_every_rendering():
     reader = render_reader(result, policy=SEC)
     assert 'subject-probability="0.50"' in reader
     assert "alpha, CVE-2024-1001 (probability 0.50 that this is the question's subject): patched." in reader
-    assert 'scope-probability="0.50"' in render_xml(result, policy=SEC)
+    assert 'scope-probability="0.50"' in render_audit(result, policy=SEC)
     assert "probability 0.50 that the question is about alpha, CVE-2024-1001" in render_plain(result)
 
 
@@ -255,7 +256,7 @@ def test_a_certain_scope_adds_no_words():
     posterior = estimate_scope_posterior(candidates, TWO, SEC, named)
     result = resolve_authority(TWO, SEC, "Is CVE-2024-1001 fixed?", candidates, scope_ids=named, posterior=posterior)
     assert {r.scope_probability for r in result} == {1.0}
-    for text in (render_reader(result, policy=SEC), render_xml(result, policy=SEC), render_plain(result)):
+    for text in (render_reader(result, policy=SEC), render_audit(result, policy=SEC), render_plain(result)):
         assert "probability" not in text
 
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from car_rag import DictStore, load_policy, load_records
+from car_rag import load_policy, load_records
+from car_rag.adapters import DictStore
 
 CORE = Path(__file__).resolve().parents[2] / "car_rag"
 DEMO = CORE / "data" / "demo"

@@ -1,6 +1,6 @@
 """The core authority-lookup interface over the dict-store adapter: no model, no Chroma.
 
-The reference is :func:`car_rag.resolve_authority` over the whole corpus's authority graph
+The reference is :func:`car_rag.adapters.resolve_authority` over the whole corpus's authority graph
 (what the core retriever does): Stage 2 through lookups must resolve the same."""
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 import car_rag
-from car_rag import (
-    LAYOUT_VERSION, Anchor, AuthorityGraph, CallerContext, DictStore, LayoutError, Record, RecordLayout, ScopeQuery,
-    load_policy, load_records, resolve_authority,
-)
+from car_rag import CallerContext, Record, load_policy, load_records
+from car_rag.adapters import LAYOUT_VERSION, Anchor, AuthorityGraph, DictStore, LayoutError, RecordLayout, ScopeQuery, resolve_authority
 from car_rag.annotations import annotations_for, result_from_annotations
 from car_rag.lookup import minimal_queries
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from car_rag.evidence import build_packets, render_plain, render_reader, render_xml
+from car_rag.evidence import build_packets, render_audit, render_plain, render_reader
 from car_rag.evidence.digest import authority_digest
 from car_rag.graph import AuthorityGraph, Edge
 from car_rag.policy import Policy, PolicyError, _parse
@@ -139,7 +139,7 @@ def test_relations_that_disagree_dispute_the_pair_and_both_records_stay_current(
     assert result.get("district-2010").disputed_by == [Edge("supreme-2001", "district-2010", "higher_court")]
     assert result.get("supreme-2001").disputed_by == [Edge("district-2010", "supreme-2001", "later_ruling")]
 
-    xml = render_xml(result)
+    xml = render_audit(result)
     assert '<conflict-group kind="disputed-authority" scope="question=Q1">' in xml
     assert '<relation rule="higher_court"' in xml and '<relation rule="later_ruling"' in xml
     assert "by rule higher_court (A higher court binds a lower one) ruling supreme-2001 supersedes ruling district-2010" in xml

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from car_rag import AuthorityGraph, Record, load_policy
+from car_rag import Record, load_policy
+from car_rag.adapters import AuthorityGraph
 from car_rag_evals.perf.corpus import ATTACKS, generalised_policy, generate
 
 

@@ -167,7 +167,7 @@ def test_a_result_carries_its_policy() -> None:
     assert result.policy == kw["policy"]
     assert render_reader(result, k=5) == render_reader(result, k=5, **kw)
     from car_rag.guard import check_answer
-    from car_rag.evidence import render_xml
+    from car_rag.evidence import render_audit
 
-    assert render_xml(result) == render_xml(result, **kw)
+    assert render_audit(result) == render_audit(result, **kw)
     assert check_answer("No, it is not patched.", result).flagged

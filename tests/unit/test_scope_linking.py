@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from car_rag import AuthorityGraph, CallerContext, Record, load_policy
+from car_rag import CallerContext, Record, load_policy
+from car_rag.adapters import AuthorityGraph
 from car_rag.channels.fusion import FusedHit
 from car_rag.channels.incremental_bm25 import IncrementalBM25Index
 from car_rag.latent_scope import detect_ambiguity, read_question_scope

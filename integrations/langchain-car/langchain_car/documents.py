@@ -2,7 +2,7 @@
 
 The retriever reads authority from document metadata, so the metadata layout is the
 contract between a user's vector store and car-rag. It is car-rag's own flat layout
-(:class:`car_rag.RecordLayout`, versioned as ``car_layout``), here with native list
+(:class:`car_rag.adapters.RecordLayout`, versioned as ``car_layout``), here with native list
 metadata so that Chroma can answer Stage 2's ``{"supersedes": {"$contains": id}}``::
 
     doc_id            the record id (also the Document id / Chroma id)
@@ -28,7 +28,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from car_rag import Policy, Record, RecordLayout, load_records, parse_records
+from car_rag import Policy, Record, load_records
+from car_rag.adapters import RecordLayout
+from car_rag.records import parse_records
 from langchain_core.documents import Document
 
 __all__ = ["document_metadata", "document_to_record", "load_documents", "record_to_document", "records_to_documents"]
@@ -74,7 +76,7 @@ def document_to_record(document: Document, policy: Policy | None = None, *, doc_
 
     ``doc_id`` comes from ``metadata[doc_id_key]``, else the document's ``id``. Scope keys are
     those listed in ``car_scope_keys``, else the ``policy``'s scope keys present in the
-    metadata. Raises ``ValueError`` (:class:`car_rag.LayoutError`) naming the record and
+    metadata. Raises ``ValueError`` (:class:`car_rag.adapters.LayoutError`) naming the record and
     field when the metadata cannot make a valid record.
     """
     layout = _LAYOUT if doc_id_key == _LAYOUT.doc_id_key else _LAYOUT.model_copy(update={"doc_id_key": doc_id_key})

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from car_rag import DEFAULT_MODEL, Embedder
+from car_rag import Embedder
+from car_rag.embedding import DEFAULT_MODEL
 from langchain_core.embeddings import Embeddings
 
 __all__ = ["CAREmbeddings"]

@@ -10,23 +10,24 @@
 
 The documents are turned back into the car-rag :class:`~car_rag.RetrievalResult` their
 ``car_*`` metadata describe, and rendered by the core: by default as numbered plain
-documents in car-rag's order (:func:`car_rag.evidence.plain.render_plain`, what measured
-best with the offline reader: the core README, "Does the reader-first evidence make the
-reader right?"), or the reader-first form (``form="reader"``: an authority digest in the
-policy's words, then packets marked current or replaced), or the audit XML
-(:func:`car_rag.render_xml`, ``form="audit"``); the same escaping, token budget and
-wording as the core, nothing re-implemented. Documents that did not come from :class:`~langchain_car.CARRetriever`
+documents in car-rag's order (``form="plain"``, :func:`car_rag.evidence.plain.render_plain`,
+what measured best with the offline reader: the core README, "Does the reader-first evidence
+make the reader right?"), or the reader-first form (``form="reader"``: an authority digest in
+the policy's words, then packets marked current or replaced), or the audit XML
+(``form="audit"``); :func:`car_rag.render` renders each, with the same escaping, token budget
+and wording as the core, nothing re-implemented. Documents that did not come from :class:`~langchain_car.CARRetriever`
 are rendered as current packets in their order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-from car_rag import Policy, RecordLayout, RetrievalResult, builtin_policies, load_policy, render_xml
+from car_rag import Policy, RetrievalResult, builtin_policies, load_policy, render
+from car_rag.adapters import RecordLayout
 from car_rag.annotations import result_from_annotations
-from car_rag.evidence import SupersededMode, TokenCounter, render_plain, render_reader
+from car_rag.evidence import EVIDENCE_FORMS, EvidenceForm, SupersededMode, TokenCounter
 from car_rag.prompts import evidence_messages, load_prompt
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -82,7 +83,7 @@ def _policy_for(documents: Sequence[Document]) -> Policy | None:
 def evidence_formatter(
     policy: Policy | str | None = None,
     *,
-    form: Literal["plain", "reader", "audit"] = "plain",
+    form: EvidenceForm = "plain",
     k: int | None = None,
     superseded: SupersededMode = "include",
     token_budget: float | None = None,
@@ -93,20 +94,21 @@ def evidence_formatter(
     doc_id_key: str = "doc_id",
     compact: bool = False,
 ) -> Runnable[list[Document], str]:
-    """A runnable rendering a list of documents as car-rag's evidence text.
+    """A runnable rendering a list of documents as car-rag's evidence text (:func:`car_rag.render`).
 
     ``form="plain"`` (default) gives the records as numbered plain documents in car-rag's
     order (:func:`car_rag.evidence.plain.render_plain`: what measured best with the offline
     reader, see the core README); ``form="reader"`` the reader-first form, an authority
-    digest and packets (:func:`car_rag.evidence.reader.render_reader`); ``form="audit"``
-    :func:`car_rag.render_xml`'s full audit XML with retrieval rationale, for debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
+    digest and packets (:func:`car_rag.evidence.reader.render_reader`); ``form="audit"`` the
+    full audit XML with retrieval rationale (:func:`car_rag.evidence.audit.render_audit`), for
+    debugging and provenance (``rationale`` and ``compact`` apply to it only). ``policy``
     supplies the state words, verbs and rule descriptions (default: the built-in policy named
     in the documents' ``car_policy``, if any). ``k`` packets at most, ``superseded="omit"``
     to leave superseded records out, a ``token_budget`` (whole packets are dropped, least
     useful first).
     """
-    if form not in ("plain", "reader", "audit"):
-        raise ValueError(f"form must be 'plain', 'reader' or 'audit', got {form!r}")
+    if form not in EVIDENCE_FORMS:
+        raise ValueError(f"form must be one of {', '.join(map(repr, EVIDENCE_FORMS))}, got {form!r}")
     bound = load_policy(policy) if isinstance(policy, str) else policy
 
     def format_evidence(documents: list[Document]) -> str:
@@ -114,15 +116,9 @@ def evidence_formatter(
         policy_ = bound or _policy_for(docs)
         result, shown = _build(docs, policy_, None, doc_id_key)
         # Records beyond the documents are text-less placeholders here: no provenance packets.
-        common: dict[str, Any] = {"policy": policy_, "k": shown if k is None else min(k, shown), "superseded": superseded,
-                                  "token_budget": token_budget, "token_counter": token_counter, "query_id": query_id,
-                                  "indent": indent, "provenance": False}
-        if form == "plain":
-            return render_plain(result, k=common["k"], superseded=superseded, token_budget=token_budget,
-                                token_counter=token_counter)
-        if form == "reader":
-            return render_reader(result, **common)
-        return render_xml(result, rationale=rationale, compact=compact, **common)
+        return render(result, form, policy=policy_, k=shown if k is None else min(k, shown), superseded=superseded,
+                      token_budget=token_budget, token_counter=token_counter, query_id=query_id, indent=indent,
+                      provenance=False, rationale=rationale, compact=compact)
 
     return RunnableLambda(format_evidence, name="format_evidence")
 

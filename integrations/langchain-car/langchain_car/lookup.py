@@ -19,7 +19,7 @@ language; a store that can do neither is refused with a ``TypeError`` naming its
 The filters used are a small subset of Chroma's: ``$and``, ``$or``, equality (``$eq``),
 ``$ne``, ``$in``, ``$nin`` and ``$contains`` on list metadata. :class:`WhereStore` is the
 adapter car-rag's Stage 2 (:mod:`car_rag.lookup`) runs against: it writes the core's
-:class:`~car_rag.ScopeQuery` values as such filters.
+:class:`~car_rag.adapters.ScopeQuery` values as such filters.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from car_rag import AuthorityStore, ScopeQuery, StoredItem
+from car_rag.adapters import AuthorityStore, ScopeQuery, StoredItem
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import InMemoryVectorStore

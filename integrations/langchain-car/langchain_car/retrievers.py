@@ -2,7 +2,7 @@
 
 Stage 1 is the retriever you already run (a vector store retriever, ``BM25Retriever``, an
 ``EnsembleRetriever``, …): its documents are the anchors, in its order. Stages 2 and 3 are
-car-rag's :class:`car_rag.AuthorityClosure`: it plans the metadata lookups (same scope on
+car-rag's :class:`car_rag.adapters.AuthorityClosure`: it plans the metadata lookups (same scope on
 each rule's ``within`` keys, or naming an anchor in ``supersedes``), which
 :class:`~langchain_car.lookup.WhereStore` sends to the vector store as ``where`` filters,
 up to the authority closure, and ranks the records found (active frontier first in anchor
@@ -15,7 +15,8 @@ import math
 import warnings
 from typing import Any
 
-from car_rag import Anchor, AuthorityClosure, CallerContext, LayoutError, RecordLayout, RetrievalResult
+from car_rag import CallerContext, RetrievalResult
+from car_rag.adapters import Anchor, AuthorityClosure, LayoutError, RecordLayout
 from car_rag.annotations import annotations_for, unresolved_annotations
 from car_rag.layout import CAR_STAGE1_CHANNEL, CAR_STAGE1_RANK, CAR_STAGE1_SCORE
 from car_rag.lookup import aresolve_closure, resolve_closure

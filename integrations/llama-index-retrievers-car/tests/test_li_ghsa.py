@@ -7,7 +7,8 @@ comparison is ``evals/integrations/llamaindex_parity.py``."""
 from __future__ import annotations
 
 import pytest
-from car_rag import AuthorityGraph, load_records
+from car_rag import load_records
+from car_rag.adapters import AuthorityGraph
 from car_rag.queries import load_queries
 from car_rag.resolution import resolve_authority
 from llama_index.retrievers.bm25 import BM25Retriever

@@ -153,3 +153,11 @@ def test_guard_checks_the_response_against_its_source_nodes(index, policy, fake_
     fake_llm.scripted = "Yes, it is patched in 2.0.1 [EP-1]."
     assert not check_response(_engine(index, policy, fake_llm).query(YAML_Q), policy).flagged
     assert not check_response("", policy).judged  # no text, no nodes: cannot judge, no exception
+
+
+def test_the_guard_reads_citations_as_the_synthesizer_numbered_them(index, policy, fake_llm):
+    fake_llm.scripted = "Yes, it is patched in 2.0.1 [Document 9]."
+    report = check_response(_engine(index, policy, fake_llm).query(YAML_Q), policy)  # plain, the default evidence
+    assert [f.kind for f in report.findings] == ["unknown_citation"] and "[Document 9]" in report.findings[0].message
+    fake_llm.scripted = "Yes, it is patched in 2.0.1 [Document 1]."
+    assert not check_response(_engine(index, policy, fake_llm).query(YAML_Q), policy).flagged

@@ -7,7 +7,8 @@ import json
 import re
 
 import pytest
-from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, render_xml
+from car_rag import CARStore, ControllingAuthorityRetriever, Embedder
+from car_rag.evidence import render_audit
 from car_rag.evidence import render_plain, render_reader
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
 from langchain_community.retrievers import BM25Retriever
@@ -51,7 +52,7 @@ def test_bm25_stage1_gives_the_same_records_and_the_same_evidence(core_store, qu
         # BM25Retriever puts no score in its documents: Stage 1 is rank only, so the audit form's
         # Stage-1 rationale (channel scores) differs from the core's; everything else is equal.
         audit = wrapped.evidence_formatter(form="audit").invoke(docs)
-        assert _no_rationale(audit) == _no_rationale(render_xml(expected, policy=policy, k=5, provenance=False)), q["query_id"]
+        assert _no_rationale(audit) == _no_rationale(render_audit(expected, policy=policy, k=5, provenance=False)), q["query_id"]
         assert q["gold_doc_ids"][0] in [d.id for d in docs], q["query_id"]
 
 

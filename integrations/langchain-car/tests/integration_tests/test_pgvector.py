@@ -160,7 +160,7 @@ def test_foreign_rows_found_by_stage2_are_skipped_with_a_warning(pg_database) ->
 
 def test_lookup_filter_is_anded_in_pgvector_syntax(corpus_pg) -> None:
     store = WhereStore(as_lookup(corpus_pg), {"package": {"$ne": "lodash"}})
-    from car_rag import ScopeQuery
+    from car_rag.adapters import ScopeQuery
 
     items = store.fetch([ScopeQuery.make({"cve_id": "CVE-2099-20001"})])
     assert items == []

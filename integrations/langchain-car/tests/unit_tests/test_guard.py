@@ -46,3 +46,12 @@ def test_message_answers_and_bad_input() -> None:
     assert not check_documents("", docs).judged
     with pytest.raises(TypeError, match="answer"):
         authority_guard().invoke({"documents": docs})
+
+
+def test_citations_are_read_as_the_evidence_form_numbers_them() -> None:
+    docs = make().invoke(QUERY)
+    plain = check_documents("Yes, it is patched in 4.17.99 [Document 9].", docs)  # format_evidence's default: plain
+    assert [f.kind for f in plain.findings] == ["unknown_citation"] and "[Document 9]" in plain.findings[0].message
+    assert not check_documents("Yes, it is patched in 4.17.99 [Document 1].", docs).flagged
+    packets = check_documents("Yes, it is patched in 4.17.99 [EP-9].", docs, form="reader")
+    assert [f.kind for f in packets.findings] == ["unknown_citation"] and "EP-9" in packets.findings[0].message

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from car_rag import DEFAULT_MODEL, Embedder
+from car_rag import Embedder
+from car_rag.embedding import DEFAULT_MODEL
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 

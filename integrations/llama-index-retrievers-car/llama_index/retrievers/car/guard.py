@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from car_rag import Policy, load_policy
+from car_rag.evidence import EvidenceForm
 from car_rag.guard import GuardReport, check_answer
 
 from llama_index.retrievers.car.layout import MetadataLayout
@@ -28,18 +29,21 @@ CAR_GUARD = "car_guard"
 
 
 def check_response(
-    response: Any, policy: Policy | str | Path, *, layout: MetadataLayout | None = None, k: int | None = None, query: str = ""
+    response: Any, policy: Policy | str | Path, *, layout: MetadataLayout | None = None, k: int | None = None, query: str = "",
+    form: EvidenceForm = "plain",
 ) -> GuardReport:
     """The guard's verdict on a query engine's ``response`` (its text and ``source_nodes``),
-    under the policy the nodes were resolved with; stored in ``response.metadata["car_guard"]``
-    when the response has metadata. A response it cannot judge (no text, no nodes) says why."""
+    under the policy the nodes were resolved with, reading citations as the evidence ``form``
+    numbers them (``EvidenceSynthesizer``'s default, plain: ``[Document n]``); stored in
+    ``response.metadata["car_guard"]`` when the response has metadata. A response it cannot
+    judge (no text, no nodes) says why."""
     nodes = list(getattr(response, "source_nodes", None) or [])
     text = getattr(response, "response", None)
     if text is None and not hasattr(response, "response"):
         text = response if isinstance(response, (str, bytes)) else None
     policy = load_policy(policy)
     result = nodes_to_result(query, nodes, policy, layout)
-    report = check_answer(text, result, policy, k=k)
+    report = check_answer(text, result, policy, k=k, form=form)
     if hasattr(response, "metadata"):
         response.metadata = {**(response.metadata or {}), CAR_GUARD: report}
     return report

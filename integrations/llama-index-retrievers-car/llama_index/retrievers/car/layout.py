@@ -1,7 +1,7 @@
 """How a car-rag record is laid out as a LlamaIndex node, and back.
 
 A node carries the record's text and, as metadata, car-rag's flat layout
-(:class:`car_rag.RecordLayout`, re-exported here as :class:`MetadataLayout`): ``doc_id``,
+(:class:`car_rag.adapters.RecordLayout`, re-exported here as :class:`MetadataLayout`): ``doc_id``,
 ``doc_type``, the policy's scope keys (``package``, ``cve_id``, …), dates, version,
 provenance and governance, lists as JSON strings because LlamaIndex's vector stores require
 flat metadata. A vector store filled by LlamaIndex then answers the same Stage-2 lookups
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from car_rag import Policy, Record, load_records
-from car_rag import RecordLayout as MetadataLayout
+from car_rag.adapters import RecordLayout as MetadataLayout
 from car_rag.layout import CAR_PREFIX
 from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo, TextNode
 
@@ -74,7 +74,7 @@ def node_to_record(
 ) -> Record:
     """The car-rag :class:`~car_rag.Record` a node stands for, read from its metadata.
 
-    Raises :class:`car_rag.LayoutError` (a ``ValueError``) naming the record and field when
+    Raises :class:`car_rag.adapters.LayoutError` (a ``ValueError``) naming the record and field when
     the node has no ``doc_type`` or its metadata does not validate.
     """
     layout = layout or _DEFAULT

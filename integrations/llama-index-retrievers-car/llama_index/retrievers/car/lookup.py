@@ -1,7 +1,7 @@
 """Stage 2's lookups as LlamaIndex reads: the core's queries as ``MetadataFilters``.
 
-car-rag's :class:`car_rag.AuthorityClosure` plans which records to fetch
-(:class:`~car_rag.ScopeQuery`); these adapters answer it from the store the user already
+car-rag's :class:`car_rag.adapters.AuthorityClosure` plans which records to fetch
+(:class:`~car_rag.adapters.ScopeQuery`); these adapters answer it from the store the user already
 runs, by metadata filter only: :class:`VectorStoreAuthorityLookup` through a vector store's
 ``get_nodes(filters=...)``, :class:`NodeAuthorityLookup` from nodes held in memory (a
 docstore, for a BM25-only pipeline, or just the nodes at hand).
@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from car_rag import AuthorityStore, ScopeQuery, StoredItem
+from car_rag.adapters import AuthorityStore, ScopeQuery, StoredItem
 from car_rag.layout import decode_list
 from llama_index.core.indices.base import BaseIndex
 from llama_index.core.instrumentation import get_dispatcher
@@ -38,7 +38,7 @@ dispatcher = get_dispatcher(__name__)
 """Each Stage-2 lookup is an instrumentation span (``VectorStoreAuthorityLookup.fetch-…``)."""
 
 AuthorityLookup = AuthorityStore
-"""The adapter contract (:class:`car_rag.AuthorityStore`): the items matching any of the queries."""
+"""The adapter contract (:class:`car_rag.adapters.AuthorityStore`): the items matching any of the queries."""
 
 
 def _item(node: BaseNode, layout: MetadataLayout) -> StoredItem:

@@ -1,6 +1,6 @@
 """Authority resolution over LlamaIndex nodes: car-rag's Stage 2 and 3, with node glue.
 
-Given Stage-1 nodes (anchors), car-rag's :class:`car_rag.AuthorityClosure` plans the
+Given Stage-1 nodes (anchors), car-rag's :class:`car_rag.adapters.AuthorityClosure` plans the
 metadata lookups, a :mod:`~llama_index.retrievers.car.lookup` adapter answers them from the
 store, and car-rag ranks: active records first, each in its anchor's Stage-1 order,
 superseded ones after them as provenance. What stays here is what nodes need: chunks of one
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from car_rag import Anchor, AuthorityClosure, AuthorityStore, CallerContext, LayoutError, Policy, RetrievalResult
+from car_rag import CallerContext, Policy, RetrievalResult
+from car_rag.adapters import Anchor, AuthorityClosure, AuthorityStore, LayoutError
 from car_rag.annotations import annotations_for, result_from_annotations, unresolved_annotations
 from car_rag.layout import (
     CAR_AMBIGUITY, CAR_ANCHOR_ID, CAR_ANNOTATION_KEYS, CAR_HIDDEN_SUPERSEDER, CAR_RANK, CAR_ROLE, CAR_RULE, CAR_STAGE1_RANK,

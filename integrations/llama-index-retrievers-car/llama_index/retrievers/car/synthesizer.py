@@ -1,12 +1,13 @@
 """Response synthesis from car-rag's evidence instead of raw node text.
 
 The nodes a query engine hands to its synthesizer become one evidence document: by default
-car-rag's records as numbered plain documents in its order (:func:`car_rag.evidence.plain.render_plain`,
-whole texts within a token budget; what measured best with the offline reader, see the core
-README), or the reader-first form (``form="reader"``: an authority digest in the policy's
-words, then packets marked current or replaced), or the audit XML (:func:`car_rag.render_xml`,
-``form="audit"``). The LLM gets car-rag's answer prompt for that form: a system message and
-a user message with the evidence and the question.
+car-rag's records as numbered plain documents in its order (``form="plain"``,
+:func:`car_rag.evidence.plain.render_plain`, whole texts within a token budget; what measured
+best with the offline reader, see the core README), or the reader-first form
+(``form="reader"``: an authority digest in the policy's words, then packets marked current or
+replaced), or the audit XML (``form="audit"``), each rendered by :func:`car_rag.render`. The
+LLM gets car-rag's answer prompt for that form: a system message and a user message with the
+evidence and the question.
 
     engine = RetrieverQueryEngine(retriever, response_synthesizer=EvidenceSynthesizer(llm=llm, policy=policy))
 """
@@ -17,8 +18,8 @@ from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from car_rag import Policy, load_policy, render_xml
-from car_rag.evidence import render_plain, render_reader
+from car_rag import Policy, load_policy, render
+from car_rag.evidence import EVIDENCE_FORMS, EvidenceForm
 from car_rag.prompts import load_prompt, reader_system_prompt, system_prompt
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core import Settings
@@ -37,7 +38,6 @@ from llama_index.retrievers.car.resolver import nodes_to_result
 __all__ = ["EvidencePromptTemplate", "EvidenceSynthesizer", "evidence_prompt_template", "render_evidence"]
 
 
-EvidenceForm = Literal["plain", "reader", "audit"]
 _USER_PROMPT = {"plain": "plain_user", "reader": "reader_user", "audit": "answer_user"}
 _PER_MESSAGE = 4  # chat formats add a few tokens around each message
 # Evidence with a packet replaced by a hidden record: the prompt is counted with the hidden-record rules.
@@ -72,8 +72,8 @@ def _system(form: str, evidence: str) -> str:
 
 
 def _check_form(form: str) -> None:
-    if form not in _USER_PROMPT:
-        raise ValueError(f"form must be 'plain', 'reader' or 'audit', got {form!r}")
+    if form not in EVIDENCE_FORMS:
+        raise ValueError(f"form must be one of {', '.join(map(repr, EVIDENCE_FORMS))}, got {form!r}")
 
 
 def evidence_prompt_template(form: EvidenceForm = "plain") -> EvidencePromptTemplate:
@@ -101,21 +101,17 @@ def render_evidence(
     form: EvidenceForm = "plain",
     **render_kwargs: Any,
 ) -> str:
-    """The evidence for nodes: numbered plain documents (default; see
-    :func:`car_rag.evidence.plain.render_plain` for ``k``, ``superseded``, ``token_budget``,
-    ``token_counter``), the reader-first form (``form="reader"``,
-    :func:`car_rag.evidence.reader.render_reader`, which also takes ``query_id`` and ``indent``)
-    or ``form="audit"`` (:func:`car_rag.render_xml`, which also takes ``rationale`` and ``compact``).
+    """The evidence for nodes, rendered by :func:`car_rag.render` (its options: ``k``,
+    ``superseded``, ``token_budget``, ``token_counter``; ``query_id`` and ``indent`` for the
+    reader and audit forms; ``rationale`` and ``compact`` for the audit form): numbered plain
+    documents (default), the reader-first form (``form="reader"``) or the audit XML (``form="audit"``).
 
     Nodes from :class:`CARRetriever` or the car-rag postprocessors keep their status; other
     nodes are resolved among themselves (see :func:`nodes_to_result`)."""
     _check_form(form)
     policy = load_policy(policy)
     result = nodes_to_result(query, nodes, policy, layout)
-    if form == "plain":
-        return render_plain(result, **render_kwargs)
-    render = render_reader if form == "reader" else render_xml
-    return render(result, policy=policy, **render_kwargs)
+    return render(result, form, policy=policy, **render_kwargs)
 
 
 class EvidenceSynthesizer(BaseSynthesizer):
