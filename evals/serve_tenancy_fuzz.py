@@ -65,7 +65,7 @@ from car_rag.serve.service import Service  # noqa: E402
 from car_rag_evals.servers import serving  # noqa: E402
 
 TENANTS = ("acme", "globex", "initech")
-FORMATS = ("json", "xml", "reader", "plain")
+FORMATS = ("json", "audit", "reader", "plain")
 METRIC_LABELS = {"path", "status", "stage", "channel", "outcome"}
 MARKER = re.compile(r"mk[0-9a-f]{10}")
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
