@@ -184,7 +184,8 @@ def langchain_ensemble_retriever(store: CARStore, depth: int, embedding: str = "
     documents = [Document(page_content=r.text, metadata={"doc_id": r.doc_id}, id=r.doc_id) for r in _ordered_records(store)]
     bm25 = BM25Retriever.from_documents(documents, k=depth)
     chroma = Chroma(
-        client=store._client, collection_name=store.config["collection"],
+        client=store._client,
+        collection_name=store.config["collection"],
         embedding_function=_langchain_embeddings(store) if embedding == "store" else _framework_embedding("langchain"),
     )
     return EnsembleRetriever(retrievers=[bm25, chroma.as_retriever(search_kwargs={"k": depth})], weights=[0.5, 0.5])

@@ -20,7 +20,13 @@ from car_rag.store import CARStore
 from car_rag_evals.framework_systems import FRAMEWORK_LABELS, langchain_ensemble_retriever, llamaindex_fusion_retriever
 
 __all__ = [
-    "DO_NO_HARM", "FRAMEWORK_SYSTEMS", "SystemOutput", "System", "SYSTEMS", "build_system", "embedding_system",
+    "DO_NO_HARM",
+    "FRAMEWORK_SYSTEMS",
+    "SystemOutput",
+    "System",
+    "SYSTEMS",
+    "build_system",
+    "embedding_system",
     "rank_bm25_index",
 ]
 
@@ -115,10 +121,17 @@ def rank_bm25_index(store: CARStore) -> LexicalIndex:
 
 def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules", lexical: Callable | None = None):
     """A paper-style two-stage system: the top ``k1`` of RRF-fused anchors, no latent scope."""
+
     def build(store: CARStore, depth: int) -> System:
         retriever = ControllingAuthorityRetriever(
-            store, anchors=anchors, k1=k1, depth=max(depth, k1), resolution=resolution,
-            lexical=lexical(store) if lexical else None, fusion="rrf", latent_scope=False,
+            store,
+            anchors=anchors,
+            k1=k1,
+            depth=max(depth, k1),
+            resolution=resolution,
+            lexical=lexical(store) if lexical else None,
+            fusion="rrf",
+            latent_scope=False,
         )
         return _CAR(name, label, retriever)
 
@@ -129,7 +142,8 @@ DO_NO_HARM: dict[str, tuple[str, dict[str, Any]]] = {
     "car-default": ("car-rag defaults (calibrated hybrid, latent scope)", {}),
     "car-no-latent-scope": ("car-rag defaults, --no-latent-scope", {"latent_scope": False}),
     "car-bm25-no-latent-scope": (
-        "car-rag --anchors bm25 --no-latent-scope (the paper's two-stage shape)", {"anchors": "bm25", "latent_scope": False}
+        "car-rag --anchors bm25 --no-latent-scope (the paper's two-stage shape)",
+        {"anchors": "bm25", "latent_scope": False},
     ),
 }
 """The configurations the do-no-harm rule compares (issue 30): label and the retriever options

@@ -41,7 +41,8 @@ GRID = {
 def options(config: dict[str, float]) -> dict[str, Any]:
     return {
         "temperatures": {"bm25": config["bm25_temperature"], "dense": config["dense_temperature"]},
-        "scope_ties": config["scope_ties"], "scope_decay": config["scope_decay"],
+        "scope_ties": config["scope_ties"],
+        "scope_decay": config["scope_decay"],
     }
 
 
@@ -49,8 +50,12 @@ def label(config: dict[str, float]) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
-CURRENT = {"bm25_temperature": DEFAULT_TEMPERATURES["bm25"], "dense_temperature": DEFAULT_TEMPERATURES["dense"],
-           "scope_ties": SCOPE_TIES, "scope_decay": SCOPE_DECAY}
+CURRENT = {
+    "bm25_temperature": DEFAULT_TEMPERATURES["bm25"],
+    "dense_temperature": DEFAULT_TEMPERATURES["dense"],
+    "scope_ties": SCOPE_TIES,
+    "scope_decay": SCOPE_DECAY,
+}
 
 
 def main() -> None:
@@ -71,15 +76,33 @@ def main() -> None:
         name = label(config)
         scores = {s: table[s]["configs"][name]["tca"] for s in suites}
         harmed = [s for s in suites if any(scores[s] < table[s]["configs"][b]["tca"] for b in BASELINES)]
-        rows.append({"config": config, "label": name, "mean": statistics.fmean(scores.values()), "harmed": harmed,
-                     "scores": scores, "current": config == CURRENT})
+        rows.append(
+            {
+                "config": config,
+                "label": name,
+                "mean": statistics.fmean(scores.values()),
+                "harmed": harmed,
+                "scores": scores,
+                "current": config == CURRENT,
+            }
+        )
     eligible = [r for r in rows if not r["harmed"]]
     chosen = max(eligible, key=lambda r: (round(r["mean"], 6), r["current"])) if eligible else None
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "select.json").write_text(json.dumps(
-        {"grid": GRID, "suites": suites, "rows": rows, "chosen": chosen and chosen["config"],
-         "baselines": {s: {b: table[s]["configs"][b]["tca"] for b in BASELINES} for s in suites},
-         "minutes": round((time.time() - started) / 60, 1)}, indent=1) + "\n")
+    (args.out / "select.json").write_text(
+        json.dumps(
+            {
+                "grid": GRID,
+                "suites": suites,
+                "rows": rows,
+                "chosen": chosen and chosen["config"],
+                "baselines": {s: {b: table[s]["configs"][b]["tca"] for b in BASELINES} for s in suites},
+                "minutes": round((time.time() - started) / 60, 1),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     lines = [
         "# The Stage-1 defaults, chosen under the do-no-harm rule",
         "",
@@ -89,8 +112,11 @@ def main() -> None:
         "run; the eligible one with the best mean TCA@5 is chosen (ties: the current default).",
         "",
         f"Eligible: {len(eligible)} of {len(grid)}. Chosen: "
-        + (f"{chosen['label']} (mean {chosen['mean']:.4f}){' — the current default' if chosen['current'] else ''}."
-           if chosen else "none: every candidate harms some suite."),
+        + (
+            f"{chosen['label']} (mean {chosen['mean']:.4f}){' — the current default' if chosen['current'] else ''}."
+            if chosen
+            else "none: every candidate harms some suite."
+        ),
         "",
         "| candidate | mean TCA@5 | harms |",
         "|---|---|---|",

@@ -120,8 +120,11 @@ def main() -> None:
             audit = audit_retriever(retrieve, queries, store.graph, k=args.k)
             ms = (time.perf_counter() - t0) * 1000 / max(len(queries), 1)
             entry["retrievers"][key] = {"label": label, **audit.to_dict(), "ms_per_query": round(ms, 2)}
-            print(f"{name} {key}: {audit.sets_with_violations}/{audit.queries} sets violate closure, "
-                  f"{audit.violations} violations, Theorem 4 {audit.theorem4}", flush=True)
+            print(
+                f"{name} {key}: {audit.sets_with_violations}/{audit.queries} sets violate closure, "
+                f"{audit.violations} violations, Theorem 4 {audit.theorem4}",
+                flush=True,
+            )
         results["suites"].append(entry)
         store.close()
     results["seconds"] = round(time.perf_counter() - started, 1)

@@ -476,7 +476,15 @@ def fuzz_policy(rng: random.Random, number: int) -> dict[str, Any]:
     keys = rng.sample(["package", "cve_id", "document", "site", "ticker", "employee"], rng.randint(1, 3))
     rules = [{"name": "fix", "trigger": "patch", "target": "disclosure", "within": keys[:1]}]
     if rng.random() < 0.5:
-        rules.append({"name": "newer", "trigger": "patch", "target": "patch", "within": keys, "order": rng.choice(["later", "higher_version"])})
+        rules.append(
+            {
+                "name": "newer",
+                "trigger": "patch",
+                "target": "patch",
+                "within": keys,
+                "order": rng.choice(["later", "higher_version"]),
+            }
+        )
     policy: dict[str, Any] = {"name": f"fz-policy-{number}", "scope_keys": keys, "rules": rules}
     if rng.random() < 0.5:
         policy["scope_patterns"] = {keys[0]: r"\b(FZ-\d+)\b"}
@@ -591,8 +599,11 @@ def _policy_bytes(rng: random.Random, number: int) -> tuple[str, bytes, str, str
     if how == "deeply nested":
         depth = rng.choice([500, 100_000])
         nested = "[" * depth + "]" * depth
-        body = f'{{"name": "x", "scope_keys": ["a"], "rules": [], "description": {nested}}}' if suffix == ".json" else \
-            f'name = "x"\nscope_keys = ["a"]\nrules = []\ndescription = {nested}\n'
+        body = (
+            f'{{"name": "x", "scope_keys": ["a"], "rules": [], "description": {nested}}}'
+            if suffix == ".json"
+            else f'name = "x"\nscope_keys = ["a"]\nrules = []\ndescription = {nested}\n'
+        )
         return f"{how} {depth}", body.encode(), suffix, "reject", None
     if how == "huge integer":  # more digits than Python converts
         digits = b"9" * 5000
@@ -800,7 +811,13 @@ class Fuzzer:
         self._count(case, "rejected_lines", rejected_lines)
         self._count(case, "stored_records", len(stored))
         self._count(case, "unchanged_records", report.unchanged)
-        outcome = "rejected" if rejected_lines and not (stored or report.unchanged) else "partly_rejected" if rejected_lines else "accepted"
+        outcome = (
+            "rejected"
+            if rejected_lines and not (stored or report.unchanged)
+            else "partly_rejected"
+            if rejected_lines
+            else "accepted"
+        )
         self._count(case, outcome)
         self.expected_len += len(report.added)
         if stored:
@@ -926,14 +943,20 @@ class Fuzzer:
         rejected = [line for line in done.stderr.splitlines() if line.startswith("rejected: ")]
         wanted = 1 if rejected else 0
         if done.returncode != wanted or (api_errors is not None and len(rejected) != api_errors):
-            self._violate("CLI outcome", case, f"exit {done.returncode}, {len(rejected)} rejected lines, API {api_errors}: {done.stderr[-300:]}")
+            self._violate(
+                "CLI outcome",
+                case,
+                f"exit {done.returncode}, {len(rejected)} rejected lines, API {api_errors}: {done.stderr[-300:]}",
+            )
         for line in rejected:
             if not line.startswith(f"rejected: {path}:"):
                 self._violate("CLI error does not name file and line", case, line[:300])
         for number, line in enumerate(case.lines, 1):
             named = any(r.startswith(f"rejected: {path}:{number}:") for r in rejected)
             if (line.expect == "reject") != named and line.expect != "any":
-                self._violate("CLI line outcome", case, f"line {number} expected {line.expect}, {'named' if named else 'not named'}")
+                self._violate(
+                    "CLI line outcome", case, f"line {number} expected {line.expect}, {'named' if named else 'not named'}"
+                )
 
     def query_cli_store(self) -> None:
         """``car-rag query`` on the CLI store must answer the check queries as the baseline does."""

@@ -612,9 +612,7 @@ def run_fuzz(
             finally:
                 corpus.store.close()
     stats["cases"] = cases
-    return FuzzReport(
-        cases, corpora, seed, sizes, restricted, stats, violations, time.perf_counter() - started, build_seconds
-    )
+    return FuzzReport(cases, corpora, seed, sizes, restricted, stats, violations, time.perf_counter() - started, build_seconds)
 
 
 def format_report(report: FuzzReport, *, max_violations: int = 20) -> str:

@@ -120,14 +120,23 @@ def main() -> None:
     # bound formatter also knows the retriever's policy, which form="reader" (authority digest)
     # and form="audit" (the full XML with retrieval rationale) word their sentences with.
     evidence = retriever.evidence_formatter()
-    chain = {"context": retriever | evidence, "question": RunnablePassthrough()} | answer_prompt | chat_model(args.model) | StrOutputParser()
+    chain = (
+        {"context": retriever | evidence, "question": RunnablePassthrough()}
+        | answer_prompt
+        | chat_model(args.model)
+        | StrOutputParser()
+    )
 
     for question in args.question or QUESTIONS:
         print(f"Q: {question}")
         docs = retriever.invoke(question)
         for doc in docs:
             m = doc.metadata
-            why = f" by {m['car_rule']}, superseded by {', '.join(m['car_superseded_by'])}" if m["car_status"] == "superseded" else ""
+            why = (
+                f" by {m['car_rule']}, superseded by {', '.join(m['car_superseded_by'])}"
+                if m["car_status"] == "superseded"
+                else ""
+            )
             voids = "".join(f" (voids {link['doc_id']} by {link['rule']})" for link in m["car_voids"])
             print(f"  {m['car_rank']}. [{m['car_status']}] {doc.id}{why}{voids}")
         print(f"  {authority(docs)}")

@@ -64,11 +64,22 @@ def worker_app() -> Any:
 
     _thread_lock_for_progress_bars()
     settings = WorkerSettings.model_validate_json(os.environ[SETTINGS_ENV])
-    store = CARStore.open(settings.store, authority_url=settings.authority_url, authority_schema=settings.authority_schema,
-                          chroma_timeout_s=settings.chroma_timeout_s)
+    store = CARStore.open(
+        settings.store,
+        authority_url=settings.authority_url,
+        authority_schema=settings.authority_schema,
+        chroma_timeout_s=settings.chroma_timeout_s,
+    )
     keys = load_api_keys(settings.api_keys) if settings.api_keys else None
-    service = Service(store, api_keys=keys, timeout_ms=settings.timeout_ms, insert_window_ms=settings.insert_window_ms,
-                      anchors=settings.anchors, owns_store=True, **settings.retriever_options)  # type: ignore[arg-type]
+    service = Service(
+        store,
+        api_keys=keys,
+        timeout_ms=settings.timeout_ms,
+        insert_window_ms=settings.insert_window_ms,
+        anchors=settings.anchors,
+        owns_store=True,
+        **settings.retriever_options,
+    )  # type: ignore[arg-type]
     return create_app(service, max_body_bytes=settings.max_body_bytes)
 
 
@@ -81,7 +92,6 @@ def run_workers(settings: WorkerSettings, *, host: str, port: int, workers: int,
     os.environ[SETTINGS_ENV] = json.dumps(settings.model_dump())
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
     try:
-        uvicorn.run("car_rag.serve.workers:worker_app", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level)
+        uvicorn.run("car_rag.serve.workers:worker_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
     finally:
         shutil.rmtree(metrics, ignore_errors=True)

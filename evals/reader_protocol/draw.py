@@ -37,7 +37,9 @@ def main() -> None:
         plan["heldout"][suite], plan["outside_sample"][suite] = draw(suite)
     (HERE / "plan.json").write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
     for suite, ids in plan["heldout"].items():  # the form `car-rag eval-llm --query-ids` reads
-        (HERE / f"heldout-{suite}.txt").write_text(f"# held-out sample of {suite} (plan.json, seed {SEED})\n" + "\n".join(ids) + "\n")
+        (HERE / f"heldout-{suite}.txt").write_text(
+            f"# held-out sample of {suite} (plan.json, seed {SEED})\n" + "\n".join(ids) + "\n"
+        )
     print({s: len(v) for s, v in plan["heldout"].items()})
 
 

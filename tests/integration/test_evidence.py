@@ -372,18 +372,28 @@ def test_compact_keeps_a_conflict_group_when_two_records_of_a_scope_are_active()
 
     def packet(pid: str, doc_id: str, status: str, superseded_by: list[AuthorityLink] = ()) -> EvidencePacket:
         return EvidencePacket(
-            evidence_packet_id=pid, corpus_object_id=doc_id, chunk_id=doc_id, doc_type="patch_release", scope=ZIP,
+            evidence_packet_id=pid,
+            corpus_object_id=doc_id,
+            chunk_id=doc_id,
+            doc_type="patch_release",
+            scope=ZIP,
             content=PacketContent(raw_text=doc_id),
             epistemic_metadata=EpistemicMetadata(
-                freshness_status=status, superseded_by=list(superseded_by),
-                conflict_indicators=ConflictIndicators(has_contradiction=status != "active")),
+                freshness_status=status,
+                superseded_by=list(superseded_by),
+                conflict_indicators=ConflictIndicators(has_contradiction=status != "active"),
+            ),
             retrieval_rationale=RetrievalRationale(matched_subquery="q"),
         )
 
     voided = packet("EP-3", "zip-2.3.0", "superseded", [AuthorityLink(doc_id="zip-2.3.4", rule="later_patch", scope=ZIP)])
     both = [packet("EP-1", "zip-2.3.4", "active"), packet("EP-2", "zip-backport", "active"), voided]
     groups = _root(render_audit(both, compact=True)).findall("conflict-group")
-    assert len(groups) == 1 and {m.get("doc-id") for m in groups[0].findall("member")} == {"zip-2.3.4", "zip-backport", "zip-2.3.0"}
+    assert len(groups) == 1 and {m.get("doc-id") for m in groups[0].findall("member")} == {
+        "zip-2.3.4",
+        "zip-backport",
+        "zip-2.3.0",
+    }
     assert not _root(render_audit(both[::2], compact=True)).findall("conflict-group")
 
 
@@ -453,7 +463,9 @@ def test_without_policy_rules_are_named_without_description(retriever: Retriever
 
 
 def test_rules_are_described_by_the_policy_the_result_carries(retriever: Retriever) -> None:
-    (link,) = next(p for p in build_packets(retriever.retrieve(Q_LODASH)) if p.doc_id == "lodash-4.17.12").epistemic_metadata.supersedes
+    (link,) = next(
+        p for p in build_packets(retriever.retrieve(Q_LODASH)) if p.doc_id == "lodash-4.17.12"
+    ).epistemic_metadata.supersedes
     assert link.rule_description == "A patch release fixes the disclosed vulnerability."
 
 
@@ -525,9 +537,9 @@ def test_hidden_record_rules_only_when_a_packet_has_a_hidden_superseder() -> Non
 def test_user_template_fills_only_its_placeholders() -> None:
     template = load_prompt("answer_user")
     assert "{evidence}" in template and "{question}" in template
-    filled = fill_prompt(template, evidence="<evidence packets=\"0\"/> {question}", question="why {evidence}?")
-    assert "<evidence packets=\"0\"/> {question}" in filled and "why {evidence}?" in filled
-    messages = answer_messages("q?", "<evidence packets=\"0\"/>")
+    filled = fill_prompt(template, evidence='<evidence packets="0"/> {question}', question="why {evidence}?")
+    assert '<evidence packets="0"/> {question}' in filled and "why {evidence}?" in filled
+    messages = answer_messages("q?", '<evidence packets="0"/>')
     assert [m["role"] for m in messages] == ["system", "user"] and "q?" in messages[1]["content"]
 
 

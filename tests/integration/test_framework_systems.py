@@ -41,9 +41,7 @@ def test_framework_systems_return_demo_ids(framework_systems, demo_store, demo_q
             assert len(out.doc_ids) == len(set(out.doc_ids)) <= 20
             assert set(out.doc_ids) <= known, (name, set(out.doc_ids) - known)
         # the anchor of an easy question is found: they rank the corpus, not noise
-        hits = sum(
-            q["anchor_doc_ids"][0] in system.run(q["query"]).doc_ids[:5] for q in demo_queries if q.get("anchor_doc_ids")
-        )
+        hits = sum(q["anchor_doc_ids"][0] in system.run(q["query"]).doc_ids[:5] for q in demo_queries if q.get("anchor_doc_ids"))
         assert hits >= len(demo_queries) // 2, (name, hits)
 
 

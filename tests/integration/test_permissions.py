@@ -46,7 +46,8 @@ def test_checker_catches_a_gate_that_is_not_applied(embedder, tmp_path, monkeypa
     """The checker is not vacuous: Stage 2 run without the caller is caught at once."""
     resolve = ControllingAuthorityRetriever.resolve
     monkeypatch.setattr(
-        ControllingAuthorityRetriever, "resolve",
+        ControllingAuthorityRetriever,
+        "resolve",
         lambda self, q, anchors, caller=None, **named: resolve(self, q, anchors, None, **named),
     )
     report = pf.run_fuzz(cases=30, corpora=1, seed=5, embedder=embedder, workdir=tmp_path, corpus_size=(60, 80))
@@ -174,9 +175,7 @@ def test_hidden_middle_of_three_chain_disclosure_superseded_by_final_patch(store
     _assert_no_leak(store, ACME_SEC, xml, result)
     assert "6.2.1" not in xml
     pointers = [c.attrib for c in _packet(xml, "perm-c-disclosure").findall("superseded-by")]
-    assert [(p.get("doc-id"), p.get("controlling"), p.get("hidden")) for p in pointers] == [
-        ("perm-c-patch2", "true", None)
-    ]
+    assert [(p.get("doc-id"), p.get("controlling"), p.get("hidden")) for p in pointers] == [("perm-c-patch2", "true", None)]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -35,9 +35,7 @@ def retrievers(demo_store):
 def results(retrievers, demo_queries):
     """(mode, query_id) -> (query, result), every demo query under every anchor mode."""
     return {
-        (mode, q["query_id"]): (q, retriever.retrieve(q["query"]))
-        for mode, retriever in retrievers.items()
-        for q in demo_queries
+        (mode, q["query_id"]): (q, retriever.retrieve(q["query"])) for mode, retriever in retrievers.items() for q in demo_queries
     }
 
 

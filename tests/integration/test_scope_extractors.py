@@ -39,12 +39,17 @@ def with_extractors(tmp_path, tables: str = EXTRACTORS):
 
 
 DISCLOSURE = {
-    "doc_id": "zlibber-disclosure", "doc_type": "vulnerability_disclosure", "published_at": "2099-01-02",
+    "doc_id": "zlibber-disclosure",
+    "doc_type": "vulnerability_disclosure",
+    "published_at": "2099-01-02",
     "text": "cve-2099-31337: heap overflow in zlibber inflate; crafted streams write past the window buffer.",
     "metadata": {"component": "zlibber"},
 }
 RELEASE = {
-    "doc_id": "zlibber-1.3.2-release", "doc_type": "patch_release", "published_at": "2099-01-20", "version": "1.3.2",
+    "doc_id": "zlibber-1.3.2-release",
+    "doc_type": "patch_release",
+    "published_at": "2099-01-20",
+    "version": "1.3.2",
     "text": "zlibber 1.3.2: window bounds are now checked before every copy. Resolves CVE-2099-31337.",
     "metadata": {"component": "zlibber"},
 }
@@ -152,7 +157,10 @@ def test_an_llm_failure_rejects_that_record_stores_the_others_and_loses_nothing(
         return "not json" if "broken" in messages[-1]["content"] else '{"package": "zlibber"}'
 
     with FakeOpenAIServer(answer=answer) as server:
-        policy = with_extractors(tmp_path, PATTERNS + f'[record_scope.llm]\nbase_url = "{server.base_url}"\nmodel = "fake-scope-model"\nmax_retries = 0\n')
+        policy = with_extractors(
+            tmp_path,
+            PATTERNS + f'[record_scope.llm]\nbase_url = "{server.base_url}"\nmodel = "fake-scope-model"\nmax_retries = 0\n',
+        )
         path = tmp_path / "store"
         held = {**DISCLOSURE, "doc_id": "held", "scope": {"package": "zlibber", "cve_id": "CVE-2099-1"}}
         with CARStore.open(path, policy, embedder=embedder) as store:
@@ -162,7 +170,9 @@ def test_an_llm_failure_rejects_that_record_stores_the_others_and_loses_nothing(
             corpus = write_jsonl(tmp_path / "feed.jsonl", [DISCLOSURE, broken, RELEASE])
             report = store.ingest(corpus, progress=False)
             (error,) = report.errors
-            assert str(error).startswith(f"{corpus}:2: record 'broken-note' field 'scope': LLM scope extractor (fake-scope-model)")
+            assert str(error).startswith(
+                f"{corpus}:2: record 'broken-note' field 'scope': LLM scope extractor (fake-scope-model)"
+            )
             assert sorted(report.added) == ["zlibber-1.3.2-release", "zlibber-disclosure"]
             assert report.newly_superseded == ["zlibber-disclosure"] and report.scope_filled == {"patterns": 2, "llm": 2}
             assert sorted(store.records) == ["held", "zlibber-1.3.2-release", "zlibber-disclosure"]

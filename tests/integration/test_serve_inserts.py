@@ -32,9 +32,16 @@ class IngestCountingStore(CARStore):
         return super().ingest(*args, **kwargs)
 
 
-KEYS = ApiKeys({hash_key(key): ApiKey(name=name, sha256=hash_key(key), tenant=tenant, write=True)
-                for key, name, tenant in (("k-acme", "acme-writer", "acme"), ("k-globex", "globex-writer", "globex"),
-                                          ("k-owner", "owner", None))})
+KEYS = ApiKeys(
+    {
+        hash_key(key): ApiKey(name=name, sha256=hash_key(key), tenant=tenant, write=True)
+        for key, name, tenant in (
+            ("k-acme", "acme-writer", "acme"),
+            ("k-globex", "globex-writer", "globex"),
+            ("k-owner", "owner", None),
+        )
+    }
+)
 PACKAGES = 40
 
 
@@ -43,14 +50,25 @@ def scope(n: int) -> dict[str, str]:
 
 
 def disclosure(n: int, **extra: Any) -> dict[str, Any]:
-    return {"doc_id": f"sec-pkg{n}-disclosure", "doc_type": "vulnerability_disclosure", "scope": scope(n),
-            "text": f"pkg{n}: CVE-2099-3{n:04d} lets a crafted archive write outside the target folder.",
-            "published_at": "2025-01-01", **extra}
+    return {
+        "doc_id": f"sec-pkg{n}-disclosure",
+        "doc_type": "vulnerability_disclosure",
+        "scope": scope(n),
+        "text": f"pkg{n}: CVE-2099-3{n:04d} lets a crafted archive write outside the target folder.",
+        "published_at": "2025-01-01",
+        **extra,
+    }
 
 
 def patch(n: int, **extra: Any) -> dict[str, Any]:
-    return {"doc_id": f"sec-pkg{n}-1.0.1-release", "doc_type": "patch_release", "scope": scope(n),
-            "text": f"pkg{n} 1.0.1: archive paths are normalised before extraction.", "published_at": "2025-02-01", **extra}
+    return {
+        "doc_id": f"sec-pkg{n}-1.0.1-release",
+        "doc_type": "patch_release",
+        "scope": scope(n),
+        "text": f"pkg{n} 1.0.1: archive paths are normalised before extraction.",
+        "published_at": "2025-02-01",
+        **extra,
+    }
 
 
 def edge(n: int) -> dict[str, str]:
@@ -103,9 +121,11 @@ def grouped(service: Service, send: list[Callable[[], Any]]) -> list[Any]:
 def test_concurrent_single_inserts_share_one_store_ingest_and_each_gets_its_own_answer(store):
     service = Service(store, api_keys=KEYS, anchors="bm25")
     requests = [("k-owner", patch(n)) for n in range(6)]
-    requests += [("k-acme", patch(18, tenant="acme")),  # voids acme's own disclosure: shown
-                 ("k-globex", patch(19, tenant="globex")),  # voids acme's disclosure: not shown to globex
-                 ("k-owner", disclosure(7))]  # unchanged, while another request's patch voids it
+    requests += [
+        ("k-acme", patch(18, tenant="acme")),  # voids acme's own disclosure: shown
+        ("k-globex", patch(19, tenant="globex")),  # voids acme's disclosure: not shown to globex
+        ("k-owner", disclosure(7)),
+    ]  # unchanged, while another request's patch voids it
     requests.append(("k-owner", patch(7)))
     with serving(service) as url:
         answers = grouped(service, [lambda key=key, body=body: post(url, key, body) for key, body in requests])
@@ -113,8 +133,14 @@ def test_concurrent_single_inserts_share_one_store_ingest_and_each_gets_its_own_
     assert [a.status_code for a in answers] == [200] * len(requests), [a.text for a in answers]
     bodies = [a.json() for a in answers]
     for n, body in enumerate(bodies[:6]):
-        assert body == {"added": [patch(n)["doc_id"]], "updated": [], "unchanged": 0, "warnings": [],
-                        "newly_superseded": [disclosure(n)["doc_id"]], "new_edges": [edge(n)]}
+        assert body == {
+            "added": [patch(n)["doc_id"]],
+            "updated": [],
+            "unchanged": 0,
+            "warnings": [],
+            "newly_superseded": [disclosure(n)["doc_id"]],
+            "new_edges": [edge(n)],
+        }
     assert bodies[6]["newly_superseded"] == [disclosure(18)["doc_id"]] and bodies[6]["new_edges"] == [edge(18)]
     assert bodies[7]["added"] == [patch(19)["doc_id"]] and bodies[7]["newly_superseded"] == bodies[7]["new_edges"] == []
     assert bodies[8] == {"added": [], "updated": [], "unchanged": 1, "warnings": [], "newly_superseded": [], "new_edges": []}

@@ -360,16 +360,23 @@ def test_replacement_closing_a_cycle_keeps_the_previous_version(fresh_store):
     assert again.unchanged == 1 and again.updated == [] and again.new_edges == []
 
 
-
 def test_an_atomic_batch_with_a_rejected_record_stores_none_of_it(fresh_store):
     store = fresh_store
     edges, before, vectors = edge_set(store), dict(store.records), store.dense.collection.count()
     amended = {**store.get(ZIP_FIRST_FIX).model_dump(mode="json"), "text": "2.3.1 (amended notes)"}
-    fresh = {"doc_id": "sec-axios-cve-2099-10111-disclosure", "text": "CVE-2099-10111: axios leaks proxy credentials.",
-             "doc_type": "vulnerability_disclosure", "scope": {"package": "axios", "cve_id": "CVE-2099-10111"}}
-    cyclic = {"doc_id": "sec-axios-cve-2099-10003-reopened", "text": "CVE-2099-10003 reopened: the 1.7.4 fix is incomplete.",
-              "doc_type": "vulnerability_disclosure", "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
-              "supersedes": [AXIOS_PATCH]}
+    fresh = {
+        "doc_id": "sec-axios-cve-2099-10111-disclosure",
+        "text": "CVE-2099-10111: axios leaks proxy credentials.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "axios", "cve_id": "CVE-2099-10111"},
+    }
+    cyclic = {
+        "doc_id": "sec-axios-cve-2099-10003-reopened",
+        "text": "CVE-2099-10003 reopened: the 1.7.4 fix is incomplete.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
+        "supersedes": [AXIOS_PATCH],
+    }
     bad_field = {**fresh, "doc_id": "sec-bad-date", "published_at": 2024}
 
     for batch, field in (([amended, fresh, cyclic], "supersedes"), ([fresh, bad_field, amended], "published_at")):
@@ -381,6 +388,7 @@ def test_an_atomic_batch_with_a_rejected_record_stores_none_of_it(fresh_store):
 
     report = store.ingest([amended, fresh], progress=False, atomic=True)  # without the bad record: all of it
     assert report.errors == [] and report.updated == [ZIP_FIRST_FIX] and report.added == [fresh["doc_id"]]
+
 
 # --------------------------------------------------------------------------- Chroma batches
 def _generated(n_pairs: int, offset: int = 0) -> list[dict]:
@@ -581,9 +589,12 @@ def test_lexical_search_equals_a_full_sort_of_positive_scores(backend):
     words = ["alpha", "beta", "gamma", "delta", "the"]
 
     @settings(max_examples=80, deadline=None)
-    @given(texts=st.lists(st.lists(st.sampled_from(words), max_size=6).map(" ".join), min_size=1, max_size=40),
-           query=st.lists(st.sampled_from(words + ["zeta"]), min_size=1, max_size=3).map(" ".join),
-           k=st.integers(1, 12), seed=st.integers(0, 2**16))
+    @given(
+        texts=st.lists(st.lists(st.sampled_from(words), max_size=6).map(" ".join), min_size=1, max_size=40),
+        query=st.lists(st.sampled_from(words + ["zeta"]), min_size=1, max_size=3).map(" ".join),
+        k=st.integers(1, 12),
+        seed=st.integers(0, 2**16),
+    )
     def check(texts, query, k, seed):
         index = make_lexical_index(backend)
         index.build([f"d{i}" for i in range(len(texts))], texts)
@@ -599,8 +610,12 @@ def test_lexical_search_equals_a_full_sort_of_positive_scores(backend):
 def test_reingest_after_a_crash_between_vectors_and_records_clears_stale_metadata(tmp_path, security_policy, embedder):
     path = tmp_path / "store"
     store = CARStore.open(path, security_policy, embedder=embedder)
-    record = {"doc_id": "adv-1", "text": "Heap overflow in the parser.", "doc_type": "vulnerability_disclosure",
-              "scope": {"package": "parsekit", "cve_id": "CVE-2099-40001"}}
+    record = {
+        "doc_id": "adv-1",
+        "text": "Heap overflow in the parser.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "parsekit", "cve_id": "CVE-2099-40001"},
+    }
     # The vectors of a first version were written, then the process died before the records
     # table was: Chroma holds the id with scope keys the record (as re-sent) no longer has.
     stale = {**chroma_metadata(Record(**record)), "cve_id": "CVE-2099-49999", "component": "lexer"}
@@ -634,8 +649,10 @@ def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, sec
     import sqlite3
 
     store = CARStore.open(tmp_path / "s", security_policy, embedder=embedder)
-    store.ingest([{"doc_id": "old", "text": "x", "doc_type": "vulnerability_disclosure", "scope": {"package": "p", "cve_id": "CVE-1"}}],
-                 progress=False)
+    store.ingest(
+        [{"doc_id": "old", "text": "x", "doc_type": "vulnerability_disclosure", "scope": {"package": "p", "cve_id": "CVE-1"}}],
+        progress=False,
+    )
     store.close()
     # As if written before empty scope values were rejected.
     db = sqlite3.connect(tmp_path / "s" / "records.sqlite")
@@ -651,8 +668,12 @@ def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, sec
 # --------------------------------------------------------------------------- edge confidence
 WEAK = [
     {"doc_id": "memo-1", "text": "The first travel memo.", "doc_type": "memo"},
-    {"doc_id": "memo-2", "text": "A later travel memo.", "doc_type": "memo",
-     "supersedes": [{"id": "memo-1", "confidence": 0.35}]},
+    {
+        "doc_id": "memo-2",
+        "text": "A later travel memo.",
+        "doc_type": "memo",
+        "supersedes": [{"id": "memo-1", "confidence": 0.35}],
+    },
 ]
 
 
@@ -697,15 +718,30 @@ def test_disputed_pairs_are_persisted_and_read_back(tmp_path, embedder):
 
     policy = load_policy("legal-precedent")
     rulings = [
-        {"doc_id": "supreme-2001", "text": "The supreme court holds X.", "doc_type": "ruling", "published_at": "2001-01-01",
-         "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "supreme"}},
-        {"doc_id": "district-2010", "text": "The district court overrules X.", "doc_type": "overruling",
-         "published_at": "2010-01-01", "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "district"}},
+        {
+            "doc_id": "supreme-2001",
+            "text": "The supreme court holds X.",
+            "doc_type": "ruling",
+            "published_at": "2001-01-01",
+            "scope": {"case": "c1", "question_id": "Q1"},
+            "metadata": {"court_level": "supreme"},
+        },
+        {
+            "doc_id": "district-2010",
+            "text": "The district court overrules X.",
+            "doc_type": "overruling",
+            "published_at": "2010-01-01",
+            "scope": {"case": "c1", "question_id": "Q1"},
+            "metadata": {"court_level": "district"},
+        },
     ]
     with CARStore.open(tmp_path / "store", policy, embedder=embedder) as store:
         store.ingest(rulings, progress=False)
         disputed = sorted(store.graph.disputed_edges(), key=lambda e: e.superseder)
-        assert [(e.superseder, e.target) for e in disputed] == [("district-2010", "supreme-2001"), ("supreme-2001", "district-2010")]
+        assert [(e.superseder, e.target) for e in disputed] == [
+            ("district-2010", "supreme-2001"),
+            ("supreme-2001", "district-2010"),
+        ]
     with CARStore.open(tmp_path / "store", embedder=embedder) as reopened:
         assert sorted(reopened.graph.disputed_edges(), key=lambda e: e.superseder) == disputed
         assert reopened.graph.edges() == []

@@ -21,8 +21,28 @@ from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore
 from helpers_records import day, edge_set
 
-WORDS = ["overflow", "heap", "patch", "release", "token", "parser", "remote", "crash", "fix", "the", "a", "cache",
-         "session", "leak", "header", "proxy", "bypass", "auth", "upgrade", "notes"]
+WORDS = [
+    "overflow",
+    "heap",
+    "patch",
+    "release",
+    "token",
+    "parser",
+    "remote",
+    "crash",
+    "fix",
+    "the",
+    "a",
+    "cache",
+    "session",
+    "leak",
+    "header",
+    "proxy",
+    "bypass",
+    "auth",
+    "upgrade",
+    "notes",
+]
 texts = st.lists(st.sampled_from(WORDS + ["CVE-2024-0001", "x1", "ünïcode", ""]), min_size=0, max_size=12).map(" ".join)
 
 
@@ -33,8 +53,12 @@ def _bm25s_scores(ids: list[str], docs: list[str], query: str) -> np.ndarray:
 
 
 @settings(max_examples=60, deadline=None)
-@given(docs=st.lists(texts, min_size=1, max_size=30), split=st.integers(0, 30), step=st.integers(1, 5),
-       query=st.lists(st.sampled_from(WORDS + ["unknownword"]), min_size=1, max_size=4).map(" ".join))
+@given(
+    docs=st.lists(texts, min_size=1, max_size=30),
+    split=st.integers(0, 30),
+    step=st.integers(1, 5),
+    query=st.lists(st.sampled_from(WORDS + ["unknownword"]), min_size=1, max_size=4).map(" ".join),
+)
 def test_incremental_bm25_scores_as_a_fresh_bm25s_build(docs: list[str], split: int, step: int, query: str) -> None:
     ids = [f"d{i}" for i in range(len(docs))]
     index = make_lexical_index("bm25-incremental")
@@ -69,14 +93,19 @@ def _search_fresh(ids, docs, query):
 
 # --------------------------------------------------------------------------- live store
 
+
 def _record(i: int, kind: str, package: str, cve: str, at: int, supersedes: list[str] | None = None) -> dict:
     text = {
         "vulnerability_disclosure": f"{cve}: remote heap overflow in {package} lets attackers crash the parser",
         "patch_release": f"Release notes {at}: performance work, refreshed docs and dependency upgrades",
     }[kind]
     return {
-        "doc_id": f"{package}:{kind}:{i}", "text": text, "doc_type": kind, "published_at": day(at).isoformat(),
-        "scope": {"package": package, "cve_id": cve}, **({"supersedes": supersedes} if supersedes else {}),
+        "doc_id": f"{package}:{kind}:{i}",
+        "text": text,
+        "doc_type": kind,
+        "published_at": day(at).isoformat(),
+        "scope": {"package": package, "cve_id": cve},
+        **({"supersedes": supersedes} if supersedes else {}),
     }
 
 
@@ -119,7 +148,9 @@ def test_a_store_reopened_after_unsaved_inserts_catches_its_index_up(tmp_path, s
     assert reopened.lexical.doc_ids == [r["doc_id"] for r in first] + [late["doc_id"]]
     ids = reopened.lexical.doc_ids
     texts = [reopened.records[d].text for d in ids]
-    np.testing.assert_allclose(reopened.lexical.scores("pkg3 release notes"), _bm25s_scores(ids, texts, "pkg3 release notes"), rtol=1e-5)
+    np.testing.assert_allclose(
+        reopened.lexical.scores("pkg3 release notes"), _bm25s_scores(ids, texts, "pkg3 release notes"), rtol=1e-5
+    )
     assert reopened.graph.is_superseded(first[3]["doc_id"])
     reopened.close()
     store.close()
@@ -147,8 +178,9 @@ def test_a_store_killed_while_saving_its_index_reopens_with_a_right_one(tmp_path
     ids = [r["doc_id"] for r in first + more]
     assert reopened.lexical.doc_ids == ids
     texts = [reopened.records[d].text for d in ids]
-    np.testing.assert_allclose(reopened.lexical.scores("pkg3 release notes"), _bm25s_scores(ids, texts, "pkg3 release notes"),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        reopened.lexical.scores("pkg3 release notes"), _bm25s_scores(ids, texts, "pkg3 release notes"), rtol=1e-5
+    )
     reopened.close()
 
 
@@ -212,7 +244,9 @@ def test_interleaved_inserts_and_queries_match_a_rebuild_after_every_step(
 def test_queries_during_inserts_never_see_half_an_insert(tmp_path_factory, security_policy, embedder) -> None:
     store = _live_store(tmp_path_factory, security_policy, embedder)
     chains = 6
-    store.ingest([_record(c, "vulnerability_disclosure", f"lib{c}", f"CVE-2024-{2000 + c}", c) for c in range(chains)], progress=False)
+    store.ingest(
+        [_record(c, "vulnerability_disclosure", f"lib{c}", f"CVE-2024-{2000 + c}", c) for c in range(chains)], progress=False
+    )
     retriever = ControllingAuthorityRetriever(store, anchors="hybrid", k1=10, depth=30)
     stop = threading.Event()
     problems: list[str] = []
@@ -249,7 +283,9 @@ def test_queries_during_inserts_never_see_half_an_insert(tmp_path_factory, secur
     writing.set()
     for step in range(1, 5):
         for c in range(chains):
-            store.ingest([_record(10 * step + c, "patch_release", f"lib{c}", f"CVE-2024-{2000 + c}", 10 * step + c)], progress=False)
+            store.ingest(
+                [_record(10 * step + c, "patch_release", f"lib{c}", f"CVE-2024-{2000 + c}", 10 * step + c)], progress=False
+            )
     writing.clear()
     stop.set()
     for t in threads:

@@ -170,8 +170,14 @@ def test_hidden_superseder_never_names_it() -> None:
 def test_instructions_never_appear_in_the_evidence_xml() -> None:
     linked = AuthorityLink(doc_id="old", doc_type="note", rule="explicit")
     active = _packet("plain text", supersedes=[linked], scope={"document": "d"})
-    stale = _packet("old text", doc_id="old", packet_id="EP-2", status="superseded", scope={"document": "d"},
-                    superseded_by=[AuthorityLink(doc_id="doc-1", doc_type="note", rule="explicit")])
+    stale = _packet(
+        "old text",
+        doc_id="old",
+        packet_id="EP-2",
+        status="superseded",
+        scope={"document": "d"},
+        superseded_by=[AuthorityLink(doc_id="doc-1", doc_type="note", rule="explicit")],
+    )
     hidden = _packet("older", doc_id="older", packet_id="EP-3", status="superseded", hidden=True)
     out = render_audit([active, stale, hidden], token_budget=80)
     lowered = out.lower()

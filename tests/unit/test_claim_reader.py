@@ -11,15 +11,32 @@ from car_rag.policy import Policy
 
 SECURITY = ClaimReader(Policy(name="t", scope_keys=("s",), vocabulary=("security",)))
 # drug-like states without claims or terms: the label is the only word for each
-LABELS_ONLY = ClaimReader(Policy(name="t", scope_keys=("s",), states={
-    "recalled": {"doc_types": ["recall"], "label": "recalled"},
-    "approved": {"doc_types": ["drug_label"], "label": "approved", "opposite": "recalled"},
-}))
+LABELS_ONLY = ClaimReader(
+    Policy(
+        name="t",
+        scope_keys=("s",),
+        states={
+            "recalled": {"doc_types": ["recall"], "label": "recalled"},
+            "approved": {"doc_types": ["drug_label"], "label": "approved", "opposite": "recalled"},
+        },
+    )
+)
 # a state with claims of its own and no terms: its label is neither a claim nor a term
-CLAIMS_ONLY = ClaimReader(Policy(name="t", scope_keys=("s",), states={
-    "approved": {"doc_types": ["drug_label"], "label": "approved", "claims": [r"\bstill approved\b"], "opposite": "recalled"},
-    "recalled": {"doc_types": ["recall"], "label": "recalled"},
-}))
+CLAIMS_ONLY = ClaimReader(
+    Policy(
+        name="t",
+        scope_keys=("s",),
+        states={
+            "approved": {
+                "doc_types": ["drug_label"],
+                "label": "approved",
+                "claims": [r"\bstill approved\b"],
+                "opposite": "recalled",
+            },
+            "recalled": {"doc_types": ["recall"], "label": "recalled"},
+        },
+    )
+)
 
 
 def _reads(reader: ClaimReader, text: str) -> tuple[list[str], str | None, list[tuple[str, str]]]:

@@ -39,8 +39,11 @@ def test_only_car_rag_postgres_requires_the_postgres_extra() -> None:
         for folder in ("car_rag", "car_rag_evals")
         for path in sorted((root / folder).rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require" and len(node.args) > 1
-        and isinstance(node.args[1], ast.Constant) and node.args[1].value == "postgres"
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "require"
+        and len(node.args) > 1
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value == "postgres"
     ]
     assert calls and all(path.startswith("car_rag/postgres/") for path in calls), calls
 

@@ -75,10 +75,16 @@ def test_policy_without_states_still_guards_citations_and_versions() -> None:
     assert plain.judged and not plain.flagged
 
 
-@pytest.mark.parametrize("answer, reason", [
-    ("", "empty"), ("   \n", "empty"), (None, "not text"), (42, "not text"),
-    ("La vulnerabilidad todavía no está corregida en ninguna versión publicada.", "English"),
-])
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        ("", "empty"),
+        ("   \n", "empty"),
+        (None, "not text"),
+        (42, "not text"),
+        ("La vulnerabilidad todavía no está corregida en ninguna versión publicada.", "English"),
+    ],
+)
 def test_cannot_judge_instead_of_raising(answer: object, reason: str) -> None:
     report = _guard("security-advisory", answer)
     assert not report.judged and reason in report.reason and not report.flagged

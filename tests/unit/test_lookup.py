@@ -12,7 +12,16 @@ import pytest
 
 import car_rag
 from car_rag import CallerContext, Record, load_policy, load_records
-from car_rag.adapters import LAYOUT_VERSION, Anchor, AuthorityGraph, DictStore, LayoutError, RecordLayout, ScopeQuery, resolve_authority
+from car_rag.adapters import (
+    LAYOUT_VERSION,
+    Anchor,
+    AuthorityGraph,
+    DictStore,
+    LayoutError,
+    RecordLayout,
+    ScopeQuery,
+    resolve_authority,
+)
 from car_rag.annotations import annotations_for, result_from_annotations
 from car_rag.lookup import minimal_queries
 
@@ -52,7 +61,9 @@ def test_demo_queries_with_named_scopes_resolve_as_over_the_whole_graph():
 
 
 def _rec(doc_id, doc_type, scope, day, **fields):
-    return Record(doc_id=doc_id, text=f"text {doc_id}", doc_type=doc_type, scope=scope, published_at=f"2024-01-{day:02d}", **fields)
+    return Record(
+        doc_id=doc_id, text=f"text {doc_id}", doc_type=doc_type, scope=scope, published_at=f"2024-01-{day:02d}", **fields
+    )
 
 
 SEC = load_policy("security-advisory")
@@ -126,10 +137,20 @@ def test_queries_collapse_and_naming_queries_stay_apart():
 
 
 FULL = Record(
-    doc_id="r-1", text="Release 9.9.9.", doc_type="patch_release", scope={"package": "pkg", "cve_id": "CVE-2099-1"},
-    published_at="2024-01-02T03:04:05+00:00", effective_at="2024-01-05", version="9.9.9", source="notes",
-    uri="https://example.invalid/r-1", authority=0.5, tenant="acme", allowed_principals=["a", "b"],
-    supersedes=["r-0"], metadata={"section": "2.1", "tags": ["x"]},
+    doc_id="r-1",
+    text="Release 9.9.9.",
+    doc_type="patch_release",
+    scope={"package": "pkg", "cve_id": "CVE-2099-1"},
+    published_at="2024-01-02T03:04:05+00:00",
+    effective_at="2024-01-05",
+    version="9.9.9",
+    source="notes",
+    uri="https://example.invalid/r-1",
+    authority=0.5,
+    tenant="acme",
+    allowed_principals=["a", "b"],
+    supersedes=["r-0"],
+    metadata={"section": "2.1", "tags": ["x"]},
 )
 
 
@@ -172,7 +193,11 @@ def test_annotations_rebuild_the_result_they_describe():
     assert [r.stage1.rank if r.stage1 else None for r in back] == [r.stage1.rank if r.stage1 else None for r in result]
     by_id = {record.doc_id: meta for record, meta in annotated}
     assert by_id["fix-2"]["car_voids"][1] == {
-        "doc_id": "fix-1", "rule": "later_patch", "doc_type": "patch_release", "version": "1.0.1", "scope": LODASH,
+        "doc_id": "fix-1",
+        "rule": "later_patch",
+        "doc_type": "patch_release",
+        "version": "1.0.1",
+        "scope": LODASH,
         "status": "superseded",
     }
     cut = result_from_annotations(annotated[:1], query="q", policy=SEC, linked=True)
@@ -189,8 +214,13 @@ def test_a_layout_1_record_still_reads_and_layout_2_carries_edge_confidence():
     layout = RecordLayout()
     old = {"doc_id": "d", "doc_type": "patch_release", "car_layout": 1, "package": "p", "cve_id": "CVE-1", "supersedes": '["x"]'}
     assert list(layout.record(old, "text", SEC).supersedes) == ["x"]
-    weak = Record(doc_id="w", text="t", doc_type="patch_release", scope={"package": "p", "cve_id": "CVE-1"},
-                  supersedes=[{"id": "x", "confidence": 0.4}])
+    weak = Record(
+        doc_id="w",
+        text="t",
+        doc_type="patch_release",
+        scope={"package": "p", "cve_id": "CVE-1"},
+        supersedes=[{"id": "x", "confidence": 0.4}],
+    )
     meta = layout.metadata(weak)
     assert meta["car_layout"] == LAYOUT_VERSION == 2
     assert layout.record(meta, "t", SEC).supersedes_confidence == {"x": 0.4}

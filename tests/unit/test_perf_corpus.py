@@ -43,9 +43,20 @@ def test_the_generalised_perf_policy_exercises_levels_disputes_and_confidences()
     assert policy.rule("patch_fixes_disclosure").confidence == 0.8 and "higher_source" in policy.hierarchical_rules
     scope = {"package": "p", "cve_id": "CVE-1"}
     graph = AuthorityGraph(policy)
-    for doc_id, doc_type, day, level in (("d", "vulnerability_disclosure", 1, None), ("vendor", "patch_release", 2, "vendor"),
-                                         ("community", "patch_release", 3, "community")):
-        graph.add(Record(doc_id=doc_id, text=doc_id, doc_type=doc_type, scope=scope, published_at=f"2024-01-0{day}",
-                         metadata={"source_level": level} if level else {}))
+    for doc_id, doc_type, day, level in (
+        ("d", "vulnerability_disclosure", 1, None),
+        ("vendor", "patch_release", 2, "vendor"),
+        ("community", "patch_release", 3, "community"),
+    ):
+        graph.add(
+            Record(
+                doc_id=doc_id,
+                text=doc_id,
+                doc_type=doc_type,
+                scope=scope,
+                published_at=f"2024-01-0{day}",
+                metadata={"source_level": level} if level else {},
+            )
+        )
     assert {(e.superseder, e.target) for e in graph.disputed_edges()} == {("vendor", "community"), ("community", "vendor")}
     assert {e.confidence for e in graph.superseders("d")} == {0.8}

@@ -363,8 +363,9 @@ def test_order_higher_version():
     assert not rule.fires(v(1, "2.0"), rec("n", "policy_doc", scope={"document": "HR"}))  # target has no version
     assert not rule.fires(rec("n", "policy_doc", scope={"document": "HR"}), v(2, "1.0"))
     # version order does not look at dates
-    assert rule.fires(rec("a", "x", at=1, version="3", scope={"document": "HR"}),
-                      rec("b", "x", at=9, version="2", scope={"document": "HR"}))
+    assert rule.fires(
+        rec("a", "x", at=1, version="3", scope={"document": "HR"}), rec("b", "x", at=9, version="2", scope={"document": "HR"})
+    )
 
 
 def test_edges_between_lists_explicit_first_then_rules():

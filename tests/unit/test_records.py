@@ -333,7 +333,8 @@ def test_records_with_an_empty_scope_value_cannot_be_linked_by_a_rule(tmp_path):
     report = load_records(path)
     assert report.records == []
     assert [(e.line, e.doc_id, e.field) for e in report.errors] == [
-        (1, "disclosure", "scope.package"), (2, "unrelated-patch", "scope.package")
+        (1, "disclosure", "scope.package"),
+        (2, "unrelated-patch", "scope.package"),
     ]
 
 
@@ -370,7 +371,9 @@ def test_iso_dates_and_datetime_objects_are_still_accepted(value, expected):
 
 def test_numeric_date_in_a_corpus_names_line_record_and_field(tmp_path):
     path = tmp_path / "c.jsonl"
-    path.write_text(json.dumps(_good("ok", published_at="2024-01-01")) + "\n" + json.dumps(_good("year", published_at=2024)) + "\n")
+    path.write_text(
+        json.dumps(_good("ok", published_at="2024-01-01")) + "\n" + json.dumps(_good("year", published_at=2024)) + "\n"
+    )
     report = load_records(path)
     assert [r.doc_id for r in report.records] == ["ok"]
     [err] = report.errors

@@ -37,8 +37,9 @@ def test_the_scope_cap_keeps_the_newest_records_of_the_named_scope() -> None:
 def test_the_scope_cap_counts_only_records_the_caller_may_read() -> None:
     readable = [rec(f"n{day:02d}", at=day, scope=TOPIC) for day in range(10)]
     private = [rec(f"p{day:02d}", at=day, scope=TOPIC, tenant="acme") for day in range(10, 20)]  # newer, not globex's
-    result = resolve_authority(_graph(readable + private), UNRULED, "q", [], CallerContext("globex"),
-                               scope_ids={"topic": ["t1"]}, scope_lookup_limit=5)
+    result = resolve_authority(
+        _graph(readable + private), UNRULED, "q", [], CallerContext("globex"), scope_ids={"topic": ["t1"]}, scope_lookup_limit=5
+    )
     assert sorted(r.doc_id for r in result) == [f"n{day:02d}" for day in range(5, 10)]
 
 
@@ -62,8 +63,10 @@ def test_an_edge_exactly_at_the_threshold_is_followed_and_voids() -> None:
     ],
 )
 def test_a_hidden_superseder_voids_only_at_the_threshold(confidence: float, status: str, hidden: bool) -> None:
-    records = [rec("public", at=1, scope=TOPIC),
-               rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=[{"id": "public", "confidence": confidence}])]
+    records = [
+        rec("public", at=1, scope=TOPIC),
+        rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=[{"id": "public", "confidence": confidence}]),
+    ]
     result = resolve_authority(_graph(records), UNRULED, "q", [Anchor("public", 1)], CallerContext("globex"), min_confidence=TAU)
     assert [r.doc_id for r in result] == ["public"]  # the caller never sees the other
     public = result.get("public")

@@ -36,7 +36,13 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import InMemoryVectorStore
 
 __all__ = [
-    "ChromaLookup", "DocumentListLookup", "InMemoryLookup", "MetadataLookup", "PGVectorLookup", "WhereStore", "as_lookup",
+    "ChromaLookup",
+    "DocumentListLookup",
+    "InMemoryLookup",
+    "MetadataLookup",
+    "PGVectorLookup",
+    "WhereStore",
+    "as_lookup",
     "matches_where",
 ]
 

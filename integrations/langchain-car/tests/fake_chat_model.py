@@ -45,7 +45,9 @@ class FakeEvidenceChatModel(BaseChatModel):
             if root.find("packet") is not None or root.find("digest") is not None:  # reader-first form
                 packets = list(root.iter("packet"))
                 active = [f"[{p.get('id')}]" for p in packets if p.get("status") == "current"]
-                stale = [f"[{p.get('id')}] is superseded by {p.get('replaced-by')}" for p in packets if p.get("status") == "replaced"]
+                stale = [
+                    f"[{p.get('id')}] is superseded by {p.get('replaced-by')}" for p in packets if p.get("status") == "replaced"
+                ]
             else:
                 packets = list(root.iter("evidence-packet"))
                 active = [f"{p.get('doc-id')} [{p.get('id')}]" for p in packets if p.get("status") == "active"]

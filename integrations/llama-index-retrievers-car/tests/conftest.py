@@ -34,6 +34,7 @@ DATA = Path(__file__).resolve().parent / "data"
 CORPORA = Path(__file__).resolve().parents[4] / "shared" / "data" / "car-benchmarks" / "corpora"
 """The CAR benchmark corpora (``../shared`` beside the repository); tests using them skip without."""
 
+
 @pytest.fixture(scope="session")
 def policy() -> Policy:
     return load_policy(POLICY)

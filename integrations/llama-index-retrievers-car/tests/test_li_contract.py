@@ -62,7 +62,9 @@ def test_prompt_is_a_chat_template_and_the_hidden_rule_is_sent_only_when_needed(
     assert isinstance(evidence_prompt_template(), ChatPromptTemplate)
     base = index.as_retriever(similarity_top_k=1)
     synthesizer = EvidenceSynthesizer(llm=fake_llm, policy=policy, form="reader")
-    RetrieverQueryEngine(retriever=CARRetriever(base, index.vector_store, policy), response_synthesizer=synthesizer).query(VAULT_Q)
+    RetrieverQueryEngine(retriever=CARRetriever(base, index.vector_store, policy), response_synthesizer=synthesizer).query(
+        VAULT_Q
+    )
     assert HIDDEN_RULE not in fake_llm.prompts[-1]
     outsider = CARRetriever(base, index.vector_store, policy, caller=CallerContext("other-co", {"dev"}))
     RetrieverQueryEngine(retriever=outsider, response_synthesizer=synthesizer).query(VAULT_Q)

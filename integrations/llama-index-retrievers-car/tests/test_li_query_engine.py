@@ -134,7 +134,9 @@ def test_retrieved_text_cannot_break_out_of_its_packet(policy, records):
 def test_plain_nodes_are_resolved_among_themselves(nodes, policy):
     picked = [n for n in nodes if n.node_id.startswith("adv-tarnish")]
     plain = TextNode(text="Unrelated note.", id_="note")
-    xml = render_evidence("tarnish", [NodeWithScore(node=n, score=1.0) for n in picked] + [NodeWithScore(node=plain)], policy, form="audit")
+    xml = render_evidence(
+        "tarnish", [NodeWithScore(node=n, score=1.0) for n in picked] + [NodeWithScore(node=plain)], policy, form="audit"
+    )
     status = {p.get("doc-id"): p.get("status") for p in ET.fromstring(xml).iter("evidence-packet")}
     assert status == {
         "adv-tarnish-1.4.5-release": "active",

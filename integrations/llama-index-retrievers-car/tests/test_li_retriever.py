@@ -65,7 +65,9 @@ def test_retriever_puts_the_fix_first_and_marks_the_disclosure(index, policy):
     assert disclosure[CAR_STATUS] == "superseded"
     assert disclosure[CAR_SUPERSEDED_BY] == ["adv-yamlette-2.0.1-release"]
     assert disclosure[CAR_RULE] == "patch_fixes_disclosure"
-    assert [(e["doc_id"], e["rule"]) for e in disclosure[CAR_VOIDED_BY]] == [("adv-yamlette-2.0.1-release", "patch_fixes_disclosure")]
+    assert [(e["doc_id"], e["rule"]) for e in disclosure[CAR_VOIDED_BY]] == [
+        ("adv-yamlette-2.0.1-release", "patch_fixes_disclosure")
+    ]
     assert disclosure[CAR_STAGE1_RANK] == 1 and isinstance(disclosure[CAR_STAGE1_SCORE], float)
     # superseded records come after every active one, nothing is dropped
     statuses = [n.node.metadata[CAR_STATUS] for n in nodes]
@@ -239,8 +241,14 @@ def test_explicit_edge_from_another_scope_is_found(policy, records):
     from car_rag import Record
     from llama_index.retrievers.car import records_to_nodes
 
-    bulletin = Record(doc_id="vendor-bulletin", text="Vendor bulletin 12.", doc_type="vendor_bulletin",
-                      scope={"package": "elsewhere"}, published_at="2030-01-01", supersedes=["adv-yamlette-disclosure"])
+    bulletin = Record(
+        doc_id="vendor-bulletin",
+        text="Vendor bulletin 12.",
+        doc_type="vendor_bulletin",
+        scope={"package": "elsewhere"},
+        published_at="2030-01-01",
+        supersedes=["adv-yamlette-disclosure"],
+    )
     pool = records_to_nodes([*records, bulletin])
     stage1 = [NodeWithScore(node=n, score=1.0) for n in pool if n.node_id == "adv-yamlette-disclosure"]
     meta = by_id(CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes)
@@ -259,8 +267,14 @@ def test_an_ambiguous_question_carries_its_ambiguity_and_scope_probabilities(emb
         Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure", scope={"package": pkg, "cve_id": cve})
         for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002"))
     ]
-    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
-                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+    records.append(
+        Record(
+            doc_id="alpha-utils-p",
+            text="Release 3.1.0: maintenance.",
+            doc_type="patch_release",
+            scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"},
+        )
+    )
     index = VectorStoreIndex(records_to_nodes(records), embed_model=embed_model)
     retriever = CARRetriever.from_index(index, load_policy("security-advisory"), similarity_top_k=2)
     nodes = retriever.retrieve("Has the prototype pollution in merge been fixed?")

@@ -58,7 +58,9 @@ def test_bm25_stage1_gives_the_same_records_and_the_same_evidence(core_store, qu
 
 def test_dense_stage1_gives_the_same_records(core_store, queries) -> None:
     chroma = stores.demo_chroma()
-    wrapped = CARRetriever(base_retriever=chroma.as_retriever(search_kwargs={"k": 10}), store=chroma, policy=stores.demo_policy(), k=5)
+    wrapped = CARRetriever(
+        base_retriever=chroma.as_retriever(search_kwargs={"k": 10}), store=chroma, policy=stores.demo_policy(), k=5
+    )
     core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
     for q in queries:
         expected = core.retrieve(q["query"])

@@ -151,11 +151,23 @@ def test_stage1_document_with_bad_car_metadata_is_passed_through_with_a_warning(
 
 
 def test_caller_gate() -> None:
-    disclosure = Record(doc_id="d", text="timing side channel token recovery vaultkit", doc_type="vulnerability_disclosure",
-                        scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-01-01")
-    fix = Record(doc_id="f", text="release 3.1.0 constant time compare", doc_type="patch_release", version="3.1.0",
-                 scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-02-01",
-                 tenant="acme", allowed_principals=["security-team"])
+    disclosure = Record(
+        doc_id="d",
+        text="timing side channel token recovery vaultkit",
+        doc_type="vulnerability_disclosure",
+        scope={"package": "vaultkit", "cve_id": "CVE-2099-1"},
+        published_at="2024-01-01",
+    )
+    fix = Record(
+        doc_id="f",
+        text="release 3.1.0 constant time compare",
+        doc_type="patch_release",
+        version="3.1.0",
+        scope={"package": "vaultkit", "cve_id": "CVE-2099-1"},
+        published_at="2024-02-01",
+        tenant="acme",
+        allowed_principals=["security-team"],
+    )
     docs = [record_to_document(disclosure), record_to_document(fix)]
     stage1 = KeywordRetriever(documents=docs[:1])
     query = "vaultkit timing side channel token recovery"
@@ -177,11 +189,13 @@ def test_doc_id_key_and_its_deprecated_alias() -> None:
 
 
 def test_unusable_stage2_documents_are_skipped_with_a_warning() -> None:
-    broken = Document(id="junk", page_content="?", metadata={"package": "lodash", "cve_id": "CVE-2099-20001", "doc_type": "patch_release", "authority": 7.0})
-    docs = DOCS + [broken]
-    retriever = CARRetriever(
-        base_retriever=KeywordRetriever(documents=DOCS), store=DocumentListLookup(docs), policy=POLICY
+    broken = Document(
+        id="junk",
+        page_content="?",
+        metadata={"package": "lodash", "cve_id": "CVE-2099-20001", "doc_type": "patch_release", "authority": 7.0},
     )
+    docs = DOCS + [broken]
+    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), store=DocumentListLookup(docs), policy=POLICY)
     with pytest.warns(UserWarning, match="unusable document"):
         out = retriever.invoke(QUERY)
     assert out[0].id == SUPERSEDER

@@ -87,8 +87,7 @@ class VectorStoreAuthorityLookup(AuthorityStore):
 
     def _group_filter(self, queries: Sequence[ScopeQuery]) -> MetadataFilters:
         filters: list[MetadataFilter | MetadataFilters] = [
-            _condition(key, sorted({q.scope[position][1] for q in queries}))
-            for position, (key, _) in enumerate(queries[0].scope)
+            _condition(key, sorted({q.scope[position][1] for q in queries})) for position, (key, _) in enumerate(queries[0].scope)
         ]
         if queries[0].doc_types is not None:
             filters.append(_condition(self.layout.doc_type_key, queries[0].doc_types))
@@ -123,7 +122,8 @@ class VectorStoreAuthorityLookup(AuthorityStore):
     def _refused(self, exc: Exception) -> None:
         logger.warning(
             "car-rag: %s cannot filter list metadata (%s); explicit supersession edges are found within a scope only",
-            type(self.vector_store).__name__, exc,
+            type(self.vector_store).__name__,
+            exc,
         )
         self.lists_filterable = False
 

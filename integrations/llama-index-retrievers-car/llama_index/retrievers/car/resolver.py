@@ -20,8 +20,20 @@ from car_rag import CallerContext, Policy, RetrievalResult
 from car_rag.adapters import Anchor, AuthorityClosure, AuthorityStore, LayoutError
 from car_rag.annotations import annotations_for, result_from_annotations, unresolved_annotations
 from car_rag.layout import (
-    CAR_AMBIGUITY, CAR_ANCHOR_ID, CAR_ANNOTATION_KEYS, CAR_HIDDEN_SUPERSEDER, CAR_RANK, CAR_ROLE, CAR_RULE, CAR_STAGE1_RANK,
-    CAR_SCOPE_PROBABILITY, CAR_STAGE1_SCORE, CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDED_BY, CAR_VOIDS,
+    CAR_AMBIGUITY,
+    CAR_ANCHOR_ID,
+    CAR_ANNOTATION_KEYS,
+    CAR_HIDDEN_SUPERSEDER,
+    CAR_RANK,
+    CAR_ROLE,
+    CAR_RULE,
+    CAR_STAGE1_RANK,
+    CAR_SCOPE_PROBABILITY,
+    CAR_STAGE1_SCORE,
+    CAR_STATUS,
+    CAR_SUPERSEDED_BY,
+    CAR_VOIDED_BY,
+    CAR_VOIDS,
 )
 from car_rag.lookup import aresolve_closure, resolve_closure
 from car_rag.resolution import RetrievedRecord
@@ -33,9 +45,24 @@ from llama_index.retrievers.car.layout import LLAMA_INDEX_KEYS, MetadataLayout, 
 from llama_index.retrievers.car.lookup import NodeAuthorityLookup
 
 __all__ = [
-    "AuthorityResolver", "CARResolutionEvent", "CAR_AMBIGUITY", "CAR_ANCHOR_ID", "CAR_HIDDEN_SUPERSEDER", "CAR_KEYS", "CAR_RANK", "CAR_ROLE", "CAR_RULE",
-    "CAR_SCOPE_PROBABILITY", "CAR_STAGE1_RANK", "CAR_STAGE1_SCORE", "CAR_STATUS", "CAR_SUPERSEDED_BY", "CAR_VOIDED_BY", "CAR_VOIDS",
-    "Resolution", "nodes_to_result",
+    "AuthorityResolver",
+    "CARResolutionEvent",
+    "CAR_AMBIGUITY",
+    "CAR_ANCHOR_ID",
+    "CAR_HIDDEN_SUPERSEDER",
+    "CAR_KEYS",
+    "CAR_RANK",
+    "CAR_ROLE",
+    "CAR_RULE",
+    "CAR_SCOPE_PROBABILITY",
+    "CAR_STAGE1_RANK",
+    "CAR_STAGE1_SCORE",
+    "CAR_STATUS",
+    "CAR_SUPERSEDED_BY",
+    "CAR_VOIDED_BY",
+    "CAR_VOIDS",
+    "Resolution",
+    "nodes_to_result",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,6 +86,7 @@ class CARResolutionEvent(BaseEvent):
     @classmethod
     def class_name(cls) -> str:
         return "CARResolutionEvent"
+
 
 CAR_KEYS = CAR_ANNOTATION_KEYS
 _SHOWN_TO_LLM = (CAR_STATUS, CAR_SUPERSEDED_BY, CAR_RULE)
@@ -86,8 +114,7 @@ def annotate(nws: NodeWithScore, car: dict[str, Any], score: float | None, stage
         update={
             "metadata": {**node.metadata, **car},
             "excluded_llm_metadata_keys": [k for k in node.excluded_llm_metadata_keys if k not in CAR_KEYS] + hidden,
-            "excluded_embed_metadata_keys": [k for k in node.excluded_embed_metadata_keys if k not in CAR_KEYS]
-            + list(CAR_KEYS),
+            "excluded_embed_metadata_keys": [k for k in node.excluded_embed_metadata_keys if k not in CAR_KEYS] + list(CAR_KEYS),
         }
     )
     return NodeWithScore(node=copy, score=score)
@@ -166,8 +193,14 @@ class AuthorityResolver:
     """
 
     def __init__(
-        self, lookup: AuthorityStore, policy: Policy, layout: MetadataLayout | None = None, *,
-        scope_lookup_limit: int = 20, max_rounds: int = 32, channel: str = "stage1",
+        self,
+        lookup: AuthorityStore,
+        policy: Policy,
+        layout: MetadataLayout | None = None,
+        *,
+        scope_lookup_limit: int = 20,
+        max_rounds: int = 32,
+        channel: str = "stage1",
     ):
         if max_rounds < 1:
             raise ValueError("max_rounds must be >= 1")

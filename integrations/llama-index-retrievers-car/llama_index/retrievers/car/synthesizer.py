@@ -44,7 +44,6 @@ _PER_MESSAGE = 4  # chat formats add a few tokens around each message
 _HIDDEN_PROBE = '<evidence-packet id="EP-1"><superseded-by hidden="true"/></evidence-packet><packet replaced-by="hidden">'
 
 
-
 class EvidencePromptTemplate(ChatPromptTemplate):
     """car-rag's answer prompt for one evidence form (:mod:`car_rag.prompts`) as a LlamaIndex
     ``ChatPromptTemplate`` over ``{context_str}`` (the evidence) and ``{query_str}``.
@@ -59,8 +58,12 @@ class EvidencePromptTemplate(ChatPromptTemplate):
     def format_messages(self, llm: Any = None, **kwargs: Any) -> list[ChatMessage]:
         messages = super().format_messages(llm=llm, **kwargs)
         evidence = {**self.kwargs, **kwargs}.get("context_str")
-        if messages and messages[0].role == MessageRole.SYSTEM and messages[0].content == _system(self.form, "") \
-                and isinstance(evidence, str):
+        if (
+            messages
+            and messages[0].role == MessageRole.SYSTEM
+            and messages[0].content == _system(self.form, "")
+            and isinstance(evidence, str)
+        ):
             messages[0] = ChatMessage(role=MessageRole.SYSTEM, content=_system(self.form, evidence))
         return messages
 
@@ -195,8 +198,13 @@ class EvidenceSynthesizer(BaseSynthesizer):
         """The evidence this synthesizer puts in front of the LLM for ``nodes``, within
         :meth:`evidence_budget` tokens counted by the LLM's tokenizer."""
         return render_evidence(
-            query, nodes, self.policy, layout=self.layout, token_budget=self.evidence_budget(query),
-            token_counter=self.count_tokens, **self._render_kwargs,
+            query,
+            nodes,
+            self.policy,
+            layout=self.layout,
+            token_budget=self.evidence_budget(query),
+            token_counter=self.count_tokens,
+            **self._render_kwargs,
         )
 
     # The base class hands get_response only the nodes' text; pass the nodes along.
@@ -218,7 +226,9 @@ class EvidenceSynthesizer(BaseSynthesizer):
     ) -> Any:
         return await super().asynthesize(query, nodes, additional_source_nodes, car_nodes=nodes, **response_kwargs)
 
-    def _messages(self, query_str: str, text_chunks: Sequence[str], car_nodes: Sequence[NodeWithScore] | None) -> list[ChatMessage]:
+    def _messages(
+        self, query_str: str, text_chunks: Sequence[str], car_nodes: Sequence[NodeWithScore] | None
+    ) -> list[ChatMessage]:
         if car_nodes is None:  # called directly with text: each chunk is an unresolved document
             car_nodes = [NodeWithScore(node=TextNode(text=t, id_=f"chunk-{i}")) for i, t in enumerate(text_chunks, 1)]
         evidence = self.render(query_str, car_nodes)
