@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from do_no_harm import BASELINES, suite_scores
-
 from car_rag.channels.fusion import DEFAULT_TEMPERATURES
 from car_rag.retriever import SCOPE_DECAY, SCOPE_TIES
 from car_rag_evals.suites import DEV_SUITES, SUITES
 from car_rag_evals.systems import DO_NO_HARM
+from do_no_harm import BASELINES, suite_scores
 
 GRID = {
     "bm25_temperature": (0.1, 0.3, 1.0),

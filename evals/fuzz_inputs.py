@@ -59,7 +59,7 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -166,8 +166,8 @@ def huge_text(rng: random.Random, size: int) -> str:
 
 
 def fuzz_date(rng: random.Random) -> str:
-    day = datetime(2020, 1, 1, tzinfo=timezone.utc).timestamp() + rng.randrange(6 * 365) * 86400
-    when = datetime.fromtimestamp(day, timezone.utc)
+    day = datetime(2020, 1, 1, tzinfo=UTC).timestamp() + rng.randrange(6 * 365) * 86400
+    when = datetime.fromtimestamp(day, UTC)
     return rng.choice([when.date().isoformat(), when.isoformat(), when.strftime("%Y-%m-%dT%H:%M:%SZ"),
                        when.strftime("%Y-%m-%dT%H:%M:%S+05:30")])  # fmt: skip
 
@@ -427,7 +427,7 @@ def _python_items(rng: random.Random, ids: Callable[[], str]) -> tuple[str, list
         ("int key in metadata", {**record, "metadata": {1: "x"}}, "reject", "metadata"),
         ("NaN authority", {**record, "authority": float("nan")}, "reject", "authority"),
         ("NaN in metadata", {**record, "metadata": {"x": float("nan")}}, "reject", "metadata"),
-        ("aware datetime", {**record, "published_at": datetime(2024, 1, 1, tzinfo=timezone.utc)}, "ok", None),
+        ("aware datetime", {**record, "published_at": datetime(2024, 1, 1, tzinfo=UTC)}, "ok", None),
         ("Record object", Record.model_validate(record), "ok", None),
         ("None item", None, "reject", None),
         ("surrogate doc_id", {**record, "doc_id": "fz-\ud800"}, "reject", "doc_id"),

@@ -53,14 +53,14 @@ import xml.etree.ElementTree as ET  # noqa: E402
 from collections import Counter  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import datetime, timedelta, timezone  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
-from car_rag.evidence import render_audit  # noqa: E402
 from car_rag.channels import LexicalIndex, make_lexical_index  # noqa: E402
+from car_rag.evidence import render_audit  # noqa: E402
 
 __all__ = [
     "CALLER_TENANTS",
@@ -125,7 +125,7 @@ MITIGATIONS = [
     "disables the dangerous lookup by default", "escapes untrusted values", "normalizes paths before writing",
     "limits recursion depth", "checks lengths before copying",
 ]  # fmt: skip
-BASE_DAY = datetime(2019, 1, 1, tzinfo=timezone.utc)
+BASE_DAY = datetime(2019, 1, 1, tzinfo=UTC)
 
 
 def marker_for(doc_id: str) -> str:

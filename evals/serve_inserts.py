@@ -27,12 +27,12 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
-from serve_load import DEMO, percentiles  # noqa: E402  (the load test beside this script)
 
 from car_rag import CARStore, Embedder, IngestReport, load_policy  # noqa: E402
 from car_rag.serve import INSERT_WINDOW_MS  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
 from car_rag_evals.servers import serving  # noqa: E402
+from serve_load import DEMO, percentiles  # noqa: E402  (the load test beside this script)
 
 
 def patch(n: int) -> dict[str, Any]:

@@ -30,11 +30,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-import car_rag  # noqa: E402
 import chromadb  # noqa: E402
-from car_rag import load_policy  # noqa: E402
-from car_rag.store import DEFAULT_HNSW  # noqa: E402
 from chromadb.config import Settings  # noqa: E402
+from langchain_car import CAREmbeddings, CARRetriever, answer_prompt, check_documents, load_documents  # noqa: E402
 from langchain_chroma import Chroma  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
@@ -43,7 +41,9 @@ from langchain_core.output_parsers import StrOutputParser  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 
-from langchain_car import CAREmbeddings, CARRetriever, answer_prompt, check_documents, load_documents  # noqa: E402
+import car_rag  # noqa: E402
+from car_rag import load_policy  # noqa: E402
+from car_rag.store import DEFAULT_HNSW  # noqa: E402
 
 DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
 QUESTIONS = [

@@ -11,8 +11,8 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
 from car_rag.cli import main
-from car_rag.policy import Policy
 from car_rag.evidence import render_audit, render_plain, render_reader
+from car_rag.policy import Policy
 
 SEC = load_policy("security-advisory")
 ONE_SCOPE = Policy(name="design-proposals", scope_keys=("project",), rules=())

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from servers import chroma_run
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag_evals.servers import HOST, chroma_http_client, free_port
+from servers import chroma_run
 
 pytestmark = pytest.mark.server
 

@@ -11,10 +11,10 @@ import pytest
 from car_rag import load_policy
 from car_rag.adapters import AuthorityGraph
 from car_rag.eval import audit_retriever, audit_set, doc_ids_of, score_query, summarise, wilson
-from car_rag_evals.bench import run_suite, write_results
-from car_rag_evals.suites import CVE_ANSWER, FINSUPERQA_ANSWER, custom_suite, load_suite
 from car_rag.queries import Query
 from car_rag.records import Record
+from car_rag_evals.bench import run_suite, write_results
+from car_rag_evals.suites import CVE_ANSWER, FINSUPERQA_ANSWER, custom_suite, load_suite
 
 DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 

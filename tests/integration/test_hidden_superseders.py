@@ -16,14 +16,14 @@ import random
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
-from car_rag.evidence import render_audit
 from car_rag.cli import main
+from car_rag.evidence import render_audit
 from car_rag.graph import AuthorityGraph
 
 MODES = ("bm25", "dense", "hybrid")

@@ -6,11 +6,10 @@ real HTTP server on 127.0.0.1 speaking the chat-completions API with scripted an
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
-
-import importlib.util
 
 import pytest
 
@@ -295,8 +294,8 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
 
 @pytest.mark.parametrize("audit", ["car-audit", "car-xml"])  # a run recorded before the rename pairs as it did
 def test_paired_confident_wrong_counts_and_exact_mcnemar(audit):
-    from car_rag_evals.llm import paired
     from car_rag.eval.stats import mcnemar_exact
+    from car_rag_evals.llm import paired
 
     rows = []
     for i in range(10):
@@ -314,9 +313,8 @@ def test_paired_confident_wrong_counts_and_exact_mcnemar(audit):
 def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "evals"))
     import compare_runs
-
-    from car_rag_evals.suites import load_suite
     from car_rag.queries import load_queries
+    from car_rag_evals.suites import load_suite
 
     ids = [q.query_id for q in load_queries(load_suite("ghsa-freeform").queries)][:6]
     a, b = tmp_path / "before" / "answers.labelled.jsonl", tmp_path / "after" / "answers.labelled.jsonl"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
+import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
 from car_rag.evidence import render_audit
 

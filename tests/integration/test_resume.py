@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_records import edge_set
 
 import car_rag
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder
 from car_rag.adapters import AuthorityGraph
 from car_rag.channels import make_lexical_index
 from car_rag_evals.perf.corpus import generate
+from helpers_records import edge_set
 
 ROOT = Path(car_rag.__file__).resolve().parents[1]
 """The checkout whose car_rag the tests import: the child CLI runs the same one."""

@@ -12,10 +12,10 @@ import json
 from importlib import resources
 
 import pytest
-from fake_openai import FakeOpenAIServer
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError, load_policy
 from car_rag.cli import main
+from fake_openai import FakeOpenAIServer
 
 SECURITY = "security-advisory"
 FIELDS = """

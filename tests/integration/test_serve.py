@@ -19,13 +19,13 @@ from contextlib import closing
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from servers import assert_dense_left_out, chroma_run, wait_for
 
 from car_rag import CARStore
 from car_rag.cli import main
 from car_rag.serve.keys import hash_key, load_api_keys
 from car_rag.serve.service import DENSE_SHARE, Service
 from car_rag_evals.servers import HOST, free_port, serving
+from servers import assert_dense_left_out, chroma_run, wait_for
 
 SECRET = "ACME-INTERNAL-7731"
 ACME_PATCH = {

@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
-from servers import assert_dense_left_out, chroma_run, wait_for
 
 from car_rag import CARStore
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag_evals.servers import HOST, chroma_cli, free_port
+from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
+from servers import assert_dense_left_out, chroma_run, wait_for
 
 PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 QUESTION = "Is mdrender still vulnerable to CVE-2099-10009?"

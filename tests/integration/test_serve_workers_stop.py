@@ -13,12 +13,12 @@ import uuid
 
 import httpx
 import pytest
-from helpers_records import MDRENDER_PATCH
-from servers import chroma_run, wait_for
 
 from car_rag import CARStore
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag_evals.servers import HOST, free_port
+from helpers_records import MDRENDER_PATCH
+from servers import chroma_run, wait_for
 
 STOP_TIMEOUT_S = 60
 

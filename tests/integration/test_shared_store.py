@@ -19,14 +19,14 @@ import uuid
 import numpy as np
 import psycopg
 import pytest
-from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, day, edge_set
-from servers import chroma_run, wait_for
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag.graph import AuthorityGraph
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.records import Record
 from car_rag_evals.servers import HOST, chroma_cli
+from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, day, edge_set
+from servers import chroma_run, wait_for
 
 PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 

@@ -11,13 +11,12 @@ import json
 import re
 
 import pytest
-from fake_openai import FakeOpenAIServer
 
 from car_rag import Policy, PolicyError, builtin_policies, load_policy
 from car_rag.adapters import DictStore, RecordLayout
-from car_rag.extractors import ScopeExtractor
-from car_rag.extractors import missing_scope
+from car_rag.extractors import ScopeExtractor, missing_scope
 from car_rag.policy import RecordScope
+from fake_openai import FakeOpenAIServer
 from helpers_records import rec
 
 POLICY_TOML = """

@@ -6,11 +6,11 @@ cycle error names."""
 from __future__ import annotations
 
 import pytest
-from helpers_records import rec
 
 from car_rag import Policy
 from car_rag.graph import AuthorityGraph, Edge, SupersessionCycleError
 from car_rag.policy import _parse
+from helpers_records import rec
 
 UNRULED = Policy(name="notes", scope_keys=("topic", "part"))
 

@@ -4,8 +4,8 @@ what it must leave alone, and bad input. No model, no vector store (fast tier)."
 from __future__ import annotations
 
 import pytest
-from authority_fixtures import SCENARIOS, authority_result
 
+from authority_fixtures import SCENARIOS, authority_result
 from car_rag.guard import GuardReport, check_answer, repair_messages
 from car_rag.policy import load_policy
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from authority_fixtures import authority_result
 
+from authority_fixtures import authority_result
 from car_rag.ambiguity import Ambiguity, AmbiguousScope
 from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph

@@ -5,8 +5,8 @@ stated. No model, no vector store (fast tier)."""
 from __future__ import annotations
 
 import pytest
-from authority_fixtures import SCENARIOS, authority_result
 
+from authority_fixtures import SCENARIOS, authority_result
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import approx_tokens, render_plain
 from car_rag.prompts import evidence_messages, load_prompt, plain_messages

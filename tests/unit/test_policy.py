@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -276,7 +276,7 @@ def test_fires_never_on_itself():
     rule = Rule(name="r", trigger="*", target="*", order="later")
     a = rec("a", at=1)
     assert not rule.fires(a, a)
-    assert not rule.fires(a, a.model_copy(update={"published_at": datetime(2000, 1, 1, tzinfo=timezone.utc)}))
+    assert not rule.fires(a, a.model_copy(update={"published_at": datetime(2000, 1, 1, tzinfo=UTC)}))
 
 
 def test_order_later():
@@ -292,9 +292,9 @@ def test_order_later():
 def test_order_later_uses_effective_date():
     rule = Rule(name="r", trigger="x", target="y", order="later")
     # published later but effective earlier than the target's publication: does not fire
-    trig = rec("t", "x", at=10, effective_at=datetime(2023, 6, 1, tzinfo=timezone.utc))
+    trig = rec("t", "x", at=10, effective_at=datetime(2023, 6, 1, tzinfo=UTC))
     assert not rule.fires(trig, rec("u", "y", at=1))
-    trig2 = rec("t2", "x", at=0, effective_at=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    trig2 = rec("t2", "x", at=0, effective_at=datetime(2025, 1, 1, tzinfo=UTC))
     assert rule.fires(trig2, rec("u", "y", at=1))
 
 

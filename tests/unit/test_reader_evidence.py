@@ -6,8 +6,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-from authority_fixtures import SCENARIOS, authority_result
 
+from authority_fixtures import SCENARIOS, authority_result
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import approx_tokens, authority_digest, build_packets, render_reader
 from car_rag.policy import builtin_policies, load_policy
@@ -187,8 +187,8 @@ def test_a_result_carries_its_policy() -> None:
     (result,), kw = _security()
     assert result.policy == kw["policy"]
     assert render_reader(result, k=5) == render_reader(result, k=5, **kw)
-    from car_rag.guard import check_answer
     from car_rag.evidence import render_audit
+    from car_rag.guard import check_answer
 
     assert render_audit(result) == render_audit(result, **kw)
     assert check_answer("No, it is not patched.", result).flagged

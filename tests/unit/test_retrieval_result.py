@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers_records import rec
 
 from car_rag import Policy
 from car_rag.channels.fusion import RRF_K
@@ -18,6 +17,7 @@ from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import _parse
 from car_rag.records import Record
 from car_rag.resolution import Anchor, RetrievedRecord, resolve_authority
+from helpers_records import rec
 
 TOPIC = {"topic": "t1"}
 UNRULED = Policy(name="notes", scope_keys=("topic",))

@@ -5,13 +5,13 @@ one below it neither voids a record nor hides it behind a superseder the caller 
 from __future__ import annotations
 
 import pytest
-from helpers_records import rec
 
 from car_rag import Policy
 from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph
 from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, resolve_authority
+from helpers_records import rec
 
 TOPIC = {"topic": "t1"}
 UNRULED = Policy(name="notes", scope_keys=("topic",))

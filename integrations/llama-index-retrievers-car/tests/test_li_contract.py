@@ -16,9 +16,8 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from llama_index.retrievers.car import DEFAULT_K, CARRetriever, EvidenceSynthesizer, evidence_prompt_template
-
 from car_li_support import FakeLLM
+from llama_index.retrievers.car import DEFAULT_K, CARRetriever, EvidenceSynthesizer, evidence_prompt_template
 from test_li_retriever import YAML_Q
 
 HIDDEN_RULE = load_prompt("reader_hidden").strip().splitlines()[0]

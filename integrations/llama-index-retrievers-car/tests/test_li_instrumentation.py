@@ -12,7 +12,6 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
 
 from llama_index.retrievers.car import CARResolutionEvent, CARRetriever
-
 from test_li_retriever import YAML_Q
 
 

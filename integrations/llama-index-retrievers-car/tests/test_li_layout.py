@@ -6,10 +6,10 @@ import json
 
 import pytest
 from car_rag import Record
+from car_rag.lookup import ScopeQuery, minimal_queries
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index.retrievers.car import MetadataLayout, node_to_record, record_to_node, records_to_nodes
-from car_rag.lookup import ScopeQuery, minimal_queries
 
 
 def test_round_trip_every_field(policy):

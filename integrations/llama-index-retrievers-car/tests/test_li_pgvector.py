@@ -10,14 +10,14 @@ import json
 import logging
 from pathlib import Path
 
+import car_rag
 import pytest
+from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy, load_records
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.schema import NodeWithScore, TextNode
-from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CARRetriever, MetadataLayout, records_to_nodes
 from llama_index.vector_stores.postgres import PGVectorStore
 
-import car_rag
-from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy, load_records
+from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CARRetriever, MetadataLayout, records_to_nodes
 
 DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
 NATIVE = MetadataLayout(json_lists=False)

@@ -11,7 +11,6 @@ from llama_index.core.schema import QueryBundle
 
 from llama_index.postprocessor.car import ActiveStatusFilter, SupersessionExpander
 from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDS, CARRetriever
-
 from test_li_retriever import TAR_Q, YAML_Q, by_id, ids
 
 

@@ -8,11 +8,10 @@ import asyncio
 import re
 import xml.etree.ElementTree as ET
 
-from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import NodeWithScore, TextNode
-
 import pytest
 from car_rag.prompts import load_prompt
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index.retrievers.car import (
     CAR_GUARD,
@@ -23,7 +22,6 @@ from llama_index.retrievers.car import (
     records_to_nodes,
     render_evidence,
 )
-
 from test_li_retriever import YAML_Q
 
 

@@ -10,6 +10,7 @@ from llama_index.core.retrievers import QueryFusionRetriever, VectorIndexRetriev
 from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
+from car_li_support import content_words
 from llama_index.retrievers.car import (
     CAR_ANCHOR_ID,
     CAR_HIDDEN_SUPERSEDER,
@@ -24,8 +25,6 @@ from llama_index.retrievers.car import (
     CARRetriever,
     NodeAuthorityLookup,
 )
-
-from car_li_support import content_words
 
 YAML_Q = "Can untrusted YAML with python object tags still execute code through yamlette load?"
 TAR_Q = "Is tarnish extraction still vulnerable to path traversal via crafted archive member names?"
@@ -239,6 +238,7 @@ def test_chunks_of_one_record_stay_together(policy, records):
 def test_explicit_edge_from_another_scope_is_found(policy, records):
     # The core plans a lookup for records naming the anchor in `supersedes`, wherever their scope.
     from car_rag import Record
+
     from llama_index.retrievers.car import records_to_nodes
 
     bulletin = Record(

@@ -12,8 +12,8 @@ from car_rag import load_policy
 from langchain_classic.retrievers import EnsembleRetriever
 from langchain_community.retrievers import BM25Retriever
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.output_parsers import StrOutputParser
 from langchain_core.documents import Document
+from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
 from langchain_car import CARRetriever, answer_prompt, evidence_formatter

@@ -8,9 +8,8 @@ import re
 
 import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder
-from car_rag.evidence import render_audit
-from car_rag.evidence import render_plain, render_reader
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
+from car_rag.evidence import render_audit, render_plain, render_reader
 from langchain_community.retrievers import BM25Retriever
 
 from langchain_car import CARRetriever

@@ -10,14 +10,14 @@ import uuid
 import warnings
 
 import pytest
-from langchain_car import CARRetriever, PGVectorLookup, record_to_document
-from langchain_car.lookup import WhereStore, as_lookup
+from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Record, load_policy
+from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
 from langchain_community.retrievers import BM25Retriever
 from langchain_core.documents import Document
 from langchain_postgres import PGVector
 
-from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Record, load_policy
-from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
+from langchain_car import CARRetriever, PGVectorLookup, record_to_document
+from langchain_car.lookup import WhereStore, as_lookup
 from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER
 from tests.integration_tests import stores
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 from car_rag import Policy, load_policy, render
 from car_rag.evidence import EVIDENCE_FORMS, EvidenceForm
 from car_rag.prompts import load_prompt, reader_system_prompt, system_prompt
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core import Settings
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.llms import LLM
