@@ -77,7 +77,8 @@ def markdown(results: dict, command: str) -> str:
             "",
             f"## {suite['suite']} ({suite['documents']:,} documents, {suite['queries']} queries)",
             "",
-            "| retriever | sets with a superseded record | sets with a closure violation | violations | Theorem-4 rate [95% CI] | ms/query |",
+            "| retriever | sets with a superseded record | sets with a closure violation | violations "
+            "| Theorem-4 rate [95% CI] | ms/query |",
             "|---|---|---|---|---|---|",
         ]
         for entry in suite["retrievers"].values():

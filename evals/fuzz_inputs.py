@@ -81,7 +81,8 @@ CHECK_RECORDS: list[dict[str, Any]] = [
     {"doc_id": "chk-alpha-patch1", "doc_type": "patch_release", "published_at": "2024-02-10", "version": "1.0.1",
      "text": "qzalpha release notes fix the parser overflow", "scope": {"package": "qzalphapkg", "cve_id": "CVE-2097-0001"}},
     {"doc_id": "chk-alpha-patch2", "doc_type": "patch_release", "published_at": "2024-03-10", "version": "1.0.2",
-     "text": "qzalpha release notes complete the parser fix for good", "scope": {"package": "qzalphapkg", "cve_id": "CVE-2097-0001"}},
+     "text": "qzalpha release notes complete the parser fix for good",
+     "scope": {"package": "qzalphapkg", "cve_id": "CVE-2097-0001"}},
     {"doc_id": "chk-beta-disclosure", "doc_type": "vulnerability_disclosure", "published_at": "2024-01-05",
      "text": "qzbeta request forgery in the client", "scope": {"package": "qzbetapkg", "cve_id": "CVE-2097-0002"},
      "tenant": "acme", "allowed_principals": ["sec"]},
@@ -378,7 +379,8 @@ def _records_scope(rng: random.Random, ids: Callable[[], str]) -> tuple[str, lis
 def _records_dates(rng: random.Random, ids: Callable[[], str]) -> tuple[str, list[Line]]:
     name = rng.choice(["published_at", "effective_at"])
     value, expect = rng.choice([
-        (2024, "reject"), (2024.5, "reject"), (0, "reject"), (10**400, "reject"), (-1, "reject"), (1_700_000_000, "reject"), (True, "reject"),
+        (2024, "reject"), (2024.5, "reject"), (0, "reject"), (10**400, "reject"), (-1, "reject"), (1_700_000_000, "reject"),
+        (True, "reject"),
         ("2024", "reject"), ("20240131", "reject"), ("1700000000", "reject"), ("-5", "reject"), ("1.5", "reject"),
         ("2024-01-31", "ok"), ("2024-01-31T12:00:00Z", "ok"), ("2024-01-31T12:00:00+05:30", "ok"),
         ("0001-01-01T00:00:00+01:00", "ok"), ("9999-12-31T23:59:59-23:59", "ok"),

@@ -319,7 +319,8 @@ class Case:
         principals = sorted(self.caller.principals)
         return (
             f"corpus {self.corpus} case {self.number}: caller(tenant={self.caller.tenant!r}, principals={principals}) "
-            f"mode={self.mode} k1={self.k1} depth={self.depth} resolution={self.resolution} lexical={self.lexical} render={self.render} "
+            f"mode={self.mode} k1={self.k1} depth={self.depth} resolution={self.resolution} lexical={self.lexical} "
+            f"render={self.render} "
             f"query[{self.query_kind}, target {self.target}]={self.query!r}"
         )
 
@@ -585,7 +586,7 @@ def run_fuzz(
         raise ValueError("need cases >= 1 and corpora >= 1")
     started = time.perf_counter()
     embedder = embedder or Embedder()
-    embedder.model  # load once; shared by every corpus
+    _ = embedder.model  # load once; shared by every corpus
     rng = random.Random(seed)
     stats: Counter = Counter()
     violations: list[Violation] = []
@@ -629,7 +630,8 @@ def format_report(report: FuzzReport, *, max_violations: int = 20) -> str:
         f"({100 * sum(report.restricted) / max(sum(report.records), 1):.0f}%)",
         f"cases run: {report.cases} (bm25 {s['mode_bm25']}, dense {s['mode_dense']}, hybrid {s['mode_hybrid']}; "
         f"queries: words {s['query_words']}, cve-named {s['query_cve']}, marker probes {s['query_marker']}, "
-        f"cve-only {s['query_cve_only']}; timestamp-baseline resolution {s['resolution_timestamp']}; rank-bm25 anchors {s['lexical_rank-bm25']}); {s['result_records']} result records, {s['xml_chars']:,} XML characters",
+        f"cve-only {s['query_cve_only']}; timestamp-baseline resolution {s['resolution_timestamp']}; "
+        f"rank-bm25 anchors {s['lexical_rank-bm25']}); {s['result_records']} result records, {s['xml_chars']:,} XML characters",
         f"runtime: {report.seconds:.1f} s ({report.build_seconds:.1f} s building and embedding corpora)",
         "gate exercised:",
         f"  cases whose unrestricted retrieval returned records the caller may not read (hidden records): "

@@ -59,7 +59,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         ],
         "anchors": ["lodash-cve", "minimist-cve"],
         "digest": [
-            "lodash, CVE-2019-10744: patched. The patch release 4.17.12 fixes the vulnerability disclosure. (Current: EP-1. Replaced: EP-3.)",
+            "lodash, CVE-2019-10744: patched. The patch release 4.17.12 fixes the vulnerability disclosure. "
+            "(Current: EP-1. Replaced: EP-3.)",
             "minimist, CVE-2021-44906: vulnerable. (Current: EP-2.)",
         ],
     },

@@ -314,16 +314,18 @@ def main() -> None:
         "| wrapped median (ms) | CARRetriever median (ms) | added median (ms) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {STORE_LABELS[r['store']]} | {r['anchors']} | {r['k1']} | {r['stage1_langchain']} | {r['n']} "
-        f"| {r['identical_given_same_anchors']}/{r['n']} | {r['tca_at_5_core']:.3f} ({r['tca_hits_core']}) "
-        f"| {r['tca_at_5_langchain']:.3f} ({r['tca_hits_langchain']}) | {r['identical_top5']}/{r['n']} "
-        f"| {r['identical_anchors']}/{r['n']} "
-        f"| {'n/a' if r['differing_top5_stage1_ties_only'] is None else str(r['differing_top5_stage1_ties_only']) + '/' + str(r['n'] - r['identical_top5'])} "
-        f"| {r['wrapped_retriever_median_ms']:.2f} | {r['car_retriever_median_ms']:.2f} "
-        f"| {r['added_latency_median_ms']:.2f} |"
-        for r in rows
-    ]
+    for r in rows:
+        ties_only = r["differing_top5_stage1_ties_only"]
+        ties_cell = "n/a" if ties_only is None else f"{ties_only}/{r['n'] - r['identical_top5']}"
+        lines.append(
+            f"| {STORE_LABELS[r['store']]} | {r['anchors']} | {r['k1']} | {r['stage1_langchain']} | {r['n']} "
+            f"| {r['identical_given_same_anchors']}/{r['n']} | {r['tca_at_5_core']:.3f} ({r['tca_hits_core']}) "
+            f"| {r['tca_at_5_langchain']:.3f} ({r['tca_hits_langchain']}) | {r['identical_top5']}/{r['n']} "
+            f"| {r['identical_anchors']}/{r['n']} "
+            f"| {ties_cell} "
+            f"| {r['wrapped_retriever_median_ms']:.2f} | {r['car_retriever_median_ms']:.2f} "
+            f"| {r['added_latency_median_ms']:.2f} |"
+        )
     for r in rows:
         if r["anchors_exact_core"] is not None:
             how = (

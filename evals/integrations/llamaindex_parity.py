@@ -228,7 +228,7 @@ def main() -> None:
     records = report.records
     queries = load_queries(args.corpora / "ghsa-freeform.queries.jsonl")[: args.limit]
     base = Embedder()
-    base.model  # loaded before anything is timed
+    _ = base.model  # loaded before anything is timed
     embed_model = CAREmbedding(embedder=base)
     texts = [r.text for r in records]
     vectors = corpus_vectors(texts, base.model_name, base.encode, args.vectors)
@@ -341,7 +341,8 @@ def main() -> None:
         "with its own Stage 1 (its Chroma collection, or its BM25 index, whose tokenizer differs from "
         "llama-index-retrievers-bm25's).",
         "*Added latency*: per query, median of `CARRetriever.retrieve` minus median of the wrapped retriever's `retrieve` "
-        f"({args.repeats} runs each), median over queries. Every index holds the same vectors (max |adapter − stored| = {drift:.2e}).",
+        f"({args.repeats} runs each), median over queries. "
+        f"Every index holds the same vectors (max |adapter − stored| = {drift:.2e}).",
     ]
     for r in rows:
         if "stage1_exact_llamaindex" in r:
@@ -369,7 +370,8 @@ def main() -> None:
                 "(a Stage-1 difference):\n"
             )
             lines += [
-                f"- {d['query_id']}: LlamaIndex {'hit' if d['llamaindex_tca'] else 'miss'}, core {'hit' if d['core_tca'] else 'miss'}; "
+                f"- {d['query_id']}: LlamaIndex {'hit' if d['llamaindex_tca'] else 'miss'}, "
+                f"core {'hit' if d['core_tca'] else 'miss'}; "
                 f"anchor in Stage 1: LlamaIndex {d['anchor_in_llamaindex_stage1']}, core {d['anchor_in_core_stage1']}"
                 for d in r["tca_differs_from_core_end_to_end"]
             ]

@@ -156,7 +156,8 @@ def markdown(results: dict) -> str:
         "release notes as superseders, shared package scopes, unpatched disclosures and maintenance releases as "
         "distractors. The systems of a size were timed side by side in one run per size and encoder; runs of "
         "different encoders or sizes were made at different times, under the load listed with each command "
-        f"(machine: {results.get('machine', {}).get('cpus')} CPUs, OMP_NUM_THREADS={results.get('machine', {}).get('omp_num_threads')}). "
+        f"(machine: {results.get('machine', {}).get('cpus')} CPUs, "
+        f"OMP_NUM_THREADS={results.get('machine', {}).get('omp_num_threads')}). "
         "Commands are listed with each run.",
         "",
     ]
@@ -178,11 +179,11 @@ def markdown(results: dict) -> str:
         ratio = f"{100 * _ingest_vs_encode(b):.0f}%" if _ingest_vs_encode(b) is not None else "–"
         vectors = {"real": "MiniLM", "gist": "precomputed (gist)", "cached": "precomputed (MiniLM, saved)"}[b["embedding"]]
         lines.append(
-            f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {vectors} | {b['records']:,} | {b['edges']:,} | {b['ingest_per_s']:.1f} | "
-            f"{b['raw_encode_per_s']:.1f} | {ratio} | "
+            f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {vectors} | {b['records']:,} | {b['edges']:,} | "
+            f"{b['ingest_per_s']:.1f} | {b['raw_encode_per_s']:.1f} | {ratio} | "
             + " | ".join(f"{100 * b['ingest_steps_s'].get(s, 0) / total:.1f}" for s in STEPS)
-            + f" | {b['disk_bytes'] / 2**20:.0f} | {b['disk_bytes'] / b['records']:.0f} | {b['authority_index_bytes_per_record']:.0f} | "
-            f"{b['peak_rss_ingest_mb']:.0f} |"
+            + f" | {b['disk_bytes'] / 2**20:.0f} | {b['disk_bytes'] / b['records']:.0f} | "
+            f"{b['authority_index_bytes_per_record']:.0f} | {b['peak_rss_ingest_mb']:.0f} |"
         )
 
     lines += [
@@ -198,7 +199,8 @@ def markdown(results: dict) -> str:
         for name, lat in q["latency_ms"].items():
             gold = q["gold_in_top5"].get(name)
             lines.append(
-                f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {run['when'][:10]} | {name} | {lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p99']:.2f} | "
+                f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {run['when'][:10]} | {name} | "
+                f"{lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p99']:.2f} | "
                 f"{'–' if gold is None else f'{gold:.3f}'} | {lat['p50'] / floor:.2f} |"
             )
 
@@ -230,7 +232,8 @@ def markdown(results: dict) -> str:
         "",
         "## Streaming inserts (precomputed vectors: embedding excluded)",
         "",
-        "| size | Chroma | encoder | arrival | records | newly superseded | per record mean ms | p50 | p99 | graph | BM25 | Chroma | records table | after-insert queries |",
+        "| size | Chroma | encoder | arrival | records | newly superseded | per record mean ms | p50 | p99 "
+        "| graph | BM25 | Chroma | records table | after-insert queries |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in _runs(results):
@@ -243,9 +246,10 @@ def markdown(results: dict) -> str:
             arrival = "one at a time" if size == "1" else f"batches of {size}"
             lines.append(
                 f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {arrival} | "
-                f"{e['records']} | {e['newly_superseded']} | {e['per_record_ms']['mean']:.3f} | {e['per_record_ms']['p50']:.3f} | "
-                f"{e['per_record_ms']['p99']:.3f} | {st.get('graph', 0):.3f} | {st.get('bm25', 0):.3f} | {st.get('chroma', 0):.3f} | "
-                f"{st.get('records', 0):.3f} | {after['reported_superseded']}/{after['voided_target_retrieved']} voided targets reported superseded |"
+                f"{e['records']} | {e['newly_superseded']} | {e['per_record_ms']['mean']:.3f} | "
+                f"{e['per_record_ms']['p50']:.3f} | {e['per_record_ms']['p99']:.3f} | "
+                f"{st.get('graph', 0):.3f} | {st.get('bm25', 0):.3f} | {st.get('chroma', 0):.3f} | {st.get('records', 0):.3f} | "
+                f"{after['reported_superseded']}/{after['voided_target_retrieved']} voided targets reported superseded |"
             )
     lines += ["", "## Commands", ""]
     for run in _runs(results):

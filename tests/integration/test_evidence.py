@@ -526,7 +526,10 @@ def test_system_prompt_states_the_contract() -> None:
 
 
 def test_hidden_record_rules_only_when_a_packet_has_a_hidden_superseder() -> None:
-    hidden = f'<evidence><evidence-packet id="EP-1"><superseded-by hidden="true">{HIDDEN_SUPERSEDER_TEXT}</superseded-by></evidence-packet></evidence>'
+    hidden = (
+        f'<evidence><evidence-packet id="EP-1"><superseded-by hidden="true">{HIDDEN_SUPERSEDER_TEXT}</superseded-by>'
+        "</evidence-packet></evidence>"
+    )
     quoted = '<evidence><evidence-packet id="EP-1"><text>&lt;superseded-by hidden="true"&gt;</text></evidence-packet></evidence>'
     assert HIDDEN_SUPERSEDER_TEXT in answer_messages("q?", hidden)[0]["content"]
     for evidence in (quoted, '<evidence packets="0"/>'):

@@ -17,7 +17,8 @@ HEAVY = ("torch", "chromadb", "sentence_transformers", "transformers", "matplotl
 
 def test_import_car_rag_loads_no_heavy_dependency() -> None:
     code = (
-        "import sys, car_rag, car_rag.guard, car_rag.evidence.reader, car_rag.evidence.audit, car_rag.evidence.render, car_rag.claims; "
+        "import sys, car_rag, car_rag.guard, car_rag.evidence.reader, car_rag.evidence.audit, car_rag.evidence.render, "
+        "car_rag.claims; "
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

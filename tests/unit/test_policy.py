@@ -381,7 +381,7 @@ def test_edges_between_lists_explicit_first_then_rules():
     assert EXPLICIT_RULE == "explicit"
 
 
-# --------------------------------------------------------------------------- bad input (issue "Bad input and measurement integrity")
+# ------------------------------------------------------------------------ bad input (issue "Bad input and measurement integrity")
 
 MINIMAL = 'name = "p"\nscope_keys = ["a"]\n'
 

@@ -303,7 +303,7 @@ def test_authority_accepts_an_integer_weight():
     assert Record.model_validate(_good("a", authority=1)).authority == 1.0
 
 
-# --------------------------------------------------------------------------- bad input (issue "Bad input and measurement integrity")
+# ------------------------------------------------------------------------ bad input (issue "Bad input and measurement integrity")
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def records() -> list[Record]:
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     emb = Embedder()
-    emb.model  # load once, before any timing
+    _ = emb.model  # load once, before any timing
     return emb
 
 
