@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from car_rag.retriever import AnchorMode
+
 __all__ = ["WorkerSettings", "worker_app", "run_workers", "SETTINGS_ENV"]
 
 SETTINGS_ENV = "CAR_RAG_SERVE_WORKER"
@@ -37,7 +39,7 @@ class WorkerSettings(BaseModel):
     api_keys: str | None = None
     timeout_ms: float = 2000
     insert_window_ms: float = 2.0
-    anchors: str = "hybrid"
+    anchors: AnchorMode = "hybrid"
     retriever_options: dict[str, Any] = {}
     max_body_bytes: int = 16 * 2**20
     chroma_timeout_s: float | None = None
@@ -79,7 +81,7 @@ def worker_app() -> Any:
         anchors=settings.anchors,
         owns_store=True,
         **settings.retriever_options,
-    )  # type: ignore[arg-type]
+    )
     return create_app(service, max_body_bytes=settings.max_body_bytes)
 
 
