@@ -22,7 +22,7 @@ are rendered as current packets in their order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from car_rag import Policy, RetrievalResult, builtin_policies, load_policy, render
 from car_rag.adapters import RecordLayout
@@ -177,7 +177,8 @@ def _packaged_templates() -> list[str]:
 def answer_prompt_template() -> CARAnswerPrompt:
     """A fresh :class:`CARAnswerPrompt` (``answer_prompt`` is one)."""
     system, user = _packaged_templates()
-    return CARAnswerPrompt.from_messages([("system", system), ("human", user)])
+    # from_messages builds the class it is called on, but is typed as returning ChatPromptTemplate
+    return cast(CARAnswerPrompt, CARAnswerPrompt.from_messages([("system", system), ("human", user)]))
 
 
 answer_prompt: ChatPromptTemplate = answer_prompt_template()

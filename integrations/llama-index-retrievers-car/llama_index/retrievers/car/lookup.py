@@ -180,7 +180,8 @@ class NodeAuthorityLookup(AuthorityStore):
         if query.naming is not None:
             return self._naming.get(query.naming, [])
         if query.scope:
-            candidates: Iterable[int] = min((self._by_pair.get(pair, []) for pair in query.scope), key=len)
+            shortest = min((self._by_pair.get(pair, []) for pair in query.scope), key=len)
+            candidates: Iterable[int] = shortest
         else:
             candidates = (i for t in query.doc_types or () for i in self._by_type.get(t, []))
         return (i for i in candidates if query.matches(self.nodes[i].metadata, self.layout))

@@ -130,7 +130,8 @@ class _Nodes:
         self.unmanaged: list[tuple[int, NodeWithScore, int]] = []  # (document position, node, stage-1 position)
 
     def add_stage1(self, nodes: Sequence[NodeWithScore], k1: int | None) -> None:
-        layout, positions = self.resolver.layout, {}
+        layout = self.resolver.layout
+        positions: dict[str, int] = {}  # doc -> its place among the Stage-1 documents
         for stage1_rank, nws in enumerate(nodes, 1):
             doc_id = node_doc_id(nws.node, layout)
             if doc_id in positions:  # another chunk of a document already seen
@@ -175,9 +176,11 @@ class _Nodes:
             chain = self.scores.get(item.anchor_id or "", top_score) if item.role != "scope_match" else top_score
             score = self.scores.get(item.doc_id, chain)
             car = annotations_for(item, result)
-            chunks = self.chunks.get(item.doc_id) or [(NodeWithScore(node=self.closure.sources[item.doc_id]), None)]
-            for nws, rank in chunks:
-                out.append(annotate(nws, car, nws.score if rank is not None else score, rank))
+            chunks: Sequence[tuple[NodeWithScore, int | None]] = self.chunks.get(item.doc_id) or [
+                (NodeWithScore(node=self.closure.sources[item.doc_id]), None)
+            ]
+            for nws, stage1_rank in chunks:
+                out.append(annotate(nws, car, nws.score if stage1_rank is not None else score, stage1_rank))
         out += [annotate(nws, unresolved, nws.score, rank) for _, nws, rank in pending]
         return out
 

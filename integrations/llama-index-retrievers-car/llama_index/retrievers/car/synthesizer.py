@@ -55,6 +55,11 @@ class EvidencePromptTemplate(ChatPromptTemplate):
 
     form: str = "plain"
 
+    def __init__(self, message_templates: Sequence[ChatMessage], *, form: str = "plain", **kwargs: Any) -> None:
+        # set after the parent's constructor, which would keep an unknown keyword as a template variable
+        super().__init__(message_templates, **kwargs)
+        self.form = form
+
     def format_messages(self, llm: Any = None, **kwargs: Any) -> list[ChatMessage]:
         messages = super().format_messages(llm=llm, **kwargs)
         evidence = {**self.kwargs, **kwargs}.get("context_str")
@@ -85,14 +90,13 @@ def evidence_prompt_template(form: EvidenceForm = "plain") -> EvidencePromptTemp
     _check_form(form)
     user = load_prompt(_USER_PROMPT[form])
     user = user.replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
-    template = EvidencePromptTemplate(
+    return EvidencePromptTemplate(
         message_templates=[
             ChatMessage(role=MessageRole.SYSTEM, content=_system(form, "")),
             ChatMessage(role=MessageRole.USER, content=user.strip()),
         ],
+        form=form,
     )
-    template.form = form  # a field, not a constructor argument: ChatPromptTemplate keeps extra kwargs as template variables
-    return template
 
 
 def render_evidence(
