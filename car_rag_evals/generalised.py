@@ -91,7 +91,7 @@ def noisy_corpus(seed: int, noise: float, *, entities: int = 200, low_true: floa
     for e in range(entities):
         topic = rng.choice(TOPICS)
         name = f"entity-{e:04d}"
-        chain = []
+        chain: list[dict[str, Any]] = []
         for v in range(rng.randint(2, 4)):
             doc: dict[str, Any] = {
                 "doc_id": f"{name}-v{v}",
@@ -191,14 +191,14 @@ def multi_authority_corpus(seed: int, questions: int = 150) -> MultiCorpus:
         scope = {"case": f"case-{q:03d}", "question_id": f"Q-{q:03d}"}
         pattern = rng.choice(["conflict", "overruled_from_above", "bound_from_above"])
         t0 = rng.randint(0, 3000)
-        first = {
+        first: dict[str, Any] = {
             "doc_id": f"q{q:03d}-a",
             "doc_type": "ruling",
             "scope": scope,
             "published_at": _day(t0),
             "text": f"Ruling in case {q} on question {q}: the court holds the standard applies.",
         }
-        second = {
+        second: dict[str, Any] = {
             "doc_id": f"q{q:03d}-b",
             "scope": scope,
             "published_at": _day(t0 + rng.randint(30, 900)),

@@ -15,7 +15,8 @@ from typing import Any
 
 from car_rag.channels import LexicalIndex, make_lexical_index, reciprocal_rank_fusion
 from car_rag.eval.audit import doc_ids_of
-from car_rag.retriever import ControllingAuthorityRetriever
+from car_rag.resolution import ResolutionMode
+from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag.store import CARStore
 from car_rag_evals.framework_systems import FRAMEWORK_LABELS, langchain_ensemble_retriever, llamaindex_fusion_retriever
 
@@ -119,7 +120,9 @@ def rank_bm25_index(store: CARStore) -> LexicalIndex:
     return index
 
 
-def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules", lexical: Callable | None = None):
+def _car(
+    name: str, label: str, anchors: AnchorMode, k1: int, resolution: ResolutionMode = "rules", lexical: Callable | None = None
+):
     """A paper-style two-stage system: the top ``k1`` of RRF-fused anchors, no latent scope."""
 
     def build(store: CARStore, depth: int) -> System:

@@ -28,7 +28,7 @@ import re
 import xml.dom.minidom
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from hypothesis import strategies as st
 
@@ -258,6 +258,10 @@ def _text(el: ET.Element | None) -> str:
     return el.text or ""
 
 
+def _is_element(node: xml.dom.minidom.Node, tag: str) -> TypeGuard[xml.dom.minidom.Element]:
+    return isinstance(node, xml.dom.minidom.Element) and node.tagName == tag
+
+
 def _dom_text(node: xml.dom.minidom.Element) -> str:
     return "".join(c.data for c in node.childNodes if c.nodeType == c.TEXT_NODE)
 
@@ -339,13 +343,14 @@ def check_rendering(packets_in: list[EvidencePacket], options: dict[str, Any], o
             assert [c.get("name") for c in why.findall("channel")] == [S(n) for n in packet.retrieval_rationale.channel_scores]
 
     dom = xml.dom.minidom.parseString(out)
-    dom_packets = [n for n in dom.documentElement.childNodes if getattr(n, "tagName", None) == "evidence-packet"]
+    assert dom.documentElement is not None
+    dom_packets = [n for n in dom.documentElement.childNodes if _is_element(n, "evidence-packet")]
     assert len(dom.getElementsByTagName("evidence-packet")) == len(dom_packets) == len(kept)
     for node, packet in zip(dom_packets, kept, strict=True):
         assert node.getAttribute("doc-id") == S(packet.doc_id)
         assert node.getAttribute("id") == S(packet.evidence_packet_id)
         assert node.getAttribute("status") == packet.status
-        (text_node,) = [n for n in node.childNodes if getattr(n, "tagName", None) == "text"]
+        (text_node,) = [n for n in node.childNodes if _is_element(n, "text")]
         assert _dom_text(text_node) == S(packet.text)
 
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from car_rag.deprecation import warn_renamed
 from car_rag.eval.answers import suite_kind
-from car_rag.evidence import EvidenceForm, approx_tokens, build_packets, render
+from car_rag.evidence import EvidenceForm, SupersededMode, approx_tokens, build_packets, render
 from car_rag.evidence.plain import clip_text, oldest_first
 from car_rag.guard import GuardEvidence, scope_evidence, seen_evidence
 from car_rag.prompts import answer_messages, plain_messages, reader_messages
 from car_rag.queries import load_queries
-from car_rag.retriever import ControllingAuthorityRetriever
+from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag_evals.suites import open_suite_store
 
 __all__ = [
@@ -107,7 +107,7 @@ def build_jobs(
     stores_dir: Path = Path(".car-stores"),
     limit: int | None = None,
     query_ids: Sequence[str] | None = None,
-    anchors: str = "hybrid",
+    anchors: AnchorMode = "hybrid",
     k1: int = 10,
     max_doc_chars: int | None = None,
     evidence_budget: float | None = 1500,
@@ -169,11 +169,13 @@ def build_jobs(
                 messages = [{"role": "system", "content": CLOSED_SYSTEM}, {"role": "user", "content": question}]
                 ids: list[str] = []
             elif cond == "dense":
+                assert store is not None  # every condition but closed-book has one
                 hits = store.dense.search(store.embedder.encode([q.query])[0], k)
                 ids = [h.doc_id for h in hits]
                 context = render([store.records[d] for d in ids], "plain", token_budget=evidence_budget, max_chars=max_doc_chars)
                 messages = plain_messages(question, context)
             elif cond in ("car-plain", "fresh-plain"):
+                assert result is not None
                 records = [r.record for r in result.top(k)]
                 ids = [r.doc_id for r in records]
                 dated = cond == "fresh-plain"
@@ -182,12 +184,14 @@ def build_jobs(
                 if dated:  # numbered as shown: oldest first
                     seen["shown"] = [r.doc_id for r in oldest_first(records)]
             elif cond == "car-reader":
+                assert store is not None and result is not None
                 context = render(result, "reader", policy=store.policy, k=k, token_budget=evidence_budget, query_id=q.query_id)
                 ids = [r.doc_id for r in result.top(k)]
                 messages = reader_messages(question, context)
                 seen.update(numbers=[r.rank for r in result.top(k)], provenance=True)
             else:
-                mode = "omit" if cond == "car-audit-omit" else "include"
+                assert store is not None and result is not None
+                mode: SupersededMode = "omit" if cond == "car-audit-omit" else "include"
                 packets = _clipped_packets(result, store.policy, k, audit_chars)
                 # Retrieval scores and matched terms say nothing about the answer: left out.
                 context = render(

@@ -352,7 +352,9 @@ def arrivals(store: CARStore, count: int, seed: int) -> list[tuple[dict, str]]:
     out = []
     for i in range(count):
         target = store.records[rng.choice(disclosures)]
-        when = target.published_at.replace(year=target.published_at.year + 8).isoformat()
+        published = target.published_at
+        assert published is not None  # every generated record is dated
+        when = published.replace(year=published.year + 8).isoformat()
         package = target.scope["package"]
         if i % 2 == 0:
             record = {
