@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from car_rag.channels import DenseChannel, LexicalIndex, VectorChannel
 from car_rag.embedding import DEFAULT_MODEL, Embedder
@@ -127,7 +127,7 @@ class CARStore:
         authority_schema: str | None = None,
         vector_store: str | None = None,
         follow: bool = True,
-    ) -> CARStore:
+    ) -> Self:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
 
         ``chroma_url`` (``http://host:port``) keeps the vectors in a Chroma server instead of
@@ -232,7 +232,7 @@ class CARStore:
             self.dense.close()
             self.log.close()
 
-    def __enter__(self) -> CARStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
