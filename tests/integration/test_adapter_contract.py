@@ -80,7 +80,7 @@ COMPARED = (
 """The annotations whose values must agree (the rest, e.g. car_stage1_channel, name framework classes)."""
 
 
-def _view(doc_id: str, metadata: dict[str, Any]) -> tuple[str, frozenset[str], list[Any]]:
+def _view(doc_id: str | None, metadata: dict[str, Any]) -> tuple[str | None, frozenset[str], list[Any]]:
     """A returned item as the contract sees it: its id, its set of car_* keys, the compared values."""
     return doc_id, frozenset(k for k in metadata if k.startswith("car_")), [metadata[k] for k in COMPARED]
 

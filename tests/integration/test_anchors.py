@@ -13,6 +13,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
 from car_rag.cli import main
 from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.policy import Policy
+from helpers_records import retrieved
 
 SEC = load_policy("security-advisory")
 ONE_SCOPE = Policy(name="design-proposals", scope_keys=("project",), rules=())
@@ -127,7 +128,7 @@ def test_an_ambiguous_question_shows_each_probable_scope_with_its_probability(am
     named = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has CVE-2034-0002 been fixed?")
     assert named.top(1)[0].doc_id == "beta-utils-d"
     assert named.top(1)[0].scope_probability == pytest.approx(1.0)
-    assert named.get("alpha-utils-p").scope_probability == pytest.approx(0.0)
+    assert retrieved(named, "alpha-utils-p").scope_probability == pytest.approx(0.0)
     assert named.ambiguity is None
 
 

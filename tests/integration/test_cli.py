@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from car_rag.cli import main
+from helpers_xml import child, text_of
 
 DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 
@@ -55,15 +56,15 @@ def test_query_json_and_xml(cli_store, capsys):
     assert data["records"][0]["doc_id"] == "sec-lodash-4.17.12-release" and data["records"][0]["status"] == "active"
     assert main(["query", "--store", str(cli_store), question, "--format", "audit", "--k", "3"]) == 0
     root = ET.fromstring(capsys.readouterr().out)
-    assert root.tag == "evidence" and root.find("evidence-packet").get("doc-id") == "sec-lodash-4.17.12-release"
+    assert root.tag == "evidence" and child(root, "evidence-packet").get("doc-id") == "sec-lodash-4.17.12-release"
     assert main(["query", "--store", str(cli_store), question, "--format", "plain", "--k", "3"]) == 0
     plain = capsys.readouterr().out
     assert plain.startswith("[Document 1] (patch_release") and plain.count("[Document ") == 3
     assert main(["query", "--store", str(cli_store), question, "--format", "reader", "--k", "3"]) == 0
     root = ET.fromstring(capsys.readouterr().out)
     # The question names its CVE id (and lodash): the subject is certain, so no probability is stated.
-    assert re.match(r"lodash, CVE-2099-10001: patched\.", root.find("digest").text)
-    assert (root.find("packet").get("status"), root.find("packet").get("version")) == ("current", "4.17.12")
+    assert re.match(r"lodash, CVE-2099-10001: patched\.", text_of(root, "digest"))
+    assert (child(root, "packet").get("status"), child(root, "packet").get("version")) == ("current", "4.17.12")
 
 
 def test_query_batch_writes_one_line_per_query(cli_store, tmp_path):

@@ -31,12 +31,14 @@ def test_wilson_matches_known_values():
 
 
 def _fin(doc_id, doc_type, day, employee="EMP1-A", ticker="XYZ"):
-    return Record(
-        doc_id=doc_id,
-        text=doc_id,
-        doc_type=doc_type,
-        scope={"employee": employee, "ticker": ticker},
-        published_at=f"2024-01-{day:02d}T09:00:00",
+    return Record.model_validate(
+        dict(
+            doc_id=doc_id,
+            text=doc_id,
+            doc_type=doc_type,
+            scope={"employee": employee, "ticker": ticker},
+            published_at=f"2024-01-{day:02d}T09:00:00",
+        )
     )
 
 
@@ -177,7 +179,7 @@ def test_audit_retriever_wraps_any_callable(fin):
     answers = {"q1": ["pc", "other"], "q2": ["ee", "ba", "pc"]}
     audit = audit_retriever(lambda q: answers[q], [("q1", "pc"), ("q2", "pc")], graph, k=3)
     assert audit.queries == 2 and audit.sets_with_superseded == 2 and audit.sets_with_violations == 1
-    assert audit.theorem4.successes == 1 and audit.examples[0]["question"] == "q1"
+    assert audit.theorem4 is not None and audit.theorem4.successes == 1 and audit.examples[0]["question"] == "q1"
 
 
 # --------------------------------------------------------------------------- runner, end to end on the demo

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -415,7 +416,7 @@ def test_the_guard_judges_each_answer_against_the_context_its_condition_showed(t
     by = {j.condition: j for j in jobs}
     assert by["dense"].meta["context_doc_ids"][0] == "sec-lodash-cve-2099-10001-disclosure"
     assert by["car-plain"].meta["context_doc_ids"][0] == "sec-lodash-4.17.12-release"
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"query_id": "demo-q01", "condition": c, "answer": answer}
         for c in conditions
         for answer in ("Yes, it is patched [Document 1].", "Yes, it is patched [Document 7].")

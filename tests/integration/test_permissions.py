@@ -17,8 +17,9 @@ import pytest
 import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
 from car_rag.evidence import render_audit
+from car_rag.retriever import AnchorMode
 
-MODES = ("bm25", "dense", "hybrid")
+MODES: tuple[AnchorMode, ...] = ("bm25", "dense", "hybrid")
 ACME_SEC = CallerContext(tenant="acme", principals={"sec"})
 GLOBEX_ALL = CallerContext(tenant="globex", principals={"legal", "admin"})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -21,6 +22,8 @@ from car_rag.eligibility import CallerContext
 from car_rag.postgres import PgVectorChannel
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.store import StoreError
+from helpers_records import pgvector_channel, shared_log
+from servers import fetch_one
 
 K = 10
 
@@ -59,11 +62,11 @@ def test_the_store_remembers_pgvector_and_keeps_every_vector_in_the_commit(pg_de
         assert store.config["vector_store"] == "pgvector" and store.config["vector_dimension"] == 384
         assert len(store) == 45 and store.dense.exact and store.drain_outbox() == 0
     with psycopg.connect(pg_demo) as conn:
-        rows, embedded, pending = conn.execute(
-            "SELECT count(*), count(embedding), count(*) FILTER (WHERE vector_pending) FROM car_rag.records"
-        ).fetchone()
-        dimension = conn.execute("SELECT vector_dims(embedding) FROM car_rag.records LIMIT 1").fetchone()[0]
-        [index] = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'records_embedding'").fetchone()
+        rows, embedded, pending = fetch_one(
+            conn.execute("SELECT count(*), count(embedding), count(*) FILTER (WHERE vector_pending) FROM car_rag.records")
+        )
+        dimension = fetch_one(conn.execute("SELECT vector_dims(embedding) FROM car_rag.records LIMIT 1"))[0]
+        [index] = fetch_one(conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'records_embedding'"))
     assert (rows, embedded, pending, dimension) == (45, 45, 0, 384)
     assert "hnsw (embedding vector_cosine_ops)" in index and "m='32'" in index and "ef_construction='200'" in index
 
@@ -94,7 +97,7 @@ def test_past_the_exact_limit_the_hnsw_index_answers_as_exact_search(pg_demo, tm
             assert _top(ControllingAuthorityRetriever(hnsw).retrieve(q["query"])) == _top(
                 ControllingAuthorityRetriever(exact).retrieve(q["query"])
             )
-        assert hnsw.dense.exact_scans == 0
+        assert pgvector_channel(hnsw).exact_scans == 0
     finally:
         exact.close()
         hnsw.close()
@@ -130,7 +133,7 @@ def test_a_second_store_sees_an_insert_through_the_feed_and_finds_it_in_sql(pg_d
 def _gated_corpus(demo_records: list[dict]) -> tuple[list[dict], set[str]]:
     """The demo corpus (public) plus records of other readers, the nearest of all to the lodash
     question: 30 acme records for its security team, and 12 of another tenant."""
-    secret = [
+    secret: list[dict[str, Any]] = [
         {
             "doc_id": f"acme-lodash-note-{i}",
             "doc_type": "note",
@@ -140,7 +143,7 @@ def _gated_corpus(demo_records: list[dict]) -> tuple[list[dict], set[str]]:
         }
         for i in range(30)
     ]
-    foreign = [
+    foreign: list[dict[str, Any]] = [
         {
             "doc_id": f"globex-lodash-{i}",
             "doc_type": "note",
@@ -202,7 +205,7 @@ def test_the_caller_gate_is_inside_the_sql_search(new_database, tmp_path, demo_r
             assert {h.doc_id for h in store.dense.search(query, len(records), where=caller.chroma_where())} == {
                 r["doc_id"] for r in records if caller.can_read(Record.model_validate(r))
             }
-        assert store.dense.exact_scans == 0
+        assert pgvector_channel(store).exact_scans == 0
         # A record's readers change with it: the gate's columns are rewritten.
         opened = {**records[45], "allowed_principals": ["analyst"]}
         store.ingest([opened], progress=False)
@@ -225,7 +228,7 @@ def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(
         tmp_path, demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector", hnsw={"ef_search": 10}, follow=False
     ) as store:
         store.ingest(records, progress=False)
-        channel = PgVectorChannel(store.replica.log, ef_search=10, iterative_scan="off", exact_limit=0)
+        channel = PgVectorChannel(shared_log(store), ef_search=10, iterative_scan="off", exact_limit=0)
         try:
             analyst = CallerContext("acme", ["analyst"])
             with channel._connection() as conn:  # what HNSW alone gives under the gate
@@ -298,7 +301,7 @@ def test_car_rag_ingest_vector_store_pgvector(new_database, tmp_path, demo_corpu
     )
     assert "45 added" in capsys.readouterr().out
     with psycopg.connect(url) as conn:
-        config, embedded = conn.execute(
-            "SELECT config, (SELECT count(embedding) FROM car_rag.records) FROM car_rag.store"
-        ).fetchone()
+        config, embedded = fetch_one(
+            conn.execute("SELECT config, (SELECT count(embedding) FROM car_rag.records) FROM car_rag.store")
+        )
     assert config["vector_store"] == "pgvector" and embedded == 45

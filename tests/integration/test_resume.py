@@ -26,7 +26,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever, Embedder
 from car_rag.adapters import AuthorityGraph
 from car_rag.channels import make_lexical_index
 from car_rag_evals.perf.corpus import generate
-from helpers_records import edge_set
+from helpers_records import chroma_collection, edge_set
 
 ROOT = Path(car_rag.__file__).resolve().parents[1]
 """The checkout whose car_rag the tests import: the child CLI runs the same one."""
@@ -47,7 +47,7 @@ def committed(store: Path) -> int:
 
 
 def vector_ids(store: CARStore) -> set[str]:
-    return set(store.dense.collection.get(include=[])["ids"])
+    return set(chroma_collection(store).get(include=[])["ids"])
 
 
 def bm25_matches_a_fresh_build(store: CARStore) -> None:
@@ -133,7 +133,7 @@ def test_a_killed_ingest_keeps_whole_chunks_and_the_same_command_resumes(tmp_pat
     uninterrupted = CARStore.open(tmp_path / "uninterrupted", security_policy, embedder=embedder)
     try:
         assert vector_ids(resumed) == set(ids)  # the cut chunk's orphans were written over
-        vectors = resumed.dense.collection.get(ids=ids, include=["embeddings"])
+        vectors = chroma_collection(resumed).get(ids=ids, include=["embeddings"])
         sample = vectors["ids"][::50]
         np.testing.assert_allclose(
             [vectors["embeddings"][i] for i in range(0, len(ids), 50)],
@@ -242,7 +242,7 @@ def test_each_chunk_is_embedded_after_the_one_before_is_committed(tmp_path, secu
         assert report.added == [r["doc_id"] for r in records]
         # One call per chunk, with the chunk's records that need a vector, after the chunk before was committed.
         assert counting.calls == [(sum(r["doc_id"] not in given for r in records[s : s + 100]), s) for s in (0, 100, 200)]
-        stored = store.dense.collection.get(ids=list(given)[:20], include=["embeddings"])
+        stored = chroma_collection(store).get(ids=list(given)[:20], include=["embeddings"])
         np.testing.assert_allclose(stored["embeddings"], [given[d] for d in stored["ids"]], atol=1e-5)
 
         # An atomic batch is one chunk, whatever chunk_size says: the cycle in its last record keeps all of it out.

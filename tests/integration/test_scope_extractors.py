@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,7 @@ def test_records_without_scope_are_reported_and_extractors_let_the_fix_void_the_
 
 def test_a_records_own_scope_wins_over_the_extractors_in_the_store(tmp_path, embedder):
     policy = with_extractors(tmp_path)
-    own = {**RELEASE, "scope": {"cve_id": "CVE-2099-40000"}}  # says which CVE it fixes; its text names another
+    own: dict[str, Any] = {**RELEASE, "scope": {"cve_id": "CVE-2099-40000"}}  # says which CVE it fixes; its text names another
     with CARStore.open(tmp_path / "store", policy, embedder=embedder) as store:
         report = store.ingest([DISCLOSURE, own], progress=False)
         assert store.get(own["doc_id"]).scope == {"cve_id": "CVE-2099-40000", "package": "zlibber"}

@@ -15,6 +15,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from typing import Any
 
 import httpx
 import pytest
@@ -25,10 +26,11 @@ from car_rag.cli import main
 from car_rag.serve.keys import hash_key, load_api_keys
 from car_rag.serve.service import DENSE_SHARE, Service
 from car_rag_evals.servers import HOST, free_port, serving
+from helpers_records import chroma_collection
 from servers import assert_dense_left_out, chroma_run, wait_for
 
 SECRET = "ACME-INTERNAL-7731"
-ACME_PATCH = {
+ACME_PATCH: dict[str, Any] = {
     "doc_id": "sec-serialbox-9.9.9-acme-release",
     "doc_type": "patch_release",
     "tenant": "acme",
@@ -37,7 +39,7 @@ ACME_PATCH = {
     "published_at": "2025-04-01",
 }
 SERIALBOX = "sec-serialbox-cve-2099-10010-disclosure"
-KEYS = {  # key -> entry of the keys file
+KEYS: dict[str, dict[str, Any]] = {  # key -> entry of the keys file
     "k-acme": {"name": "acme-analysts", "tenant": "acme", "principals": ["analyst"]},
     "k-acme-writer": {"name": "acme-writer", "tenant": "acme", "write": True},
     "k-globex": {"name": "globex", "tenant": "globex"},
@@ -210,7 +212,7 @@ def contents(store: CARStore) -> tuple:
         held = sorted((d, r.fingerprint()) for d, r in store.records.items())
         edges = sorted((e.superseder, e.target, e.rule, e.confidence) for e in store.graph.edges())
         bm25 = list(store.lexical.doc_ids)
-    return stored, stored_edges, held, edges, bm25, store.dense.collection.count()
+    return stored, stored_edges, held, edges, bm25, chroma_collection(store).count()
 
 
 HUGE = 50 * 2**20
@@ -440,6 +442,7 @@ def test_car_rag_serve_runs_unrestricted_with_a_warning_and_refuses_workers(
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stderr is not None  # a pipe
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -15,6 +15,7 @@ import textwrap
 import threading
 import time
 import uuid
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -25,8 +26,8 @@ from car_rag.graph import AuthorityGraph
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.records import Record
 from car_rag_evals.servers import HOST, chroma_cli
-from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, day, edge_set
-from servers import chroma_run, wait_for
+from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, chroma_collection, day, edge_set, retrieved, shared_log
+from servers import chroma_run, fetch_one, wait_for
 
 PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 
@@ -70,7 +71,7 @@ def test_processes_share_one_truth(tmp_path, pg, chroma, schema, demo_policy, em
         assert b.records == a.records
         assert edge_set(b.graph) == edge_set(a.graph) and len(edge_set(a.graph)) == 18
         assert b.lexical.doc_ids == a.lexical.doc_ids == [r["doc_id"] for r in map(json.loads, demo_corpus_path.open())]
-        assert a.dense.collection.count() == 45  # the outbox drained into the Chroma server
+        assert chroma_collection(a).count() == 45  # the outbox drained into the Chroma server
         ask_a, ask_b = ControllingAuthorityRetriever(a), ControllingAuthorityRetriever(b)
         for q in demo_queries:
             tops = [[(x.doc_id, x.status, x.rank) for x in ask.retrieve(q["query"]).top(5)] for ask in (ask_a, ask_b)]
@@ -81,7 +82,7 @@ def test_processes_share_one_truth(tmp_path, pg, chroma, schema, demo_policy, em
         wait_for(lambda: a.graph.is_superseded(VOIDED), "the first store sees the second's insert void the disclosure", 60)
         assert a.feed is not None and a.feed.delays  # it came through the change feed
         answer = ask_a.retrieve("Is mdrender still vulnerable to CVE-2099-10009?")
-        assert answer.get(VOIDED).superseded_by == [PATCH["doc_id"]]
+        assert retrieved(answer, VOIDED).superseded_by == [PATCH["doc_id"]]
     with CARStore.open(tmp_path / "c", follow=False, **shared) as fresh:  # a worker started later
         assert len(fresh) == 46 and edge_set(fresh.graph) == edge_set(a.graph)
 
@@ -172,7 +173,7 @@ def test_vectors_wait_in_the_outbox_while_chroma_is_down(tmp_path, pg, schema, s
         report = store.ingest(later, progress=False, embeddings=vectors_for(later, seed=1))
         assert report.added == ["p1"] and report.newly_superseded == ["d1"]  # authority does not wait for vectors
         assert any("1 vectors wait in the outbox" in w for w in report.warnings), report.warnings
-        assert store.replica.log.count_pending() == 1
+        assert shared_log(store).count_pending() == 1
         assert sorted(h.doc_id for h in store.lexical.search("zlibx", 5)) == ["d1", "p1"]
         # The Chroma server comes back (same data, same port): the feed drains the outbox.
         log = (folder / "server2.log").open("wb")
@@ -182,8 +183,8 @@ def test_vectors_wait_in_the_outbox_while_chroma_is_down(tmp_path, pg, schema, s
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_for(lambda: store.replica.log.count_pending() == 0, "the outbox drains once Chroma answers", 60, 0.2)
-            assert sorted(store.dense.collection.get()["ids"]) == ["d1", "p1"]
+            wait_for(lambda: shared_log(store).count_pending() == 0, "the outbox drains once Chroma answers", 60, 0.2)
+            assert sorted(chroma_collection(store).get()["ids"]) == ["d1", "p1"]
         finally:
             again.terminate()
             again.wait(timeout=30)
@@ -212,7 +213,7 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
     """kill -9 of the writing process while its batch's transaction is open: nothing of the batch
     is stored, and the same batch written again goes in whole. The kill is made certain to land
     mid-transaction by holding a row lock the batch's last record needs."""
-    existing = {
+    existing: dict[str, Any] = {
         "doc_id": "r-last",
         "doc_type": "patch_release",
         "text": "release notes",
@@ -241,19 +242,23 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
                 stderr=subprocess.PIPE,
                 text=True,
             )
+            stderr = child.stderr
+            assert stderr is not None  # a pipe
             try:
 
                 def blocked():  # asked outside the blocker's transaction, whose statistics are a snapshot
-                    rows = look.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
-                        (f"car-rag {child.pid} write",),
-                    ).fetchone()
-                    assert child.poll() is None, child.stderr.read()
+                    rows = fetch_one(
+                        look.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+                            (f"car-rag {child.pid} write",),
+                        )
+                    )
+                    assert child.poll() is None, stderr.read()
                     return rows[0] == 1
 
                 wait_for(blocked, "the writer's transaction waits on the locked row", 120, 0.05)
                 # 2,000 rows are inserted inside its open transaction: invisible to others
-                assert look.execute(f"SELECT count(*) FROM {schema}.records").fetchone()[0] == 1
+                assert fetch_one(look.execute(f"SELECT count(*) FROM {schema}.records"))[0] == 1
                 child.send_signal(signal.SIGKILL)
                 child.wait(timeout=30)
             finally:
@@ -262,7 +267,7 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
             blocker.rollback()
         with psycopg.connect(pg) as conn:
             assert conn.execute(f"SELECT count(*), max(change) FROM {schema}.records").fetchone() == (1, 1)
-            assert conn.execute(f"SELECT body FROM {schema}.records").fetchone()[0] == Record(**existing).model_dump_json()
+            assert fetch_one(conn.execute(f"SELECT body FROM {schema}.records"))[0] == Record(**existing).model_dump_json()
         assert len(a) == 1 and a.head == 1
         rerun = subprocess.run(
             [sys.executable, "-c", _WRITER, pg, schema, str(tmp_path / "w"), str(tmp_path / "batch.json")],
@@ -280,9 +285,9 @@ def test_a_writer_whose_turn_never_comes_fails_within_its_bound(tmp_path, pg, ch
     another session holding the writers' lock) fails it at the statement timeout, nothing stored."""
     record = {"doc_id": "r1", "doc_type": "patch_release", "text": "release notes", "scope": {"package": "p"}}
     with CARStore.open(tmp_path / "a", security_policy, chroma_url=chroma, authority_url=pg, authority_schema=schema) as a:
-        a.log.statement_timeout_s = 2  # its connections are made at its first write
+        shared_log(a).statement_timeout_s = 2  # its connections are made at its first write
         with psycopg.connect(pg) as holder:
-            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", a.replica.log._lock_key)  # held until rollback
+            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", shared_log(a)._lock_key)  # held until rollback
             tick = time.monotonic()
             with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
                 a.ingest([record], progress=False, embeddings=vectors_for([record]))

@@ -18,7 +18,7 @@ from car_rag.layout import RecordLayout
 from car_rag.policy import PolicyError, _parse
 from car_rag.records import Record, parse_records
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, resolve_authority
-from helpers_records import rec
+from helpers_records import rec, retrieved
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("CAR_PROPERTY_EXAMPLES", "300")),
@@ -29,20 +29,22 @@ TOPIC = {"topic": "t1"}
 
 
 def _policy(confidence: float = 1.0) -> Policy:
-    return Policy(
-        name="notes",
-        scope_keys=("topic",),
-        rules=(
-            {
-                "name": "later_note",
-                "trigger": "note",
-                "target": "note",
-                "within": ("topic",),
-                "order": "later",
-                "confidence": confidence,
-                "verb": "replaces",
-            },
-        ),
+    return Policy.model_validate(
+        dict(
+            name="notes",
+            scope_keys=("topic",),
+            rules=(
+                {
+                    "name": "later_note",
+                    "trigger": "note",
+                    "target": "note",
+                    "within": ("topic",),
+                    "order": "later",
+                    "confidence": confidence,
+                    "verb": "replaces",
+                },
+            ),
+        )
     )
 
 
@@ -170,11 +172,11 @@ def test_dict_store_takes_min_confidence_and_rebuilds_contested_records_from_ann
 
     records = [rec("a", at=1), rec("b", at=2, supersedes=[{"id": "a", "confidence": 0.6}])]
     store = DictStore.of(records)
-    assert store.resolve(_policy(), "q", ["a"]).get("a").status == "superseded"
+    assert retrieved(store.resolve(_policy(), "q", ["a"]), "a").status == "superseded"
     result = store.resolve(_policy(), "q", ["a"], min_confidence=0.7)
-    assert result.get("a").contested_by == [Edge("b", "a", "explicit", 0.6)]
+    assert retrieved(result, "a").contested_by == [Edge("b", "a", "explicit", 0.6)]
     rebuilt = result_from_annotations([(r.record, annotations_for(r, result)) for r in result], query="q", policy=_policy())
-    assert rebuilt.get("a").contested_by == result.get("a").contested_by
+    assert retrieved(rebuilt, "a").contested_by == retrieved(result, "a").contested_by
 
 
 # --------------------------------------------------------------------------- evidence

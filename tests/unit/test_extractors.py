@@ -17,7 +17,7 @@ from car_rag.adapters import DictStore, RecordLayout
 from car_rag.extractors import ScopeExtractor, missing_scope
 from car_rag.policy import RecordScope
 from fake_openai import FakeOpenAIServer
-from helpers_records import rec
+from helpers_records import rec, retrieved
 
 POLICY_TOML = """
 name = "advisories"
@@ -202,7 +202,7 @@ def test_stage2_finds_superseders_stored_under_the_frameworks_metadata_names(tmp
     unmapped = load_policy(write_policy(tmp_path, "", "plain.toml"))
     result = DictStore(_user_items(names)).resolve(mapped, "Is merge still polluting prototypes?", ["d1"])
     assert [(r.doc_id, r.status) for r in result] == [("r1", "active"), ("d1", "superseded")]
-    assert result.get("d1").voided_by[0].rule == "patch_fixes_disclosure"
+    assert retrieved(result, "d1").voided_by[0].rule == "patch_fixes_disclosure"
     # Without the mapping the same store looks like records with no scope: nothing voids the disclosure.
     result = DictStore(_user_items(names)).resolve(unmapped, "Is merge still polluting prototypes?", ["d1"])
     assert [(r.doc_id, r.status) for r in result] == [("d1", "active")]

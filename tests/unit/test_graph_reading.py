@@ -42,8 +42,12 @@ def test_a_lookup_naming_two_keys_returns_only_records_with_both() -> None:
 
 
 def test_a_rule_over_every_record_type_and_no_shared_scope_links_all_of_them() -> None:
-    policy = Policy(
-        name="p", scope_keys=("topic",), rules=({"name": "newest_notice", "trigger": "notice", "target": "*", "order": "later"},)
+    policy = Policy.model_validate(
+        dict(
+            name="p",
+            scope_keys=("topic",),
+            rules=({"name": "newest_notice", "trigger": "notice", "target": "*", "order": "later"},),
+        )
     )
     graph = _graph(
         rec("memo", "memo", at=1),

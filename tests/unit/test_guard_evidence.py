@@ -14,6 +14,7 @@ from car_rag.ambiguity import Ambiguity, AmbiguousScope
 from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph
 from car_rag.guard import GuardReport, check_answer, scope_evidence, seen_evidence
+from car_rag.guard.evidence import Numbering
 from car_rag.policy import load_policy
 from car_rag.records import Record
 from car_rag.resolution import RetrievalResult
@@ -214,10 +215,14 @@ def test_packet_forms_showed_the_replaced_records_as_provenance() -> None:
 
 def test_findings_cite_as_the_evidence_numbers() -> None:
     graph = _graph(MULTI_BRANCH)
-    for form, first, second in (("documents", "[Document 1]", "[Document 2]"), ("packets", "[EP-1]", "[EP-2]")):
+    forms: tuple[tuple[Numbering, str, str], ...] = (
+        ("documents", "[Document 1]", "[Document 2]"),
+        ("packets", "[EP-1]", "[EP-2]"),
+    )
+    for form, first, second in forms:
         (finding,) = check_answer(
             "No, it is not patched.", seen_evidence(graph, ["disclosure", "rel-41.0.0-beta.8"], form=form)
-        ).findings  # type: ignore[arg-type]
+        ).findings
         assert first in finding.message and second in finding.message, finding.message
         other = "EP-" if form == "documents" else "Document"
         assert other not in finding.message

@@ -21,25 +21,29 @@ ATTACK = "Prototype pollution in the merge function lets a remote attacker chang
 
 
 def disclosure(pkg: str, cve: str, **fields) -> Record:
-    return Record(
-        doc_id=f"{pkg}-disclosure",
-        text=ATTACK,
-        doc_type="vulnerability_disclosure",
-        scope={"package": pkg, "cve_id": cve},
-        published_at="2024-01-01",
-        **fields,
+    return Record.model_validate(
+        dict(
+            doc_id=f"{pkg}-disclosure",
+            text=ATTACK,
+            doc_type="vulnerability_disclosure",
+            scope={"package": pkg, "cve_id": cve},
+            published_at="2024-01-01",
+            **fields,
+        )
     )
 
 
 def patch(pkg: str, cve: str, **fields) -> Record:
-    return Record(
-        doc_id=f"{pkg}-patch",
-        text="Release 2.0.1: maintenance.",
-        doc_type="patch_release",
-        scope={"package": pkg, "cve_id": cve},
-        version="2.0.1",
-        published_at="2024-02-01",
-        **fields,
+    return Record.model_validate(
+        dict(
+            doc_id=f"{pkg}-patch",
+            text="Release 2.0.1: maintenance.",
+            doc_type="patch_release",
+            scope={"package": pkg, "cve_id": cve},
+            version="2.0.1",
+            published_at="2024-02-01",
+            **fields,
+        )
     )
 
 
@@ -91,6 +95,7 @@ def test_two_named_scopes_share_the_probability_by_stage1_evidence():
     named = {"cve_id": ["CVE-2024-1001", "CVE-2024-1002"]}
     posterior = estimate_scope_posterior(hits(("alpha-disclosure", 0.6), ("beta-disclosure", 0.2)), TWO, SEC, named)
     alpha, beta = (posterior.probability(TWO.records[d]) for d in ("alpha-disclosure", "beta-disclosure"))
+    assert alpha is not None and beta is not None
     assert alpha + beta == pytest.approx(1.0)
     assert alpha > beta > 0
 
@@ -157,12 +162,14 @@ def test_scopes_the_question_cannot_tell_apart_each_get_an_anchor_in_an_order_bl
 def test_exact_ties_are_ordered_by_newest_then_a_hash_never_by_how_stage1_listed_them():
     records = [disclosure(f"p{i}", f"CVE-2024-{2000 + i}") for i in range(5)]
     records.append(
-        Record(
-            doc_id="newer-disclosure",
-            text=ATTACK,
-            doc_type="vulnerability_disclosure",
-            scope={"package": "newer", "cve_id": "CVE-2024-2999"},
-            published_at="2024-06-01",
+        Record.model_validate(
+            dict(
+                doc_id="newer-disclosure",
+                text=ATTACK,
+                doc_type="vulnerability_disclosure",
+                scope={"package": "newer", "cve_id": "CVE-2024-2999"},
+                published_at="2024-06-01",
+            )
         )
     )
     graph = graph_of(*records)

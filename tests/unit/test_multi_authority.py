@@ -15,7 +15,7 @@ from car_rag.evidence.digest import authority_digest
 from car_rag.graph import AuthorityGraph, Edge
 from car_rag.policy import Policy, PolicyError, _parse
 from car_rag.resolution import Anchor, resolve_authority
-from helpers_records import rec
+from helpers_records import policy_rule, rec
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("CAR_PROPERTY_EXAMPLES", "300")),
@@ -125,18 +125,18 @@ def test_an_exception_rule_brings_its_revocation_rule():
 # --------------------------------------------------------------------------- level orders
 def test_a_higher_court_binds_a_lower_one_and_a_later_one_of_the_same_level_replaces():
     policy = _parse(COURTS.replace('order = "higher_level"', 'order = "level_then_later"'), ".toml", "c.toml")
-    rule = policy.rule("higher_court")
+    rule = policy_rule(policy, "higher_court")
     supreme, district, district_later = ruling("s", "supreme", 1), ruling("d", "district", 2), ruling("d2", "district", 3)
     assert policy.fires(rule, supreme, district) and not policy.fires(rule, district, supreme)
     assert policy.fires(rule, district_later, district) and not policy.fires(rule, district, district_later)
     assert not policy.fires(rule, ruling("x", None, 5), district)  # no level: unordered
-    strict = _courts().rule("higher_court")
+    strict = policy_rule(_courts(), "higher_court")
     assert not _courts().fires(strict, district_later, district)
 
 
 def test_a_default_level_orders_records_without_one():
     policy = _parse(COURTS.replace('field = "court_level"', 'field = "court_level"\ndefault = "district"'), ".toml", "c")
-    assert policy.fires(policy.rule("higher_court"), ruling("s", "supreme", 1), ruling("x", None, 2))
+    assert policy.fires(policy_rule(policy, "higher_court"), ruling("s", "supreme", 1), ruling("x", None, 2))
 
 
 # --------------------------------------------------------------------------- disputes
@@ -230,7 +230,7 @@ def _upgraded(name: str, rule: str):
     from car_rag.policy import load_policy
 
     policy = load_policy(name)
-    added = policy.rule(rule)
+    added = policy_rule(policy, rule)
     before = Policy.model_validate(
         {  # validated afresh: a model_copy would keep the cached edge rules
             **policy.model_dump(),

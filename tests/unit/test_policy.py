@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from car_rag.policy import EXPLICIT_RULE, Policy, PolicyError, Rule, builtin_policies, load_policy, version_is_higher
-from helpers_records import rec
+from helpers_records import policy_rule, rec
 
 BUILTINS = ["drug-regulation", "legal-precedent", "sec-204a1", "security-advisory", "versioned-document"]
 
@@ -61,7 +61,7 @@ def test_sec_204a1_has_the_paper_rules_r1_to_r10_then_the_blackout_exception():
     assert scopes["R3"] == ("employee", "ticker")
     assert scopes["R7"] == ("employee",)
     assert scopes["R10"] == ()
-    assert policy.rule("R2").trigger == "blackout_lifted" and policy.rule("R2").target == "blackout_announced"
+    assert policy_rule(policy, "R2").trigger == "blackout_lifted" and policy_rule(policy, "R2").target == "blackout_announced"
     assert policy.rule("R11") is None
 
 
@@ -81,8 +81,8 @@ def test_load_policy_from_user_toml(tmp_path):
         assert policy.name == "sop"
         assert policy.scope_keys == ("sop_id", "site")
         assert [r.name for r in policy.rules] == ["revision", "withdrawal"]
-        assert policy.rule("revision").order == "higher_version"
-        assert policy.rule("withdrawal").order == "any"
+        assert policy_rule(policy, "revision").order == "higher_version"
+        assert policy_rule(policy, "withdrawal").order == "any"
         assert policy.scope_ids_in("see SOP-12 and SOP-7, SOP-12 again") == {"sop_id": ["SOP-12", "SOP-7"]}
 
 
@@ -99,8 +99,8 @@ def test_load_policy_from_json(tmp_path):
     path.write_text(json.dumps(data), encoding="utf-8")
     policy = load_policy(path)
     assert policy.name == "contracts"
-    assert policy.rule("amend").within == ("contract",)
-    assert policy.rule("renew").order == "later"
+    assert policy_rule(policy, "amend").within == ("contract",)
+    assert policy_rule(policy, "renew").order == "later"
     a = rec("c1", "contract", at=1, scope={"contract": "K"})
     b = rec("a1", "amendment", at=0, scope={"contract": "K"})
     assert policy.edges_between(b, a) == ["amend"]

@@ -16,8 +16,8 @@ from car_rag.graph import AuthorityGraph, Edge
 from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import _parse
 from car_rag.records import Record
-from car_rag.resolution import Anchor, RetrievedRecord, resolve_authority
-from helpers_records import rec
+from car_rag.resolution import Anchor, ResolutionMode, RetrievedRecord, resolve_authority
+from helpers_records import rec, retrieved
 
 TOPIC = {"topic": "t1"}
 UNRULED = Policy(name="notes", scope_keys=("topic",))
@@ -178,11 +178,11 @@ hierarchy = "court"
 
 
 @pytest.mark.parametrize(("resolution", "expected"), [("rules", ["district", "supreme"]), ("timestamp", ["district"])])
-def test_only_rule_resolution_brings_in_the_other_side_of_a_dispute(resolution: str, expected: list[str]) -> None:
+def test_only_rule_resolution_brings_in_the_other_side_of_a_dispute(resolution: ResolutionMode, expected: list[str]) -> None:
     # a later district ruling against an earlier supreme one: chronology and hierarchy disagree (Definition 10)
     graph = AuthorityGraph(COURTS)
     for doc_id, level, day in (("supreme", "supreme", 1), ("district", "district", 2)):
         graph.add(rec(doc_id, "ruling", at=day, scope={"question": "Q1"}, metadata={"court_level": level}))
     result = resolve_authority(graph, COURTS, "q", [Anchor("district", 1)], resolution=resolution)
     assert sorted(result.doc_ids()) == sorted(expected)
-    assert bool(result.get("district").disputed_by) == (resolution == "rules")
+    assert bool(retrieved(result, "district").disputed_by) == (resolution == "rules")

@@ -11,7 +11,7 @@ from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph
 from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, resolve_authority
-from helpers_records import rec
+from helpers_records import rec, retrieved
 
 TOPIC = {"topic": "t1"}
 UNRULED = Policy(name="notes", scope_keys=("topic",))
@@ -49,7 +49,7 @@ def test_an_edge_exactly_at_the_threshold_is_followed_and_voids() -> None:
     graph = _graph(records)
     assert graph.ancestors("old", TAU) == {"new"}
     assert graph.ancestors("old", TAU + 0.01) == set()
-    old = resolve_authority(graph, UNRULED, "q", [Anchor("old", 1)], min_confidence=TAU).get("old")
+    old = retrieved(resolve_authority(graph, UNRULED, "q", [Anchor("old", 1)], min_confidence=TAU), "old")
     assert (old.status, old.superseded_by) == ("superseded", ["new"])
 
 
@@ -69,5 +69,5 @@ def test_a_hidden_superseder_voids_only_at_the_threshold(confidence: float, stat
     ]
     result = resolve_authority(_graph(records), UNRULED, "q", [Anchor("public", 1)], CallerContext("globex"), min_confidence=TAU)
     assert [r.doc_id for r in result] == ["public"]  # the caller never sees the other
-    public = result.get("public")
+    public = retrieved(result, "public")
     assert (public.status, public.hidden_superseder, public.superseded_by) == (status, hidden, [])
