@@ -23,10 +23,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from car_rag.channels import ChannelHit
 from car_rag.eval.metrics import score_query
-from car_rag.queries import load_queries
+from car_rag.queries import Query, load_queries
 from car_rag.retriever import ControllingAuthorityRetriever
-from car_rag_evals.suites import SUITES, load_suite, open_suite_store
+from car_rag.store import CARStore
+from car_rag_evals.suites import SUITES, Suite, load_suite, open_suite_store
 
 DEPTH = 100
 GRID = {
@@ -61,7 +63,7 @@ def label(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
-def suite_runs(name: str, stores: Path) -> tuple:
+def suite_runs(name: str, stores: Path) -> tuple[Suite, CARStore, list[Query], list[dict[str, list[ChannelHit]]]]:
     suite = load_suite(name)
     store = open_suite_store(suite, stores, progress=False)
     queries = load_queries(suite.queries)

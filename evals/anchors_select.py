@@ -70,7 +70,7 @@ def main() -> None:
     started = time.time()
     suites = args.suites.split(",")
     table = {name: suite_scores(name, configs, args.stores, args.mirrors, check=0) for name in suites}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for config in grid:
         name = label(config)
         scores = {s: table[s]["configs"][name]["tca"] for s in suites}

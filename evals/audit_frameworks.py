@@ -20,7 +20,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -40,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CAR_LABEL = "car-rag ControllingAuthorityRetriever (hybrid anchors, k1=10)"
 
 
-def _retrievers(store, depth: int) -> dict[str, tuple[str, object]]:
+def _retrievers(store, depth: int) -> dict[str, tuple[str, Callable[[str], Iterable[Any]]]]:
     llama = llamaindex_fusion_retriever(store, depth)
     lang = langchain_ensemble_retriever(store, depth)
     car = ControllingAuthorityRetriever(store, anchors="hybrid", k1=10, depth=max(depth, 10))

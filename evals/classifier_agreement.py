@@ -162,10 +162,11 @@ def main(argv=None) -> int:
     lines += ["", f"## Disagreements ({len(dis)})", ""]
     if not dis:
         lines.append("None.")
-    for a, h, c in dis:
+    for answer, hand, got in dis:
         lines += [
-            f"- `{a['id']}` / {a['retrieval']}: hand **{h['label']}** ({h['note']}), classifier **{c.label}** ({c.reason})",
-            f"  > {' '.join(a['answer'].split())}",
+            f"- `{answer['id']}` / {answer['retrieval']}: hand **{hand['label']}** ({hand['note']}), "
+            f"classifier **{got.label}** ({got.reason})",
+            f"  > {' '.join(answer['answer'].split())}",
         ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

@@ -65,6 +65,7 @@ from typing import Any  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder, Record  # noqa: E402
+from car_rag.channels import DenseChannel  # noqa: E402
 from car_rag.evidence import render_audit  # noqa: E402
 from car_rag.policy import PolicyError, load_policy  # noqa: E402
 from car_rag.store import StoreError  # noqa: E402
@@ -609,8 +610,8 @@ def _policy_bytes(rng: random.Random, number: int) -> tuple[str, bytes, str, str
         return f"{how} {depth}", body.encode(), suffix, "reject", None
     if how == "huge integer":  # more digits than Python converts
         digits = b"9" * 5000
-        body = b'{"x": ' + digits + b", " + data[1:] if suffix == ".json" else b"x = " + digits + b"\n" + data
-        return how, body, suffix, "reject", None
+        huge = b'{"x": ' + digits + b", " + data[1:] if suffix == ".json" else b"x = " + digits + b"\n" + data
+        return how, huge, suffix, "reject", None
     if how == "empty":
         return how, b"", suffix, "reject", None
     if how == "not an object":
@@ -693,6 +694,7 @@ def snapshot(store: CARStore, retriever: ControllingAuthorityRetriever) -> dict[
     edges = sorted(
         (e.superseder, e.target, e.rule) for d in CHECK_IDS for e in store.graph.superseders(d) if e.superseder in CHECK_IDS
     )
+    assert isinstance(store.dense, DenseChannel)  # the fuzzed stores keep their vectors in Chroma
     got = store.dense.collection.get(ids=CHECK_IDS, include=["metadatas", "documents"])
     chroma = sorted((i, doc, sorted(meta.items())) for i, doc, meta in zip(got["ids"], got["documents"], got["metadatas"]))
     return {"answers": answers, "records": records, "edges": edges, "chroma": chroma}
@@ -953,11 +955,11 @@ class Fuzzer:
         for line in rejected:
             if not line.startswith(f"rejected: {path}:"):
                 self._violate("CLI error does not name file and line", case, line[:300])
-        for number, line in enumerate(case.lines, 1):
+        for number, sent in enumerate(case.lines, 1):
             named = any(r.startswith(f"rejected: {path}:{number}:") for r in rejected)
-            if (line.expect == "reject") != named and line.expect != "any":
+            if (sent.expect == "reject") != named and sent.expect != "any":
                 self._violate(
-                    "CLI line outcome", case, f"line {number} expected {line.expect}, {'named' if named else 'not named'}"
+                    "CLI line outcome", case, f"line {number} expected {sent.expect}, {'named' if named else 'not named'}"
                 )
 
     def query_cli_store(self) -> None:
@@ -1045,7 +1047,7 @@ def format_report(report: FuzzReport, *, max_violations: int = 20) -> str:
             f"{name:<20} {c['cases']:>6} {c['accepted']:>9} {c['partly_rejected']:>7} {c['rejected']:>9} {c['crashed']:>8} "
             f"{c['rejected_lines']:>10} {c['stored_records']:>7} {c['cli_cases']:>5} {exits:>15}"
         )
-    total = Counter()
+    total: Counter[str] = Counter()
     for c in report.categories.values():
         total.update(c)
     lines += [

@@ -134,7 +134,7 @@ def main() -> int:
         "questions that name their entity": [r for k, r in pooled.items() if k[0] not in NAMELESS],
         "questions that name none (free-form CVE and legal)": [r for k, r in pooled.items() if k[0] in NAMELESS],
     }
-    summary = {
+    summary: dict[str, Any] = {
         "command": command,
         "generated": started,
         "split": split,

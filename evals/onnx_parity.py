@@ -18,6 +18,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def main() -> int:
             "below_threshold": int((v < THRESHOLD).sum()),
         }
 
-    result = {
+    result: dict[str, Any] = {
         "command": "python evals/onnx_parity.py " + " ".join(sys.argv[1:]),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {

@@ -489,17 +489,17 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
         bad("xml", f"XML leaks {leaks}")
     by_id = {item.doc_id: item for item in result.ranked}
     for el in ET.fromstring(xml).iter("evidence-packet"):
-        item = by_id.get(el.get("doc-id", ""))
-        if item is None:
+        packet_item = by_id.get(el.get("doc-id", ""))
+        if packet_item is None:
             bad("xml", f"XML packet {el.get('doc-id')!r} is not in the result")
             continue
-        if el.get("status") != item.status:
-            bad("xml-status", f"{item.doc_id}: XML status {el.get('status')} != result status {item.status}")
+        if el.get("status") != packet_item.status:
+            bad("xml-status", f"{packet_item.doc_id}: XML status {el.get('status')} != result status {packet_item.status}")
         hidden_el = [c for c in el.findall("superseded-by") if c.get("hidden") == "true"]
-        if item.hidden_superseder and not hidden_el:
-            bad("xml-status", f"{item.doc_id}: hidden superseder not marked in the XML")
+        if packet_item.hidden_superseder and not hidden_el:
+            bad("xml-status", f"{packet_item.doc_id}: hidden superseder not marked in the XML")
         if hidden_el and any(set(c.attrib) != {"hidden"} for c in hidden_el):
-            bad("xml", f"{item.doc_id}: hidden superseded-by element carries attributes {[c.attrib for c in hidden_el]}")
+            bad("xml", f"{packet_item.doc_id}: hidden superseded-by element carries attributes {[c.attrib for c in hidden_el]}")
 
     # (d) statuses: stale authority is never reported active, hidden superseders are flagged.
     # (Under the timestamp baseline statuses follow scope buckets, not the authority graph: only

@@ -313,7 +313,8 @@ def _repoint_chroma(url: str, schema: str, chroma: str) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass(%s)", (f"{schema}.store",)).fetchone()[0] is not None:
+        found = conn.execute("SELECT to_regclass(%s)", (f"{schema}.store",)).fetchone()
+        if found is not None and found[0] is not None:
             conn.execute(f"UPDATE {schema}.store SET config = jsonb_set(config, '{{chroma_url}}', to_jsonb(%s::text))", (chroma,))
 
 

@@ -258,13 +258,12 @@ def retrieve_request(world: World, key: Key | None, headers: dict[str, str]) -> 
         body["caller"] = {"tenant": rng.choice(TENANTS), "principals": ["legal"]}
         expected = {400}
     elif shape in ("unknown-field", "bad-k", "bad-format"):
-        body.update(
-            {
-                "unknown-field": {"tenant": rng.choice(TENANTS)},
-                "bad-k": {"k": rng.choice([0, 101, -1])},
-                "bad-format": {"format": "html"},
-            }[shape]
-        )
+        wrong: dict[str, dict[str, Any]] = {
+            "unknown-field": {"tenant": rng.choice(TENANTS)},
+            "bad-k": {"k": rng.choice([0, 101, -1])},
+            "bad-format": {"format": "html"},
+        }
+        body.update(wrong[shape])
         expected = {422}
     elif shape == "malformed":
         raw = json.dumps(body).encode()[: rng.randint(1, 20)]
@@ -307,7 +306,9 @@ def records_request(world: World, key: Key | None, headers: dict[str, str]) -> R
         body = [world.record(fresh_type, topic, **_tenant(tenant)), world.record(fresh_type, topic, **_tenant(other))]
         stores, refused = body, tenant_key
     elif shape == "taken-doc-id":
-        victim = rng.choice([r for r in held if not (tenant_key and r.get("tenant") == key.tenant and may_read(key, r))])
+        victim = rng.choice(
+            [r for r in held if not (key is not None and tenant_key and r.get("tenant") == key.tenant and may_read(key, r))]
+        )
         body = {**world.record(fresh_type, topic, **_tenant(tenant)), "doc_id": victim["doc_id"]}
         stores, refused = [body], tenant_key
     elif shape == "replace-own":
@@ -354,8 +355,9 @@ def _tenant(tenant: str | None) -> dict[str, str]:
 
 def next_request(world: World, keys: list[Key]) -> Request:
     rng = world.rng
+    key: Key | None
     if rng.random() < 0.65:
-        key: Key | None = rng.choice(keys)
+        key = rng.choice(keys)
         scheme = rng.choice(["Bearer ", "Bearer ", "bearer ", "Bearer  "])  # the scheme is case-blind, the key trimmed
         headers, who = {"Authorization": f"{scheme}{key.secret}"}, key.name
     else:
@@ -483,8 +485,11 @@ def run_fuzz(
         services = [Service(store, api_keys=api_keys, anchors=mode, timeout_ms=30_000) for mode in ("bm25", "hybrid")]
         if leaky:
             for service in services:
-                answer = service.answer
-                service.answer = lambda body, caller, answer=answer: answer(body, None)  # type: ignore[method-assign]
+
+                def answer_as_nobody(body, caller, answer=service.answer):
+                    return answer(body, None)
+
+                service.answer = answer_as_nobody  # type: ignore[method-assign]
         urls = [stack.enter_context(serving(s, log_level="info", access_log=True)) for s in services]
         capture = stack.enter_context(capturing(log_level))  # after uvicorn has set its loggers up
         clients = [stack.enter_context(httpx.Client(base_url=url, timeout=60)) for url in urls]
@@ -517,9 +522,9 @@ def run_fuzz(
         report.seconds = time.perf_counter() - started
         report.requests = requests
         for number, line in capture.lines:
-            request = asked[number] if number >= 0 else None
-            for problem in leaks(line, request.key if request else None, request.sent() if request else "", world, keys):
-                where = f"of request {number}" if request else "between requests"
+            logged = asked[number] if number >= 0 else None
+            for problem in leaks(line, logged.key if logged else None, logged.sent() if logged else "", world, keys):
+                where = f"of request {number}" if logged else "between requests"
                 report.violation(f"log line ({line.split(':')[0]})", f"log line {where} shows {problem}: {line[:200]}")
         report.counts["log lines"] = len(capture.lines)
         metrics = "".join(client.get("/metrics").text for client in clients)

@@ -71,13 +71,13 @@ class OfflineFakeChatModel(BaseChatModel):
 
 def authority(docs: list[Document]) -> str:
     """The current records among ``docs`` and the records they replaced (from car-rag's annotations)."""
-    current = [d.id for d in docs if d.metadata["car_status"] == "active"]
+    current = [d.metadata["doc_id"] for d in docs if d.metadata["car_status"] == "active"]
     replaced: dict[str, list[str]] = {}
     for d in docs:
         for link in d.metadata["car_voids"]:
-            replaced.setdefault(link["doc_id"], []).append(d.id)
+            replaced.setdefault(link["doc_id"], []).append(d.metadata["doc_id"])
         for superseder in d.metadata["car_superseded_by"]:
-            replaced.setdefault(d.id, []).append(superseder)
+            replaced.setdefault(d.metadata["doc_id"], []).append(superseder)
     by = [f"{target} (by {', '.join(dict.fromkeys(ids))})" for target, ids in replaced.items()]
     return f"current: {', '.join(current) or 'none'}; replaced: {', '.join(by) or 'none'}"
 
@@ -105,7 +105,7 @@ def main() -> None:
         collection_name=f"car-demo-{uuid.uuid4().hex[:8]}",
         embedding_function=CAREmbeddings(),
         client=chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False)),
-        collection_configuration={"hnsw": dict(DEFAULT_HNSW)},
+        collection_configuration={"hnsw": {**DEFAULT_HNSW}},
     )
     docs = load_documents(DEMO / "corpus.jsonl")
     chroma.add_documents(docs, ids=[d.id for d in docs])

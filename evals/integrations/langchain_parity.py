@@ -50,7 +50,7 @@ from langchain_car import CAREmbeddings, CARRetriever, record_to_document  # noq
 from langchain_chroma import Chroma  # noqa: E402
 from langchain_classic.retrievers import EnsembleRetriever  # noqa: E402
 from langchain_community.retrievers import BM25Retriever  # noqa: E402
-from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 from langchain_postgres import PGVector  # noqa: E402
 from parity_support import PAPER_STAGE1, STORES, corpus_vectors, machine, timed  # noqa: E402
 
@@ -58,12 +58,15 @@ from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, load_poli
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens  # noqa: E402
 from car_rag.postgres.fixture import sqlalchemy_url, throwaway_postgres  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
+from car_rag.retriever import AnchorMode  # noqa: E402
 from car_rag.store import DEFAULT_HNSW  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CORPORA = ROOT.parent / "shared" / "data" / "car-benchmarks" / "corpora"
 SUITE = "ghsa-freeform"
 K = 5
+CORE_ANCHORS: tuple[tuple[AnchorMode, int], ...] = (("bm25", 5), ("dense", 10), ("hybrid", 10))
+"""The core retrievers beside the wrapped ones: anchor channels and their k1."""
 
 
 class CachedEmbedder(Embedder):
@@ -73,7 +76,7 @@ class CachedEmbedder(Embedder):
         super().__init__()
         self.cache: dict[str, np.ndarray] = {}
 
-    def encode(self, texts, *, show_progress: bool = False) -> np.ndarray:  # type: ignore[override]
+    def encode(self, texts, *, show_progress: bool = False) -> np.ndarray:
         missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
         if missing:
             for text, vector in zip(missing, super().encode(missing, show_progress=show_progress)):
@@ -103,13 +106,14 @@ STORE_LABELS = {
 def new_store(name: str, docs: list, embeddings: CAREmbeddings, pg):
     """The corpus in a fresh LangChain vector store ``name``, in corpus order (the vectors come from
     the shared cache: nothing is embedded twice)."""
+    store: VectorStore
     if name == "chroma":
         client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
         store = Chroma(
             collection_name=f"ghsa-{uuid.uuid4().hex[:8]}",
             embedding_function=embeddings,
             client=client,
-            collection_configuration={"hnsw": dict(DEFAULT_HNSW)},
+            collection_configuration={"hnsw": {**DEFAULT_HNSW}},
         )
         batch = client.get_max_batch_size()
     elif name == "memory":
@@ -223,9 +227,8 @@ def main() -> None:
     store = CARStore.open(Path(tempfile.mkdtemp(prefix="car-lc-parity-")), policy, embedder=embedder, bm25_backend="rank-bm25")
     report = store.ingest(records, progress=False)
     assert not report.errors, report.errors[:3]
-    cores = {
-        anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, **PAPER_STAGE1)
-        for anchors, k1 in (("bm25", 5), ("dense", 10), ("hybrid", 10))
+    cores: dict[str, ControllingAuthorityRetriever] = {
+        anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, **PAPER_STAGE1) for anchors, k1 in CORE_ANCHORS
     }
     core_results: dict[tuple[str, str], object] = {}  # (anchors, query id) -> the core's result, the same for every store
 

@@ -56,6 +56,7 @@ from car_rag.store import DEFAULT_HNSW  # noqa: E402
 
 try:
     from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.vector_stores.types import BasePydanticVectorStore
     from llama_index.retrievers.bm25 import BM25Retriever
     from llama_index.retrievers.car import CAREmbedding, CARRetriever, MetadataLayout, records_to_nodes
     from llama_index.vector_stores.chroma import ChromaVectorStore
@@ -77,7 +78,7 @@ class _PrecomputedEmbedder(Embedder):
         self.__dict__["model"] = base.model
         self._known = {t: v for t, v in zip(texts, vectors)}
 
-    def encode(self, texts, *, show_progress=False):  # type: ignore[override]
+    def encode(self, texts, *, show_progress=False):
         if all(t in self._known for t in texts):
             return np.stack([self._known[t] for t in texts]).astype(np.float32)
         return super().encode(texts, show_progress=show_progress)
@@ -119,7 +120,9 @@ def run_stage1(store_name, name, k1, li_stage1, wrapped, core, queries, repeats,
     }
     added, resolve_ms, stage1_ms, lookups, rounds, differing = [], [], [], [], [], []
     for q in queries:
-        wrapped_runs, car_runs, returned = [], [], []
+        wrapped_runs: list[float] = []
+        car_runs: list[float] = []
+        returned = []
         for i in range(repeats):  # alternate the order, so neither side always runs warm
             pair = [(wrapped_runs, wrapped.retriever), (car_runs, wrapped)]
             for runs, retriever in pair if i % 2 == 0 else reversed(pair):
@@ -200,6 +203,7 @@ def build_index(name: str, records, vectors: np.ndarray, embed_model: CAREmbeddi
         node.embedding = vector.tolist()  # the same vectors the core store holds
     if name == "memory":
         return VectorStoreIndex(nodes, embed_model=embed_model), layout, nodes
+    vector_store: BasePydanticVectorStore
     if name == "chroma":
         client = chromadb.PersistentClient(path=str(work / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
         collection = client.create_collection("ghsa-freeform", embedding_function=None, configuration={"hnsw": DEFAULT_HNSW})

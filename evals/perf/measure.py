@@ -20,16 +20,20 @@ and 1,000, with precomputed vectors (embedding excluded).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.channels import DenseChannel
 from car_rag.graph import AuthorityGraph
 from car_rag_evals.perf.corpus import arrivals, generate, gist_vectors
 from car_rag_evals.perf.stats import percentiles, proc_status_mb
@@ -95,6 +99,7 @@ def build(args: argparse.Namespace) -> dict:
     if args.embed == "real":  # the same vectors for a later run against a Chroma server
         ids = [r["doc_id"] for r in corpus.records]
         rows = []
+        assert isinstance(store.dense, DenseChannel)  # the scale stores keep their vectors in Chroma
         for start in range(0, len(ids), 5000):
             got = store.dense.collection.get(ids=ids[start : start + 5000], include=["embeddings"])
             by_id = dict(zip(got["ids"], got["embeddings"]))
@@ -140,7 +145,15 @@ def build(args: argparse.Namespace) -> dict:
 # --------------------------------------------------------------------------- query
 
 
-def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, frameworks: bool) -> dict:
+def _framework_doc_ids(retrieve: Callable[[str], Any], query: str) -> list[str]:
+    from car_rag.eval.audit import doc_ids_of
+
+    return doc_ids_of(retrieve(query))
+
+
+def _systems(
+    store: CARStore, retriever: ControllingAuthorityRetriever, frameworks: bool
+) -> tuple[dict[str, Callable[[str], list[str]]], dict[str, dict[str, float]]]:
     from car_rag.channels import make_lexical_index
 
     floor_index = make_lexical_index("bm25s")
@@ -149,21 +162,20 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
     runs: dict[str, dict] = {}
     previous = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH, fusion="rrf", latent_scope=False)
 
-    def stage23(q: str):
+    def stage23(q: str) -> list[str]:
         if q not in runs:  # the channels' hits, computed untimed on first use (the warm-up)
             runs[q] = retriever.channel_runs(q)
         return retriever.resolve_runs(q, runs[q]).doc_ids()
 
-    systems = {
+    systems: dict[str, Callable[[str], list[str]]] = {
         "floor: query embedding + bm25s": lambda q: (embed([q]), [h.doc_id for h in floor_index.search(q, DEPTH)])[1],
         "car-rag Stage 1 (hybrid)": lambda q: [h.doc_id for h in retriever.stage1(q)],
         "car-rag Stage 2+3": stage23,  # with fusion and the latent-scope step, given the channels' hits
         "car-rag whole retriever": lambda q: retriever.retrieve(q).doc_ids(),
         "car-rag whole retriever, RRF without latent scope (before)": lambda q: previous.retrieve(q).doc_ids(),
     }
-    memory = {}
+    memory: dict[str, dict[str, float]] = {}
     if frameworks:
-        from car_rag.eval.audit import doc_ids_of
         from car_rag_evals.framework_systems import langchain_ensemble_retriever, llamaindex_fusion_retriever
 
         encoder = {"onnx": "ONNX Runtime", "torch": "PyTorch"}[store.embedder.encoder]
@@ -187,7 +199,7 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
             tick = time.perf_counter()
             method = getattr(make(store, DEPTH, embedding), call)
             memory[name] = {"build_s": time.perf_counter() - tick, "rss_added_mb": proc_status_mb("VmRSS") - before}
-            systems[name] = lambda q, m=method: doc_ids_of(m(q))
+            systems[name] = functools.partial(_framework_doc_ids, method)
     return systems, memory
 
 
@@ -221,12 +233,12 @@ def query(args: argparse.Namespace) -> dict:
     hits: dict[str, int] = {n: 0 for n in names}
     from tqdm.auto import tqdm
 
-    for i, q in enumerate(tqdm(corpus.queries, desc=f"queries {args.size:,}", disable=args.quiet)):
+    for i, asked in enumerate(tqdm(corpus.queries, desc=f"queries {args.size:,}", disable=args.quiet)):
         for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate who goes first
             tick = time.perf_counter()
-            got = systems[name](q.query)
+            got = systems[name](asked.query)
             times[name].append((time.perf_counter() - tick) * 1000)
-            hits[name] += bool(set(q.gold_doc_ids) & set(got[:K]))
+            hits[name] += bool(set(asked.gold_doc_ids) & set(got[:K]))
     store.close()
     return {
         "size": args.size,

@@ -21,6 +21,7 @@ from pathlib import Path
 from measure import DEPTH, K1, SEED  # the phase script beside this one
 
 from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.channels import DenseChannel
 from car_rag_evals.perf.corpus import arrivals, generate
 
 
@@ -79,6 +80,7 @@ def main() -> None:
     )
     # Chroma's own write, outside car-rag: wall-clock against CPU time of this process.
     probe = [(f"probe:{i}", vectors[arriving[i % len(arriving)]["doc_id"]]) for i in range(50)]
+    assert isinstance(store.dense, DenseChannel)  # the scale stores keep their vectors in Chroma
     wall, cpu = time.perf_counter(), _cpu()
     for doc_id, vector in probe:
         store.dense.collection.add(ids=[doc_id], embeddings=[vector], documents=["probe"], metadatas=[{"doc_id": doc_id}])

@@ -176,7 +176,8 @@ def markdown(results: dict) -> str:
     for run in _runs(results):
         b = run["build"]
         total = sum(b["ingest_steps_s"].values()) or 1
-        ratio = f"{100 * _ingest_vs_encode(b):.0f}%" if _ingest_vs_encode(b) is not None else "–"
+        share = _ingest_vs_encode(b)
+        ratio = f"{100 * share:.0f}%" if share is not None else "–"
         vectors = {"real": "MiniLM", "gist": "precomputed (gist)", "cached": "precomputed (MiniLM, saved)"}[b["embedding"]]
         lines.append(
             f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {vectors} | {b['records']:,} | {b['edges']:,} | "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 SEED = 20261123
 SIZE = 120
@@ -32,7 +33,7 @@ def draw(suite: str) -> tuple[list[str], list[str]]:
 
 
 def main() -> None:
-    plan = {"seed": SEED, "size": SIZE, "dev": "ghsa-freeform", "heldout": {}, "outside_sample": {}}
+    plan: dict[str, Any] = {"seed": SEED, "size": SIZE, "dev": "ghsa-freeform", "heldout": {}, "outside_sample": {}}
     for suite in HELDOUT_SUITES:
         plan["heldout"][suite], plan["outside_sample"][suite] = draw(suite)
     (HERE / "plan.json").write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")

@@ -26,10 +26,12 @@ import signal
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from stage2_sql import DEMO, servers  # the Stage 2 measurement beside this script: its servers and stores
 
-from car_rag import CARStore, load_policy
+from car_rag import CARStore, IngestReport, load_policy
+from car_rag.postgres.log import PostgresRecordLog
 from car_rag_evals.servers import ChromaServer
 
 STALL_S = 8.0
@@ -56,7 +58,7 @@ def _record(doc_id: str, text: str) -> dict:
 
 
 def stalled_chroma(url: str, chroma: ChromaServer, work: Path) -> list[str]:
-    opened = {"authority_url": url, "authority_schema": "faults_stall", "chroma_url": chroma.url}
+    opened: dict[str, Any] = {"authority_url": url, "authority_schema": "faults_stall", "chroma_url": chroma.url}
     writer = CARStore.open(work / "writer", load_policy(DEMO / "policy.toml"), chroma_timeout_s=2, follow=False, **opened)
     writer.ingest(DEMO / "corpus.jsonl", progress=False)
     follower = CARStore.open(work / "follower", **opened)  # as a worker opens it: following, no Chroma timeout
@@ -96,31 +98,38 @@ def stalled_chroma(url: str, chroma: ChromaServer, work: Path) -> list[str]:
 
 
 def replaced_while_committing(url: str, chroma_url: str, work: Path) -> list[str]:
-    opened = {"authority_url": url, "authority_schema": "faults_replace", "chroma_url": chroma_url, "follow": False}
+    opened: dict[str, Any] = {
+        "authority_url": url,
+        "authority_schema": "faults_replace",
+        "chroma_url": chroma_url,
+        "follow": False,
+    }
     first = CARStore.open(work / "first", load_policy(DEMO / "policy.toml"), **opened)
     first.ingest(DEMO / "corpus.jsonl", progress=False)
     second, follower = CARStore.open(work / "second", **opened), CARStore.open(work / "third", **opened)
     replaced = dict(follower.records["sec-lodash-4.17.12-release"].model_dump(mode="json"), text="lodash 4.17.12, corrected")
     first.ingest([replaced], progress=False)  # a replacement, waiting in the log for the follower
-    read, late = follower.log.changes, []
+    log = follower.log
+    assert isinstance(log, PostgresRecordLog)  # opened on PostgreSQL
+    read = log.changes
+    late: list[IngestReport] = []
 
-    def read_then_commit(after: int, **options: object) -> list:
+    def read_then_commit(after: int, **options: Any) -> list:
         changes = read(after, **options)
         if not late:  # another process commits right after the follower has read its changes
             late.append(second.ingest([_record("late", "lodash late release notes")], progress=False))
         return changes
 
-    follower.log.changes = read_then_commit  # type: ignore[method-assign]
+    log.changes = read_then_commit  # type: ignore[method-assign]  # a commit injected between read and apply
     try:
         applied = follower.catch_up()
         outcome = f"catch_up applied {[c.record.doc_id for c in applied]}"
     except Exception as exc:
         outcome = f"catch_up raised {type(exc).__name__}: {exc} (at {traceback.extract_tb(exc.__traceback__)[-1].name})"
-    follower.log.changes = read  # type: ignore[method-assign]
+    log.changes = read  # type: ignore[method-assign]
     lines = [
         f"* the follower applies the replacement of `sec-lodash-4.17.12-release` while `late` is committed: {outcome}",
-        f"* its head after: {follower.head}, the log's: {follower.log.head()}; "  # type: ignore[attr-defined]
-        f"`late` in its graph: {'late' in follower.records}",
+        f"* its head after: {follower.head}, the log's: {log.head()}; `late` in its graph: {'late' in follower.records}",
         f"* the next catch_up (the feed retries after marking itself disconnected): applied "
         f"{[c.record.doc_id for c in follower.catch_up()]}, head {follower.head}",
     ]

@@ -112,6 +112,7 @@ def main() -> None:
         pg = CARStore.open(
             work / "pg-cache", POLICY, embedder=embedder, authority_url=urls[0], vector_store="pgvector", follow=False
         )
+        assert pg.replica is not None  # its records are in PostgreSQL: the log the pgvector channels read
         ch = CARStore.open(
             work / "ch-cache", POLICY, embedder=embedder, authority_url=urls[1], chroma_url=chroma.url, follow=False
         )

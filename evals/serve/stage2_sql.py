@@ -32,6 +32,7 @@ data under ``--work`` (default ``.perf-stores/stage2``) and stops both at the en
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -42,7 +43,7 @@ import sys
 import time
 import tracemalloc
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa
 from car_rag.channels import make_lexical_index  # noqa: E402
 from car_rag.channels.fusion import FusedHit  # noqa: E402
 from car_rag.graph import AuthorityGraph, Edge  # noqa: E402
+from car_rag.latent_scope import QuestionScope  # noqa: E402
 from car_rag.layout import RecordLayout  # noqa: E402
 from car_rag.lookup import AuthorityClosure, AuthorityStore, ScopeQuery, StoredItem, resolve_closure  # noqa: E402
 from car_rag.postgres import PostgresRecordLog  # noqa: E402
@@ -337,6 +339,7 @@ def _drop(log: PostgresRecordLog, chroma_url: str) -> None:
         from chromadb.config import Settings
 
         parsed = urlparse(chroma_url)
+        assert parsed.hostname is not None and parsed.port is not None, chroma_url
         client = chromadb.HttpClient(host=parsed.hostname, port=parsed.port, settings=Settings(anonymized_telemetry=False))
         if config["collection"] in {c.name for c in client.list_collections()}:
             client.delete_collection(config["collection"])
@@ -392,10 +395,17 @@ def measure_stage23(store: CARStore, questions: list[tuple[str, str]], samples: 
     for _, q in questions:  # anchors, the scope ids the query names and the posterior, as retrieve() makes them
         first = retriever.resolve_runs(q, retriever.channel_runs(q))
         stage1[q] = (first.anchors, first.scope_ids, first.scope_posterior)
-    memory = lambda q: retriever.resolve(q, stage1[q][0], scope_ids=stage1[q][1], posterior=stage1[q][2])  # noqa: E731
-    closures = {CONTRACT: AuthorityClosure, LEAN: NamingClosure}
-    systems = {IN_MEMORY: memory}
-    systems.update({n: lambda q, c=c: resolve_sql(sql, retriever, q, stage1[q][0], c)[0] for n, c in closures.items()})
+
+    def memory(q: str) -> RetrievalResult:  # the scope as retrieve() read it (with its default latent scope, always)
+        hits, named, posterior = stage1[q]
+        return retriever.resolve(q, hits, scope=None if posterior is None else QuestionScope(named, posterior))
+
+    def through_sql(closure: type[AuthorityClosure], q: str) -> RetrievalResult:
+        return resolve_sql(sql, retriever, q, stage1[q][0], closure)[0]
+
+    closures: dict[str, type[AuthorityClosure]] = {CONTRACT: AuthorityClosure, LEAN: NamingClosure}
+    systems: dict[str, Callable[[str], RetrievalResult]] = {IN_MEMORY: memory}
+    systems.update({n: functools.partial(through_sql, c) for n, c in closures.items()})
     systems.update({EDGES: lambda q: resolve_sql_edges(sql, retriever, q, stage1[q]), WHOLE: retriever.retrieve})
 
     shape: dict[str, dict[str, list[int]]] = {n: {"rounds": [], "lookups": [], "closure_records": []} for n in closures}
@@ -416,7 +426,9 @@ def measure_stage23(store: CARStore, questions: list[tuple[str, str]], samples: 
     names = list(systems)
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu = dict.fromkeys(names, 0.0)
-    over_sql = {n: {"round_trips": [], "sql_ms": [], "decode_ms": [], "backend_cpu_s": 0.0} for n in differences}
+    over_sql: dict[str, dict[str, Any]] = {
+        n: {"round_trips": [], "sql_ms": [], "decode_ms": [], "backend_cpu_s": 0.0} for n in differences
+    }
     for i in range(passes * len(questions)):
         q = questions[i % len(questions)][1]
         for name in names[i % len(names) :] + names[: i % len(names)]:
@@ -526,6 +538,7 @@ def child_trace(args: argparse.Namespace) -> dict:
     """Bytes each part of an open holds (tracemalloc, in a process of its own: it slows everything)."""
     log = PostgresRecordLog(args.url, args.schema)
     config = log.setup(None)
+    assert config is not None, f"no store in {args.schema}"
     from car_rag.policy import Policy
 
     held = _parts(log, Policy.model_validate(config["policy"]), config["bm25_backend"], trace=True)
