@@ -54,7 +54,7 @@ class FakeEvidenceChatModel(BaseChatModel):
                 stale = []
                 for p in packets:
                     if p.get("status") == "superseded":
-                        by = [s.get("doc-id") for s in p.iter("superseded-by") if s.get("controlling") == "true"]
+                        by = [s.get("doc-id", "") for s in p.iter("superseded-by") if s.get("controlling") == "true"]
                         stale.append(f"{p.get('doc-id')} [{p.get('id')}] is superseded by {', '.join(by) or 'a hidden record'}")
             answer = "Active evidence: " + "; ".join(active) + "."
             if stale:

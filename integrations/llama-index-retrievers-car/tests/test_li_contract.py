@@ -13,7 +13,7 @@ from llama_index.core import Settings
 from llama_index.core.base.llms.types import LLMMetadata
 from llama_index.core.prompts import ChatPromptTemplate
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import TextNode
+from llama_index.core.schema import BaseNode, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
 from car_li_support import FakeLLM
@@ -49,7 +49,7 @@ def test_k_caps_the_records_returned(index, policy):
 
 
 def test_doc_id_key(nodes, policy):
-    renamed = [
+    renamed: list[BaseNode] = [
         TextNode(id_=f"n{i}", text=n.text, metadata={("rid" if k == "doc_id" else k): v for k, v in n.metadata.items()})
         for i, n in enumerate(nodes)
     ]

@@ -87,13 +87,15 @@ def test_dense_stage1_on_pgvector_gives_the_core_top5(demo_index, demo_core, dem
 
 
 def _bulletin() -> Record:
-    return Record(
-        doc_id="vendor-bulletin",
-        text="Vendor bulletin 12.",
-        doc_type="vendor_bulletin",
-        scope={"package": "elsewhere"},
-        published_at="2030-01-01",
-        supersedes=["adv-yamlette-disclosure"],
+    return Record.model_validate(
+        dict(
+            doc_id="vendor-bulletin",
+            text="Vendor bulletin 12.",
+            doc_type="vendor_bulletin",
+            scope={"package": "elsewhere"},
+            published_at="2030-01-01",
+            supersedes=["adv-yamlette-disclosure"],
+        )
     )
 
 
@@ -140,36 +142,44 @@ def test_numeric_looking_scope_values_are_compared_as_text(pg_database, embed_mo
     """PGVectorStore casts the column to float for an ``==`` whose value parses as a number; car-rag
     sends scope values as ``in [...]`` (text), so "2024" never meets "2024.0" nor fails on "abc"."""
     rows = [
-        Record(
-            doc_id="d-2024",
-            text="Disclosure.",
-            doc_type="vulnerability_disclosure",
-            scope={"package": "2024", "cve_id": "CVE-1"},
-            published_at="2024-01-01",
+        Record.model_validate(
+            dict(
+                doc_id="d-2024",
+                text="Disclosure.",
+                doc_type="vulnerability_disclosure",
+                scope={"package": "2024", "cve_id": "CVE-1"},
+                published_at="2024-01-01",
+            )
         ),
-        Record(
-            doc_id="r-2024",
-            text="Release.",
-            doc_type="patch_release",
-            scope={"package": "2024", "cve_id": "CVE-1"},
-            published_at="2024-02-01",
-            version="1.0",
+        Record.model_validate(
+            dict(
+                doc_id="r-2024",
+                text="Release.",
+                doc_type="patch_release",
+                scope={"package": "2024", "cve_id": "CVE-1"},
+                published_at="2024-02-01",
+                version="1.0",
+            )
         ),
-        Record(
-            doc_id="r-float",
-            text="Release.",
-            doc_type="patch_release",
-            scope={"package": "2024.0", "cve_id": "CVE-1"},
-            published_at="2024-03-01",
-            version="1.1",
+        Record.model_validate(
+            dict(
+                doc_id="r-float",
+                text="Release.",
+                doc_type="patch_release",
+                scope={"package": "2024.0", "cve_id": "CVE-1"},
+                published_at="2024-03-01",
+                version="1.1",
+            )
         ),
-        Record(
-            doc_id="r-text",
-            text="Release.",
-            doc_type="patch_release",
-            scope={"package": "abc", "cve_id": "CVE-1"},
-            published_at="2024-03-01",
-            version="1.1",
+        Record.model_validate(
+            dict(
+                doc_id="r-text",
+                text="Release.",
+                doc_type="patch_release",
+                scope={"package": "abc", "cve_id": "CVE-1"},
+                published_at="2024-03-01",
+                version="1.1",
+            )
         ),
     ]
     index = pg_index(pg_database(), records_to_nodes(rows, NATIVE), embed_model, "numeric")

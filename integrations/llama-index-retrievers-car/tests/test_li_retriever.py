@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from car_rag import CallerContext, ControllingAuthorityRetriever
 from llama_index.core.retrievers import QueryFusionRetriever, VectorIndexRetriever
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
 from car_li_support import content_words
@@ -160,7 +161,7 @@ def test_query_fusion_stage1(index, nodes, policy, fake_llm):
         [index.as_retriever(similarity_top_k=3), BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=3)],
         llm=fake_llm,
         num_queries=1,  # no query generation: the fake LLM is never called
-        mode="reciprocal_rerank",
+        mode=FUSION_MODES.RECIPROCAL_RANK,
         similarity_top_k=3,
         use_async=False,
     )
@@ -227,7 +228,7 @@ def test_chunks_of_one_record_stay_together(policy, records):
     node = records_to_nodes([r for r in records if r.doc_id == "adv-yamlette-disclosure"])[0]
     first = node.model_copy(update={"id_": "chunk-a", "text": node.text[:80]})
     second = node.model_copy(update={"id_": "chunk-b", "text": node.text[80:]})
-    pool = [first, second, *records_to_nodes(r for r in records if r.doc_id != "adv-yamlette-disclosure")]
+    pool: list[BaseNode] = [first, second, *records_to_nodes(r for r in records if r.doc_id != "adv-yamlette-disclosure")]
     stage1 = [NodeWithScore(node=first, score=0.9), NodeWithScore(node=second, score=0.8)]
     resolved = CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes
     assert [n.node.node_id for n in resolved] == ["adv-yamlette-2.0.1-release", "chunk-a", "chunk-b"]
@@ -241,15 +242,17 @@ def test_explicit_edge_from_another_scope_is_found(policy, records):
 
     from llama_index.retrievers.car import records_to_nodes
 
-    bulletin = Record(
-        doc_id="vendor-bulletin",
-        text="Vendor bulletin 12.",
-        doc_type="vendor_bulletin",
-        scope={"package": "elsewhere"},
-        published_at="2030-01-01",
-        supersedes=["adv-yamlette-disclosure"],
+    bulletin = Record.model_validate(
+        dict(
+            doc_id="vendor-bulletin",
+            text="Vendor bulletin 12.",
+            doc_type="vendor_bulletin",
+            scope={"package": "elsewhere"},
+            published_at="2030-01-01",
+            supersedes=["adv-yamlette-disclosure"],
+        )
     )
-    pool = records_to_nodes([*records, bulletin])
+    pool: list[BaseNode] = [*records_to_nodes([*records, bulletin])]
     stage1 = [NodeWithScore(node=n, score=1.0) for n in pool if n.node_id == "adv-yamlette-disclosure"]
     meta = by_id(CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes)
     assert "vendor-bulletin" in meta["adv-yamlette-disclosure"][CAR_SUPERSEDED_BY]

@@ -12,7 +12,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_car import CARRetriever
-from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER
+from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, doc_id
 from tests.integration_tests import stores
 
 POLICY = load_policy("security-advisory")
@@ -22,7 +22,7 @@ POLICY = load_policy("security-advisory")
 def memory_store() -> InMemoryVectorStore:
     store = InMemoryVectorStore(embedding=stores.embeddings())
     docs = stores.corpus_docs()
-    store.add_documents(docs, ids=[d.id for d in docs])
+    store.add_documents(docs, ids=[doc_id(d) for d in docs])
     return store
 
 
@@ -81,7 +81,7 @@ def test_an_ambiguous_question_carries_its_ambiguity_where_stage1_gives_scores()
     )
     store = InMemoryVectorStore(embedding=stores.embeddings())
     docs = [record_to_document(r) for r in records]
-    store.add_documents(docs, ids=[d.id for d in docs])
+    store.add_documents(docs, ids=[doc_id(d) for d in docs])
 
     def scored(query: str) -> list:
         hits = store.similarity_search_with_score(query, k=2)  # cosine similarity

@@ -18,7 +18,7 @@ from langchain_postgres import PGVector
 
 from langchain_car import CARRetriever, PGVectorLookup, record_to_document
 from langchain_car.lookup import WhereStore, as_lookup
-from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER
+from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, doc_id
 from tests.integration_tests import stores
 
 POLICY = load_policy("security-advisory")
@@ -76,7 +76,7 @@ def test_pgvector_is_looked_up_in_its_own_filter_syntax(corpus_pg) -> None:
             {"supersedes": {"$eq": "zipcraft-2.3.1-release"}},
         ]
     }
-    assert sorted(d.id for d in lookup.get(where)) == [SUPERSEDER, "zipcraft-2.3.4-release"]
+    assert sorted(doc_id(d) for d in lookup.get(where)) == [SUPERSEDER, "zipcraft-2.3.4-release"]
 
 
 def test_pgvector_as_stage1_and_stage2(corpus_pg) -> None:
@@ -110,13 +110,15 @@ async def test_pgvector_async_path(corpus_pg, corpus_uri) -> None:
 
 
 def test_explicit_edge_from_another_scope_is_found_on_jsonb_lists(pg_database) -> None:
-    bulletin = Record(
-        doc_id="vendor-bulletin",
-        text="Vendor bulletin 12.",
-        doc_type="vendor_bulletin",
-        scope={"package": "elsewhere"},
-        published_at="2030-01-01",
-        supersedes=[ANCHOR],
+    bulletin = Record.model_validate(
+        dict(
+            doc_id="vendor-bulletin",
+            text="Vendor bulletin 12.",
+            doc_type="vendor_bulletin",
+            scope={"package": "elsewhere"},
+            published_at="2030-01-01",
+            supersedes=[ANCHOR],
+        )
     )
     store = new_pgvector(pg_database(), [*stores.corpus_docs(), record_to_document(bulletin)], "edge")
     anchor = [d for d in stores.corpus_docs() if d.id == ANCHOR]

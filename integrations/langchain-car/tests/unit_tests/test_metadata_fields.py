@@ -7,6 +7,7 @@ from car_rag import load_policy
 from langchain_core.documents import Document
 
 from langchain_car import CARRetriever, DocumentListLookup
+from tests.corpus import doc_id
 from tests.unit_tests.test_retriever import KeywordRetriever
 
 QUESTION = "Is the heap overflow in zlibber inflate still exploitable?"
@@ -48,7 +49,7 @@ def policy(tmp_path, mapped: bool):
 
 
 def statuses(retriever: CARRetriever) -> list[tuple[str, str]]:
-    return [(d.id, d.metadata["car_status"]) for d in retriever.invoke(QUESTION)]
+    return [(doc_id(d), d.metadata["car_status"]) for d in retriever.invoke(QUESTION)]
 
 
 def test_the_fix_is_found_under_the_documents_own_metadata_names(tmp_path) -> None:
