@@ -45,9 +45,15 @@ demo: install
 test-fast: install  ## the unit tier: no model, no Chroma; 50 property examples each (make test: 300)
 	CAR_PROPERTY_EXAMPLES=50 $(PY) -m pytest -q tests/unit
 
-lint: install  ## ruff on the library and the harness, mypy --strict on the library (config: pyproject.toml)
-	$(PY) -m ruff check car_rag car_rag_evals
-	$(PY) -m mypy car_rag
+# The whole tree: library, harness, both integrations with their tests, tests/, evals/, examples/ (settings:
+# pyproject.toml). mypy runs twice: the LlamaIndex suite's tests are top-level modules of their folder, and
+# their conftest would be the core's `conftest` (its folder on MYPYPATH; --explicit-package-bases names the
+# llama_index.* namespace packages from mypy_path).
+lint: install
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	MYPYPATH=integrations/llama-index-retrievers-car/tests $(PY) -m mypy --explicit-package-bases integrations/llama-index-retrievers-car
 	$(VENV)/bin/lint-imports --no-cache
 
 # The documentation site from docs/ and the docstrings (mkdocs.yml), strict: a broken link or reference fails.

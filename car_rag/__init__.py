@@ -33,27 +33,61 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     # a store and what retrieval returns
-    "CARStore", "IngestReport", "Embedder", "ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "Ambiguity",
+    "CARStore",
+    "IngestReport",
+    "Embedder",
+    "ControllingAuthorityRetriever",
+    "RetrievalResult",
+    "RetrievedRecord",
+    "Ambiguity",
     # records and the policies that decide what voids what
-    "Record", "load_records", "Policy", "load_policy", "builtin_policies",
+    "Record",
+    "load_records",
+    "Policy",
+    "load_policy",
+    "builtin_policies",
     # who is reading
     "CallerContext",
     # evidence for a model, and a check of its answer
-    "render", "check_answer",
+    "render",
+    "check_answer",
     # errors
-    "PolicyError", "RecordError", "StoreError", "SupersessionCycleError",
+    "PolicyError",
+    "RecordError",
+    "StoreError",
+    "SupersessionCycleError",
     "__version__",
 ]
 
 _MOVED = {
     **dict.fromkeys(
-        ("Anchor", "AuthorityClosure", "AuthorityStore", "DictStore", "LAYOUT_VERSION", "LayoutError", "RecordLayout",
-         "ScopeQuery", "StoredItem", "AuthorityGraph", "Edge", "RSSG", "EvidencePacket", "build_packets", "resolve_authority"),
+        (
+            "Anchor",
+            "AuthorityClosure",
+            "AuthorityStore",
+            "DictStore",
+            "LAYOUT_VERSION",
+            "LayoutError",
+            "RecordLayout",
+            "ScopeQuery",
+            "StoredItem",
+            "AuthorityGraph",
+            "Edge",
+            "RSSG",
+            "EvidencePacket",
+            "build_packets",
+            "resolve_authority",
+        ),
         "car_rag.adapters",
     ),
-    "DEFAULT_MODEL": "car_rag.embedding", "EXPLICIT_RULE": "car_rag.rules", "Rule": "car_rag.rules",
-    "MissingScope": "car_rag.extractors", "ScopeExtractor": "car_rag.extractors",
-    "LoadReport": "car_rag.records", "parse_records": "car_rag.records", "render_xml": "car_rag.evidence",
+    "DEFAULT_MODEL": "car_rag.embedding",
+    "EXPLICIT_RULE": "car_rag.rules",
+    "Rule": "car_rag.rules",
+    "MissingScope": "car_rag.extractors",
+    "ScopeExtractor": "car_rag.extractors",
+    "LoadReport": "car_rag.records",
+    "parse_records": "car_rag.records",
+    "render_xml": "car_rag.evidence",
 }
 """Names this module exported before its public face was cut to the user API (issue 31): still
 importable for one release, with a warning naming where they live now."""

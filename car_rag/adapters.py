@@ -28,13 +28,30 @@ from car_rag.resolution import Anchor, resolve_authority
 
 __all__ = [
     # Stage 1 to Stage 2: the anchors a framework found, and resolution over any graph
-    "Anchor", "resolve_authority",
+    "Anchor",
+    "resolve_authority",
     # Stage 2 over a store car-rag does not own
-    "AuthorityClosure", "AuthorityStore", "ScopeQuery", "StoredItem", "resolve_closure", "aresolve_closure",
-    "SCORE_SCALES", "DictStore",
+    "AuthorityClosure",
+    "AuthorityStore",
+    "ScopeQuery",
+    "StoredItem",
+    "resolve_closure",
+    "aresolve_closure",
+    "SCORE_SCALES",
+    "DictStore",
     # records as flat metadata, and results written back onto a framework's items
-    "RecordLayout", "LAYOUT_VERSION", "LayoutError",
-    "annotations_for", "result_from_annotations", "unresolved_annotations", "status_rule", "UNRESOLVED",
+    "RecordLayout",
+    "LAYOUT_VERSION",
+    "LayoutError",
+    "annotations_for",
+    "result_from_annotations",
+    "unresolved_annotations",
+    "status_rule",
+    "UNRESOLVED",
     # the graph and the packets, for adapters that build their own
-    "AuthorityGraph", "Edge", "RSSG", "EvidencePacket", "build_packets",
+    "AuthorityGraph",
+    "Edge",
+    "RSSG",
+    "EvidencePacket",
+    "build_packets",
 ]

@@ -63,7 +63,9 @@ class Ambiguity:
         try:
             members = tuple(
                 AmbiguousScope(
-                    {str(k): str(v) for k, v in m["scope"].items()}, float(m["probability"]), str(m["state"]),
+                    {str(k): str(v) for k, v in m["scope"].items()},
+                    float(m["probability"]),
+                    str(m["state"]),
                     tuple(str(d) for d in m.get("controlling", ())),
                 )
                 for m in data["members"]

@@ -96,11 +96,24 @@ def annotations_for(item: RetrievedRecord, result: RetrievalResult) -> dict[str,
 def unresolved_annotations(query: str, policy: Policy | None) -> dict[str, Any]:
     """The ``car_*`` metadata of an item passed through unresolved (no car-rag metadata)."""
     return {
-        CAR_STATUS: UNRESOLVED, CAR_RANK: None, CAR_ROLE: "anchor", CAR_ANCHOR_ID: None, CAR_SUPERSEDED_BY: [],
-        CAR_RULE: None, CAR_VOIDED_BY: [], CAR_VOIDS: [], CAR_CONTESTED_BY: [], CAR_DISPUTED_BY: [],
+        CAR_STATUS: UNRESOLVED,
+        CAR_RANK: None,
+        CAR_ROLE: "anchor",
+        CAR_ANCHOR_ID: None,
+        CAR_SUPERSEDED_BY: [],
+        CAR_RULE: None,
+        CAR_VOIDED_BY: [],
+        CAR_VOIDS: [],
+        CAR_CONTESTED_BY: [],
+        CAR_DISPUTED_BY: [],
         CAR_HIDDEN_SUPERSEDER: False,
-        CAR_STAGE1_RANK: None, CAR_STAGE1_SCORE: None, CAR_STAGE1_CHANNEL: None,
-        CAR_POLICY: policy.name if policy else None, CAR_QUERY: query, CAR_SCOPE_PROBABILITY: None, CAR_AMBIGUITY: None,
+        CAR_STAGE1_RANK: None,
+        CAR_STAGE1_SCORE: None,
+        CAR_STAGE1_CHANNEL: None,
+        CAR_POLICY: policy.name if policy else None,
+        CAR_QUERY: query,
+        CAR_SCOPE_PROBABILITY: None,
+        CAR_AMBIGUITY: None,
     }
 
 
@@ -152,8 +165,11 @@ def _probability(value: Any) -> float | None:
 def _linked(link: Mapping[str, Any], rank: int) -> RetrievedRecord:
     """A record an item links to but that is not among the items: enough of it to name it."""
     record = Record(
-        doc_id=str(link["doc_id"]), text="", doc_type=link.get("doc_type") or "record",
-        version=link.get("version"), scope=link.get("scope") or {},
+        doc_id=str(link["doc_id"]),
+        text="",
+        doc_type=link.get("doc_type") or "record",
+        version=link.get("version"),
+        scope=link.get("scope") or {},
     )
     superseded = link.get("status") == "superseded"
     return RetrievedRecord(record=record, status="superseded" if superseded else "active", role="superseder", rank=rank)

@@ -77,17 +77,23 @@ _NEGATED_LIST = re.compile(rf"{_NEGATOR}(?:\s+[^\s,;:]+){{1,3}}(?:,\s*[^\s,;:]+)
 # "It is not the case that it was overruled": the claim after it is denied.
 _NEGATED_CLAUSE = re.compile(r"\b(?:not|n[’']t)\s+(?:the\s+case|true)\s+that\b[^,;]*$", re.IGNORECASE)
 # "not fixed in 2.4" says when; "not fixed in any release", "in the latest version" says whether.
-_WHEN_NOT_WHETHER = (r"(?!\s+(?:in(?!\s+(?:any|the\s+(?:latest|current|newest|most\s+recent))\b)"
-                     r"|before|prior\s+to|until|below)\b)")
+_WHEN_NOT_WHETHER = (
+    r"(?!\s+(?:in(?!\s+(?:any|the\s+(?:latest|current|newest|most\s+recent))\b)"
+    r"|before|prior\s+to|until|below)\b)"
+)
 # What may stand between a negator and the term it denies: "hasn't yet been", "won't be",
 # "doesn't have a", "haven't released a", "hasn't been a".
-_NEGATED_FILLER = (r"(?:(?:yet|been|be|even|ever|already|actually|officially|currently|have|has|had|hold|holds|"
-                   r"released|published|shipped|issued|provided|offered|made|a|an|any)\s+){0,3}")
+_NEGATED_FILLER = (
+    r"(?:(?:yet|been|be|even|ever|already|actually|officially|currently|have|has|had|hold|holds|"
+    r"released|published|shipped|issued|provided|offered|made|a|an|any)\s+){0,3}"
+)
 _AUX = r"(?:has|have|had|is|are|was|were|will|would|can|could)"
 # "a fix has not been released", "patched versions aren't available", "the blackout isn't in effect"
-_NOT_OUT = (r"(?:e?s)?\s+(?:is|are|was|were|has|have|had|will|does|do)(?:\s+not|\s*n[’']t)\s+"
-            r"(?:(?:yet|been|be|currently|officially|publicly)\s+){0,2}"
-            r"(?:available|released|published|shipped|issued|out|provided|in\s+effect|active|applicable|in\s+place)\b")
+_NOT_OUT = (
+    r"(?:e?s)?\s+(?:is|are|was|were|has|have|had|will|does|do)(?:\s+not|\s*n[’']t)\s+"
+    r"(?:(?:yet|been|be|currently|officially|publicly)\s+){0,2}"
+    r"(?:available|released|published|shipped|issued|out|provided|in\s+effect|active|applicable|in\s+place)\b"
+)
 # Clause boundaries inside a sentence, for the scope of "earlier versions …" and negated clauses.
 _CLAUSE = re.compile(r",|:|\b(?:but|although|though|while|whereas|however)\b", re.IGNORECASE)
 # A clause about earlier versions or about installations not yet upgraded.
@@ -230,8 +236,10 @@ def _below_another_version(found: list[_Found]) -> list[Claim]:
     state names a later one: "It was fixed in 1.15.0. Version 1.14 is not patched." """
     out = []
     for claim, subject, _ in found:
-        if claim.scope is None and subject is not None and any(
-            other.state != claim.state and any(v > subject for v in named) for other, _, named in found if other.asserts
+        if (
+            claim.scope is None
+            and subject is not None
+            and any(other.state != claim.state and any(v > subject for v in named) for other, _, named in found if other.asserts)
         ):
             claim = replace(claim, scope="earlier")
         out.append(claim)
@@ -251,10 +259,14 @@ class ClaimReader:
         if terms:
             words = "|".join(f"(?:{t})" for t in terms)
             # "whether it has been patched", "it may have been overruled": about the evidence.
-            hedges.append(rf"\b(?:whether|if)\s+(?:or\s+not\s+)?(?:\w+\s+){{0,6}}?(?:has|have|is|was|were|had)\s+(?:been\s+)?(?:{words})\b")
-            hedges.append(rf"\b(?:(?:may|might|could)\s+(?:still\s+)?(?:have\s+been|been|be)(?:\s+able\s+to)?"
-                          rf"|(?:possibly|perhaps|probably|likely|presumably|appears?\s+to|seems?\s+to)"
-                          rf"(?:\s+have)?(?:\s+been)?)\s+(?:{words})\b")  # "may have been fixed"; "may trade" claims
+            hedges.append(
+                rf"\b(?:whether|if)\s+(?:or\s+not\s+)?(?:\w+\s+){{0,6}}?(?:has|have|is|was|were|had)\s+(?:been\s+)?(?:{words})\b"
+            )
+            hedges.append(
+                rf"\b(?:(?:may|might|could)\s+(?:still\s+)?(?:have\s+been|been|be)(?:\s+able\s+to)?"
+                rf"|(?:possibly|perhaps|probably|likely|presumably|appears?\s+to|seems?\s+to)"
+                rf"(?:\s+have)?(?:\s+been)?)\s+(?:{words})\b"
+            )  # "may have been fixed"; "may trade" claims
         return re.compile("|".join(f"(?:{h})" for h in hedges), re.IGNORECASE)
 
     @staticmethod
@@ -275,27 +287,49 @@ class ClaimReader:
             if not state.claims and state.label:
                 # A state known only by its label: "is recalled", "remains approved".
                 label = re.escape(state.label)
-                out.append((name, "claim", re.compile(
-                    rf"\b(?:is|are|was|were|has\s+been|have\s+been|remains?|still)\s+(?:\w+\s+)?{label}\b", re.IGNORECASE)))
+                out.append(
+                    (
+                        name,
+                        "claim",
+                        re.compile(
+                            rf"\b(?:is|are|was|were|has\s+been|have\s+been|remains?|still)\s+(?:\w+\s+)?{label}\b", re.IGNORECASE
+                        ),
+                    )
+                )
             if terms:
                 words = "|".join(f"(?:{t})" for t in terms)
                 # "not fixed until 2.4.1": fixed, in 2.4.1
-                out.append((name, "claim-until", re.compile(
-                    rf"{_NEGATOR}\s+(?:(?:yet|been|be)\s+){{0,2}}(?:{words})\s+until\s+(?:version\s+|release\s+)?v?\d+\.\d",
-                    re.IGNORECASE)))
-                out.append((name, "denied-term", re.compile(
-                    # "no longer binding", "no official patch"
-                    rf"(?:\bno\s+(?:\w+\s+)?"
-                    # "no court has ever overturned", "no subsequent decision has overruled"
-                    rf"|\bno\s+(?:(?!(?:it|this|that|they|which|is|are|was|were|be|been|has|have|had)\b)\w+\s+){{1,3}}?"
-                    rf"(?:has|have|had)\s+(?:(?:ever|yet|been)\s+){{0,2}}"
-                    # "none of the releases fix it"
-                    rf"|\bnone\s+of\s+(?:\w+\s+){{1,3}}?(?:{_AUX}\s+(?:(?:ever|yet|been|be)\s+){{0,2}})?"
-                    # "has yet to be patched"
-                    rf"|\b(?:has|have|had|is|are|was|were)\s+yet\s+to\s+(?:be\s+)?"
-                    # "not patched", "hasn't yet been fixed", "won't be fixed", "haven't released a fix"
-                    rf"|{_NEGATOR}\s+{_NEGATED_FILLER})"
-                    rf"(?:{words})\b{_WHEN_NOT_WHETHER}", re.IGNORECASE)))
+                out.append(
+                    (
+                        name,
+                        "claim-until",
+                        re.compile(
+                            rf"{_NEGATOR}\s+(?:(?:yet|been|be)\s+){{0,2}}(?:{words})\s+until\s+(?:version\s+|release\s+)?v?\d+\.\d",
+                            re.IGNORECASE,
+                        ),
+                    )
+                )
+                out.append(
+                    (
+                        name,
+                        "denied-term",
+                        re.compile(
+                            # "no longer binding", "no official patch"
+                            rf"(?:\bno\s+(?:\w+\s+)?"
+                            # "no court has ever overturned", "no subsequent decision has overruled"
+                            rf"|\bno\s+(?:(?!(?:it|this|that|they|which|is|are|was|were|be|been|has|have|had)\b)\w+\s+){{1,3}}?"
+                            rf"(?:has|have|had)\s+(?:(?:ever|yet|been)\s+){{0,2}}"
+                            # "none of the releases fix it"
+                            rf"|\bnone\s+of\s+(?:\w+\s+){{1,3}}?(?:{_AUX}\s+(?:(?:ever|yet|been|be)\s+){{0,2}})?"
+                            # "has yet to be patched"
+                            rf"|\b(?:has|have|had|is|are|was|were)\s+yet\s+to\s+(?:be\s+)?"
+                            # "not patched", "hasn't yet been fixed", "won't be fixed", "haven't released a fix"
+                            rf"|{_NEGATOR}\s+{_NEGATED_FILLER})"
+                            rf"(?:{words})\b{_WHEN_NOT_WHETHER}",
+                            re.IGNORECASE,
+                        ),
+                    )
+                )
                 # "a fix has not been released", "patched versions aren't available"
                 out.append((name, "denied-term", re.compile(rf"\b(?:{words}){_NOT_OUT}", re.IGNORECASE)))
         return out
@@ -325,7 +359,7 @@ class ClaimReader:
             return text
         hedges.append(cut.group(0))
         then = _CONCLUSION.search(text, cut.end())
-        return text[: cut.start()] + (" … " + self._unhedged(text[then.end():], hedges) if then else "")
+        return text[: cut.start()] + (" … " + self._unhedged(text[then.end() :], hedges) if then else "")
 
     def _claims_in(self, span: str, number: int) -> list[_Found]:
         """The claims of one sentence, each with the version its clause names before it (its
@@ -337,8 +371,11 @@ class ClaimReader:
                 if rule == "claim":
                     if _NEGATED_CLAUSE.search(span[: m.start()]):
                         polarity, rule = "denies", "negated-claim"  # "it is not the case that it was overruled"
-                    elif (_NEGATOR_BEFORE.search(span[: m.start()]) or _NEGATED_LIST.search(span[: m.start()])
-                          or _NEGATOR_INSIDE.search(m.group(0))):
+                    elif (
+                        _NEGATOR_BEFORE.search(span[: m.start()])
+                        or _NEGATED_LIST.search(span[: m.start()])
+                        or _NEGATOR_INSIDE.search(m.group(0))
+                    ):
                         # "without encoding has been fixed", "is not good law": not this claim; a
                         # denial, where there is one, is read by the state's negated terms.
                         continue
@@ -362,8 +399,13 @@ class ClaimReader:
             out.append((claim, subject, named))
             opposite = self.policy.states[claim.state].opposite
             if not claim.asserts and opposite is not None:
-                out.append((Claim(opposite, "asserts", f"{claim.rule} of {claim.state}", claim.text, number, claim.scope),
-                            subject, named))
+                out.append(
+                    (
+                        Claim(opposite, "asserts", f"{claim.rule} of {claim.state}", claim.text, number, claim.scope),
+                        subject,
+                        named,
+                    )
+                )
         return out
 
     def states_claimed(self, texts: Iterable[str]) -> set[str]:

@@ -11,5 +11,6 @@ __all__ = ["warn_renamed"]
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
     """A :class:`DeprecationWarning` that ``old`` is now ``new``; ``stacklevel`` 3 points at
     the caller of the function that calls this."""
-    warnings.warn(f"{old} is deprecated and will be removed in the next release: use {new}", DeprecationWarning,
-                  stacklevel=stacklevel)
+    warnings.warn(
+        f"{old} is deprecated and will be removed in the next release: use {new}", DeprecationWarning, stacklevel=stacklevel
+    )

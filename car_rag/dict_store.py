@@ -47,12 +47,23 @@ class DictStore(AuthorityStore):
         ]
 
     def resolve(
-        self, policy: Policy, query: str, ranked_ids: Sequence[str], *, caller: CallerContext | None = None,
-        max_rounds: int = 32, scope_lookup_limit: int = 20, min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+        self,
+        policy: Policy,
+        query: str,
+        ranked_ids: Sequence[str],
+        *,
+        caller: CallerContext | None = None,
+        max_rounds: int = 32,
+        scope_lookup_limit: int = 20,
+        min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     ) -> RetrievalResult:
         """Stages 2-3 for Stage-1 hits given as doc ids in rank order (ids not held are skipped)."""
         closure = AuthorityClosure(
-            policy, query, layout=self.layout, max_rounds=max_rounds, scope_lookup_limit=scope_lookup_limit,
+            policy,
+            query,
+            layout=self.layout,
+            max_rounds=max_rounds,
+            scope_lookup_limit=scope_lookup_limit,
             min_confidence=min_confidence,
         )
         for doc_id in ranked_ids:

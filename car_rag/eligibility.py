@@ -10,7 +10,7 @@ permitted record out of the top k or leak through a score.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +28,10 @@ class CallerContext:
     tenant: str | None = None
     principals: frozenset[str] = frozenset()
 
-    def __post_init__(self) -> None:
-        # Accept any iterable of principals, keep it hashable (masks are cached per caller).
-        object.__setattr__(self, "principals", frozenset(self.principals))
+    def __init__(self, tenant: str | None = None, principals: Iterable[str] = frozenset()) -> None:
+        # Any iterable of principals, kept hashable (masks are cached per caller).
+        object.__setattr__(self, "tenant", tenant)
+        object.__setattr__(self, "principals", frozenset(principals))
 
     def can_read(self, record: Record) -> bool:
         if record.tenant is not None and record.tenant != self.tenant:

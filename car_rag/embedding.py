@@ -34,8 +34,15 @@ if TYPE_CHECKING:
     from car_rag.onnx_encoder import OnnxMiniLM
 
 __all__ = [
-    "Embedder", "DEFAULT_ENCODER", "DEFAULT_MODEL", "ENCODERS", "EncoderName", "MINILM_REVISION", "MINILM_SHA256",
-    "verify_packaged_minilm", "file_sha256",
+    "Embedder",
+    "DEFAULT_ENCODER",
+    "DEFAULT_MODEL",
+    "ENCODERS",
+    "EncoderName",
+    "MINILM_REVISION",
+    "MINILM_SHA256",
+    "verify_packaged_minilm",
+    "file_sha256",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,16 +62,13 @@ class Embedder:
     ``"torch"`` for any other sentence-transformers model or device); the model is loaded on first use.
     """
 
-    def __init__(
-        self, model_name: str = DEFAULT_MODEL, *, encoder: str | None = None, device: str = "cpu", batch_size: int = 64
-    ):
+    def __init__(self, model_name: str = DEFAULT_MODEL, *, encoder: str | None = None, device: str = "cpu", batch_size: int = 64):
         chosen = encoder or (DEFAULT_ENCODER if model_name == DEFAULT_MODEL and device == "cpu" else "torch")
         if chosen not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {chosen!r}")
         if chosen == "onnx" and (model_name != DEFAULT_MODEL or device != "cpu"):
             raise ValueError(
-                f"the ONNX encoder runs the packaged {DEFAULT_MODEL} on CPU; for {model_name!r} on {device!r} "
-                "use encoder='torch'"
+                f"the ONNX encoder runs the packaged {DEFAULT_MODEL} on CPU; for {model_name!r} on {device!r} use encoder='torch'"
             )
         self.encoder: EncoderName = chosen
         self.model_name = model_name

@@ -198,8 +198,9 @@ def _metadata_value(record: Record, name: str) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise ScopeExtractionError(
-        f"metadata.{name}", f"record_scope.metadata_fields maps it to a scope key, but it holds "
-        f"{type(value).__name__} {value!r:.60}, not one identifier (a string)"
+        f"metadata.{name}",
+        f"record_scope.metadata_fields maps it to a scope key, but it holds "
+        f"{type(value).__name__} {value!r:.60}, not one identifier (a string)",
     )
 
 
@@ -218,8 +219,10 @@ class _LLMScope:
         openai = require("openai", "llm", "the LLM scope extractor (record_scope.llm)")
         self.config, self.cache_dir, self._openai = config, cache_dir, openai
         self.client = openai.OpenAI(
-            base_url=config.base_url, api_key=os.environ.get(config.api_key_env) or "sk-local",
-            timeout=config.timeout_s, max_retries=config.max_retries,
+            base_url=config.base_url,
+            api_key=os.environ.get(config.api_key_env) or "sk-local",
+            timeout=config.timeout_s,
+            max_retries=config.max_retries,
         )
 
     def extract(self, record: Record, keys: Sequence[str]) -> dict[str, str]:
@@ -239,8 +242,9 @@ class _LLMScope:
             problem = exc.errors()[0]
             where = ".".join(map(str, problem["loc"]))
             raise ScopeExtractionError(
-                "scope", f"LLM scope extractor ({self.config.model}) returned {content!r:.80}, not JSON with keys "
-                f"{list(keys)}: {where + ': ' if where else ''}{problem['msg']}"
+                "scope",
+                f"LLM scope extractor ({self.config.model}) returned {content!r:.80}, not JSON with keys "
+                f"{list(keys)}: {where + ': ' if where else ''}{problem['msg']}",
             ) from None
         values = {k: v.strip() for k, v in parsed.items() if isinstance(v, str) and v.strip()}
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -253,7 +257,8 @@ class _LLMScope:
         where = f"LLM scope extractor ({self.config.model} at {self.config.base_url})"
         try:
             response = self.client.chat.completions.create(
-                model=self.config.model, temperature=0,
+                model=self.config.model,
+                temperature=0,
                 messages=[
                     {"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": f"Keys: {', '.join(keys)}\nDocument type: {record.doc_type}\n\n{text}"},

@@ -31,8 +31,15 @@ from car_rag.records import Record
 from car_rag.scope_linking import Link, accepted_links, candidate_links, merge, values_by_key
 
 __all__ = [
-    "AMBIGUITY_MARGIN", "ScopeKey", "ScopePosterior", "QuestionScope", "TieOrder", "read_question_scope",
-    "estimate_scope_posterior", "select_anchors", "detect_ambiguity",
+    "AMBIGUITY_MARGIN",
+    "ScopeKey",
+    "ScopePosterior",
+    "QuestionScope",
+    "TieOrder",
+    "read_question_scope",
+    "estimate_scope_posterior",
+    "select_anchors",
+    "detect_ambiguity",
 ]
 
 ScopeKey = tuple[str | None, ...]
@@ -298,6 +305,7 @@ def _arrange(
     readable: Callable[[Record], bool],
 ) -> list[ScopeKey]:
     """Scopes the question cannot tell apart, in ``tie_order``."""
+
     def neutral(scope: ScopeKey) -> tuple[float, float, str]:
         best = by_scope[scope][0]
         when = graph.records[best.doc_id].sort_time.timestamp()
@@ -333,12 +341,14 @@ def detect_ambiguity(
     members = []
     for scope in runs[0]:
         controlling, states = _frontier(graph, policy, by_scope[scope][0].doc_id, readable)
-        members.append(AmbiguousScope(
-            {k: v for k, v in zip(policy.scope_keys, scope) if v is not None},
-            posterior.probabilities.get(scope, 0.0),
-            " and ".join(states),
-            controlling,
-        ))
+        members.append(
+            AmbiguousScope(
+                {k: v for k, v in zip(policy.scope_keys, scope) if v is not None},
+                posterior.probabilities.get(scope, 0.0),
+                " and ".join(states),
+                controlling,
+            )
+        )
     counts: dict[str, int] = {}
     for member in members:
         counts[member.state] = counts.get(member.state, 0) + 1

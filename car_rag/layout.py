@@ -102,9 +102,24 @@ CAR_AMBIGUITY = "car_ambiguity"
 scope is clearly the question's subject or no posterior was estimated."""
 
 CAR_ANNOTATION_KEYS = (
-    CAR_STATUS, CAR_ROLE, CAR_RANK, CAR_ANCHOR_ID, CAR_SUPERSEDED_BY, CAR_RULE, CAR_VOIDED_BY, CAR_VOIDS,
-    CAR_CONTESTED_BY, CAR_DISPUTED_BY, CAR_HIDDEN_SUPERSEDER, CAR_STAGE1_RANK, CAR_STAGE1_SCORE, CAR_STAGE1_CHANNEL,
-    CAR_POLICY, CAR_QUERY, CAR_SCOPE_PROBABILITY, CAR_AMBIGUITY,
+    CAR_STATUS,
+    CAR_ROLE,
+    CAR_RANK,
+    CAR_ANCHOR_ID,
+    CAR_SUPERSEDED_BY,
+    CAR_RULE,
+    CAR_VOIDED_BY,
+    CAR_VOIDS,
+    CAR_CONTESTED_BY,
+    CAR_DISPUTED_BY,
+    CAR_HIDDEN_SUPERSEDER,
+    CAR_STAGE1_RANK,
+    CAR_STAGE1_SCORE,
+    CAR_STAGE1_CHANNEL,
+    CAR_POLICY,
+    CAR_QUERY,
+    CAR_SCOPE_PROBABILITY,
+    CAR_AMBIGUITY,
 )
 
 _LISTS = ("supersedes", "allowed_principals")
@@ -113,10 +128,20 @@ _SCOPE_KEYS, _METADATA_JSON, _LAYOUT = "car_scope_keys", "car_metadata_json", "c
 _EDGE_CONFIDENCE = "car_supersedes_confidence"
 """JSON object: the confidence of each ``supersedes`` id below 1 (the list itself stays ids, so a
 store can still be asked which records name an id)."""
-LAYOUT_KEYS = frozenset({
-    "doc_id", "doc_type", *_OPTIONAL, *_LISTS, "car_tenant", "car_public", _SCOPE_KEYS, _METADATA_JSON, _LAYOUT,
-    _EDGE_CONFIDENCE,
-})
+LAYOUT_KEYS = frozenset(
+    {
+        "doc_id",
+        "doc_type",
+        *_OPTIONAL,
+        *_LISTS,
+        "car_tenant",
+        "car_public",
+        _SCOPE_KEYS,
+        _METADATA_JSON,
+        _LAYOUT,
+        _EDGE_CONFIDENCE,
+    }
+)
 """Keys the layout uses for record fields: a scope key may not take one of these names."""
 
 
@@ -180,8 +205,13 @@ class RecordLayout(BaseModel):
             # filter on them and a framework shows them to its LLM as it does any metadata.
             meta[_METADATA_JSON] = json.dumps(record.metadata, ensure_ascii=False, sort_keys=True)
             reserved = self._reserved() | set(record.scope)
-            meta.update({k: v for k, v in record.metadata.items()
-                         if isinstance(v, (str, int, float, bool)) and k not in reserved and not k.startswith(CAR_PREFIX)})
+            meta.update(
+                {
+                    k: v
+                    for k, v in record.metadata.items()
+                    if isinstance(v, (str, int, float, bool)) and k not in reserved and not k.startswith(CAR_PREFIX)
+                }
+            )
         meta[_LAYOUT] = LAYOUT_VERSION
         return meta
 
@@ -199,7 +229,12 @@ class RecordLayout(BaseModel):
         return value if isinstance(value, str) and value else None
 
     def record(
-        self, meta: Mapping[str, Any], text: str, policy: Policy | None, *, default_id: str | None = None,
+        self,
+        meta: Mapping[str, Any],
+        text: str,
+        policy: Policy | None,
+        *,
+        default_id: str | None = None,
         foreign_keys: frozenset[str] = frozenset(),
     ) -> Record:
         """The record ``meta`` describes, with ``text``. Scope keys are those ``car_scope_keys``
@@ -260,7 +295,12 @@ class RecordLayout(BaseModel):
         return fields
 
     def evidence_record(
-        self, meta: Mapping[str, Any], text: str, policy: Policy | None, *, default_id: str,
+        self,
+        meta: Mapping[str, Any],
+        text: str,
+        policy: Policy | None,
+        *,
+        default_id: str,
         foreign_keys: frozenset[str] = frozenset(),
     ) -> Record:
         """:meth:`record`, or, for metadata that is not car-rag's, an untyped record that is

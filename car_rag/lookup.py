@@ -31,14 +31,23 @@ from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, RetrievalResult, resolve_authority
 
 __all__ = [
-    "SCORE_SCALES", "AuthorityClosure", "AuthorityStore", "ScopeQuery", "StoredItem", "aresolve_closure", "minimal_queries",
+    "SCORE_SCALES",
+    "AuthorityClosure",
+    "AuthorityStore",
+    "ScopeQuery",
+    "StoredItem",
+    "aresolve_closure",
+    "minimal_queries",
     "resolve_closure",
 ]
 
 
 SCORE_SCALES: Mapping[str, str] = {
-    "dense": "dense", "bm25": "bm25",
-    "VectorIndexRetriever": "dense", "VectorStoreRetriever": "dense", "BM25Retriever": "bm25",
+    "dense": "dense",
+    "bm25": "bm25",
+    "VectorIndexRetriever": "dense",
+    "VectorStoreRetriever": "dense",
+    "BM25Retriever": "bm25",
 }
 """A Stage-1 channel (an integration names its retriever's type) -> the scale of its scores
 that calibrated fusion reads (``dense``: cosine similarity; ``bm25``: relative to the best)."""
@@ -136,8 +145,14 @@ class AuthorityClosure:
     records in the scope of ids the query names). Sync and async loops share it."""
 
     def __init__(
-        self, policy: Policy, query: str, *, layout: RecordLayout | None = None,
-        scope_lookup_limit: int = 20, max_rounds: int = 32, foreign_keys: frozenset[str] = frozenset(),
+        self,
+        policy: Policy,
+        query: str,
+        *,
+        layout: RecordLayout | None = None,
+        scope_lookup_limit: int = 20,
+        max_rounds: int = 32,
+        foreign_keys: frozenset[str] = frozenset(),
         min_confidence: float = DEFAULT_MIN_CONFIDENCE,
     ):
         if max_rounds < 1:
@@ -254,7 +269,8 @@ class AuthorityClosure:
                 if self.next_queries():
                     warnings.warn(
                         f"car-rag: Stage 2 stopped after max_rounds={self.max_rounds} lookup rounds "
-                        "before reaching the authority closure", stacklevel=2,
+                        "before reaching the authority closure",
+                        stacklevel=2,
                     )
                 return
             queries = self.next_queries()
@@ -265,8 +281,14 @@ class AuthorityClosure:
         scores have a scale car-rag knows, also the scope posterior and the ambiguity."""
         scope, candidates = self._question_scope(caller)
         result = resolve_authority(
-            self.graph, self.policy, self.query, self.anchors, caller, scope_lookup_limit=self.scope_lookup_limit,
-            min_confidence=self.min_confidence, posterior=None if scope is None else scope.posterior,
+            self.graph,
+            self.policy,
+            self.query,
+            self.anchors,
+            caller,
+            scope_lookup_limit=self.scope_lookup_limit,
+            min_confidence=self.min_confidence,
+            posterior=None if scope is None else scope.posterior,
         )
         if scope is not None:
             result.scope_links = scope.links
@@ -293,8 +315,14 @@ log = logging.getLogger(__name__)
 
 
 def _log_closure(closure: AuthorityClosure, store: AuthorityStore) -> None:
-    log.debug("Stage 2 over %s: %d anchors, %d lookup rounds, %d lookups, %d records in the closure",
-              type(store).__name__, len(closure.anchors), closure.rounds, closure.lookups, len(closure.graph))
+    log.debug(
+        "Stage 2 over %s: %d anchors, %d lookup rounds, %d lookups, %d records in the closure",
+        type(store).__name__,
+        len(closure.anchors),
+        closure.rounds,
+        closure.lookups,
+        len(closure.graph),
+    )
 
 
 def resolve_closure(closure: AuthorityClosure, store: AuthorityStore, caller: CallerContext | None = None) -> RetrievalResult:

@@ -39,8 +39,11 @@ def verify_packaged_minilm(folder: Path | str, names: Collection[str] = tuple(MI
     """Raise ``OSError`` unless ``folder`` holds upstream all-MiniLM-L6-v2's files (:data:`MINILM_SHA256`;
     ``names``: only these)."""
     folder = Path(folder)
-    wrong = [name for name, digest in MINILM_SHA256.items()
-             if name in names and (not (folder / name).is_file() or file_sha256(folder / name) != digest)]
+    wrong = [
+        name
+        for name, digest in MINILM_SHA256.items()
+        if name in names and (not (folder / name).is_file() or file_sha256(folder / name) != digest)
+    ]
     if wrong:
         raise OSError(
             f"the packaged MiniLM copy in {folder} is not sentence-transformers/all-MiniLM-L6-v2 at revision "

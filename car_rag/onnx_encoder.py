@@ -112,8 +112,10 @@ def _export(model_dir: Path, folder: Path) -> Path:
     pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
     modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode_") and v)
     if modes != ["pooling_mode_mean_tokens"] or model.max_seq_length != MAX_TOKENS:
-        raise RuntimeError(f"{model_dir}: the export assumes mean pooling over {MAX_TOKENS} tokens, "
-                           f"the model has {', '.join(modes)} over {model.max_seq_length}")
+        raise RuntimeError(
+            f"{model_dir}: the export assumes mean pooling over {MAX_TOKENS} tokens, "
+            f"the model has {', '.join(modes)} over {model.max_seq_length}"
+        )
 
     class SentenceVectors(torch.nn.Module):  # type: ignore[misc, name-defined]
         """BERT, then sentence-transformers' mean pooling and L2 normalisation, as one graph."""
@@ -135,16 +137,22 @@ def _export(model_dir: Path, folder: Path) -> Path:
         with warnings.catch_warnings():  # the tracer's notes on constant shapes: the graph is checked below
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                SentenceVectors(model[0].auto_model.eval()), tuple(sample[name] for name in INPUTS), temporary,
-                dynamo=False, input_names=list(INPUTS), output_names=["sentence_embedding"], opset_version=17,
+                SentenceVectors(model[0].auto_model.eval()),
+                tuple(sample[name] for name in INPUTS),
+                temporary,
+                dynamo=False,
+                input_names=list(INPUTS),
+                output_names=["sentence_embedding"],
+                opset_version=17,
                 dynamic_axes={**{name: {0: "batch", 1: "tokens"} for name in INPUTS}, "sentence_embedding": {0: "batch"}},
             )
         reference = model.encode(list(PARITY_TEXTS), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         exported = OnnxMiniLM(model_dir, Path(temporary)).encode(PARITY_TEXTS)
         cosine = float((reference * exported).sum(axis=1).min())
         if cosine < 0.999:
-            raise RuntimeError(f"the ONNX export of {model_dir} disagrees with PyTorch (cosine {cosine:.5f} < 0.999); "
-                               "use encoder='torch'")
+            raise RuntimeError(
+                f"the ONNX export of {model_dir} disagrees with PyTorch (cosine {cosine:.5f} < 0.999); use encoder='torch'"
+            )
         target = folder / EXPORT_NAME
         os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide a shared install's export from other users
         os.replace(temporary, target)
@@ -152,8 +160,11 @@ def _export(model_dir: Path, folder: Path) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     meta = {
-        "format": EXPORT_FORMAT, "weights_sha256": MINILM_SHA256["model.safetensors"], "onnx_sha256": file_sha256(target),
-        "exported_with": {"torch": str(torch.__version__), "opset": 17}, "parity_min_cosine": cosine,
+        "format": EXPORT_FORMAT,
+        "weights_sha256": MINILM_SHA256["model.safetensors"],
+        "onnx_sha256": file_sha256(target),
+        "exported_with": {"torch": str(torch.__version__), "opset": 17},
+        "parity_min_cosine": cosine,
     }
     _sidecar(target).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return target

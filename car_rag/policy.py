@@ -45,8 +45,18 @@ from car_rag.rules import WILDCARD as WILDCARD
 from car_rag.rules import version_is_higher as version_is_higher
 
 __all__ = [
-    "Hierarchy", "Rule", "State", "Policy", "PolicyArg", "PolicyError", "RecordScope", "LLMScopeExtractor",
-    "load_policy", "builtin_policies", "builtin_vocabularies", "EXPLICIT_RULE",
+    "Hierarchy",
+    "Rule",
+    "State",
+    "Policy",
+    "PolicyArg",
+    "PolicyError",
+    "RecordScope",
+    "LLMScopeExtractor",
+    "load_policy",
+    "builtin_policies",
+    "builtin_vocabularies",
+    "EXPLICIT_RULE",
 ]
 
 log = logging.getLogger(__name__)
@@ -245,12 +255,15 @@ class Policy(BaseModel):
         names = [r.name for r in self.edge_rules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"rules: rule names must be unique (an exception's revocation is named <rule>_revoked), "
-                             f"repeated: {dupes}")
+            raise ValueError(
+                f"rules: rule names must be unique (an exception's revocation is named <rule>_revoked), repeated: {dupes}"
+            )
         for i, rule in enumerate(self.rules):
             if rule.hierarchy is not None and rule.hierarchy not in self.hierarchies:
-                raise ValueError(f"rules.{i}.hierarchy: rule {rule.name!r} names unknown hierarchy {rule.hierarchy!r}; "
-                                 f"declared: {sorted(self.hierarchies)}")
+                raise ValueError(
+                    f"rules.{i}.hierarchy: rule {rule.name!r} names unknown hierarchy {rule.hierarchy!r}; "
+                    f"declared: {sorted(self.hierarchies)}"
+                )
             unknown = [k for k in rule.within if k not in self.scope_keys]
             if unknown:
                 raise ValueError(
@@ -362,8 +375,7 @@ def _parse(text: str, suffix: str, origin: str) -> Policy:
     if isinstance(data, dict) and "rules" not in data:
         # A forgotten [[rules]] section would load as a policy that voids nothing.
         problems.append(
-            "rules: missing; write `rules = []` for a policy whose only supersession is the records' "
-            "explicit `supersedes` edges"
+            "rules: missing; write `rules = []` for a policy whose only supersession is the records' explicit `supersedes` edges"
         )
     try:
         policy = Policy.model_validate(data)

@@ -71,8 +71,9 @@ def parse_stored(body: str, location: str) -> Record:
     except ValidationError as exc:
         doc_id = json.loads(body).get("doc_id") if body.lstrip().startswith("{") else None
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise StoredRecordError(f"{location}: stored record {doc_id!r} no longer validates ({problems}); "
-                                "re-ingest it corrected into a new store") from None
+        raise StoredRecordError(
+            f"{location}: stored record {doc_id!r} no longer validates ({problems}); re-ingest it corrected into a new store"
+        ) from None
 
 
 class LogWriter(ABC):

@@ -96,9 +96,7 @@ class Record(BaseModel):
     version: StrictStr | None = Field(default=None, description="Version label, for version-ordered rules.")
     source: StrictStr | None = Field(default=None, description="Issuing source (feed, court, agency).")
     uri: StrictStr | None = Field(default=None, description="Where the record can be cited from.")
-    authority: float | None = Field(
-        default=None, ge=0.0, le=1.0, strict=True, description="Source authority weight, 0..1."
-    )
+    authority: float | None = Field(default=None, ge=0.0, le=1.0, strict=True, description="Source authority weight, 0..1.")
     tenant: _Label | None = Field(
         default=None, description=f"Owning tenant; None means every tenant ({PUBLIC_TENANT!r} is reserved)."
     )
@@ -111,7 +109,8 @@ class Record(BaseModel):
         "gives an edge inferred with that confidence (Definition 9), a plain id one that is certain.",
     )
     supersedes_confidence: dict[str, float] = Field(
-        default_factory=dict, exclude=True,
+        default_factory=dict,
+        exclude=True,
         description="Confidence of each explicit edge below 1, read from the 'supersedes' entries (never given apart).",
     )
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free metadata, carried through.")

@@ -276,7 +276,7 @@ def resolve_authority(
     for values in itertools.product(*(scope_ids[k] for k in keys)) if keys else ():
         # Filter before capping: restricted records must not crowd readable ones out.
         matches = [r for r in graph.lookup(dict(zip(keys, values))) if readable(r.doc_id)]
-        for record in matches[-scope_lookup_limit :]:
+        for record in matches[-scope_lookup_limit:]:
             admit(record.doc_id, 0, "scope_match", record.doc_id)
     for hit in hits:
         admit(hit.doc_id, hit.rank, "anchor", hit.doc_id)
@@ -296,9 +296,7 @@ def resolve_authority(
         rssg = graph.rssg(members, min_confidence)
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
-    hidden = {
-        d for d in members if caller is not None and not all(map(readable, graph.ancestors(d, min_confidence)))
-    }
+    hidden = {d for d in members if caller is not None and not all(map(readable, graph.ancestors(d, min_confidence)))}
     stage1 = {h.doc_id: h for h in hits}
     voids: dict[str, list[Edge]] = {}
     for target, sups in rssg.voided_by.items():
@@ -322,8 +320,9 @@ def resolve_authority(
                 voided_by=[Edge(s, doc_id, r, rssg.path_confidence.get((s, doc_id), 1.0)) for s, r in sorted(voided.items())],
                 voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
-                disputed_by=sorted((e for e in graph.disputes(doc_id) if e.superseder in members),
-                                   key=lambda e: e.superseder) if disputed else [],
+                disputed_by=sorted((e for e in graph.disputes(doc_id) if e.superseder in members), key=lambda e: e.superseder)
+                if disputed
+                else [],
                 hidden_superseder=doc_id in hidden and not controlling,
             )
         )

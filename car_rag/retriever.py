@@ -25,7 +25,12 @@ from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, ResolutionMode, Retrieval
 from car_rag.store import CARStore
 
 __all__ = [
-    "ControllingAuthorityRetriever", "RetrievalResult", "RetrievedRecord", "AnchorMode", "FusionMode", "ResolutionMode",
+    "ControllingAuthorityRetriever",
+    "RetrievalResult",
+    "RetrievedRecord",
+    "AnchorMode",
+    "FusionMode",
+    "ResolutionMode",
 ]
 
 log = logging.getLogger(__name__)
@@ -198,16 +203,26 @@ class ControllingAuthorityRetriever:
         readable = can_read or (lambda _r: True)
         lexical = self.lexical or self.store.lexical
         scope = read_question_scope(
-            query, candidates, graph, policy, readable=can_read, document_frequency=lexical.document_frequency,
+            query,
+            candidates,
+            graph,
+            policy,
+            readable=can_read,
+            document_frequency=lexical.document_frequency,
             lookup_limit=self.scope_lookup_limit,
         )
         anchors = select_anchors(
-            candidates, scope.posterior, graph, policy, self.k1, ties=self.scope_ties, decay=self.scope_decay,
-            tie_order=self.scope_tie_order, readable=readable,
+            candidates,
+            scope.posterior,
+            graph,
+            policy,
+            self.k1,
+            ties=self.scope_ties,
+            decay=self.scope_decay,
+            tie_order=self.scope_tie_order,
+            readable=readable,
         )
-        ambiguity = detect_ambiguity(
-            candidates, scope.posterior, graph, policy, margin=self.ambiguity_margin, readable=readable
-        )
+        ambiguity = detect_ambiguity(candidates, scope.posterior, graph, policy, margin=self.ambiguity_margin, readable=readable)
         return anchors, scope, ambiguity
 
     def _mask(self, caller: CallerContext | None) -> np.ndarray | None:
@@ -235,10 +250,16 @@ class ControllingAuthorityRetriever:
         """Stage 2 + 3 over the store's graph for given Stage-1 anchors (see :func:`resolve_authority`)."""
         with self.store.lock.read():
             result = resolve_authority(
-                self.store.graph, self.store.policy, query, anchors, caller,
-                resolution=self.resolution, scope_lookup_limit=self.scope_lookup_limit,
+                self.store.graph,
+                self.store.policy,
+                query,
+                anchors,
+                caller,
+                resolution=self.resolution,
+                scope_lookup_limit=self.scope_lookup_limit,
                 scope_ids=None if scope is None else scope.named,
-                posterior=None if scope is None else scope.posterior, min_confidence=self.min_confidence,
+                posterior=None if scope is None else scope.posterior,
+                min_confidence=self.min_confidence,
             )
         if scope is not None:
             result.scope_links = scope.links
@@ -298,15 +319,19 @@ class ControllingAuthorityRetriever:
             for i, query in enumerate(queries)
         ]
 
-    def _retrieve(
-        self, query: str, vector: np.ndarray | None, caller: CallerContext | None, started: float
-    ) -> RetrievalResult:
+    def _retrieve(self, query: str, vector: np.ndarray | None, caller: CallerContext | None, started: float) -> RetrievalResult:
         with self.store.lock.read():
             result = self.resolve_runs(query, self._runs(query, vector, caller), caller, started=started)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("query %r: %d anchors (%s), %d records, %d active; %s", query[:80], len(result.anchors), self.anchor_mode,
-                      len(result), sum(r.status == "active" for r in result),
-                      ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items()))
+            log.debug(
+                "query %r: %d anchors (%s), %d records, %d active; %s",
+                query[:80],
+                len(result.anchors),
+                self.anchor_mode,
+                len(result),
+                sum(r.status == "active" for r in result),
+                ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items()),
+            )
         return result
 
 

@@ -114,11 +114,14 @@ class Rule(BaseModel):
     )
     description: str = ""
     verb: str = Field(
-        default="", description="What the trigger does to the target, in the domain's words ('fixes', 'overrules'); "
-        "the reader digest says 'supersedes' without it."
+        default="",
+        description="What the trigger does to the target, in the domain's words ('fixes', 'overrules'); "
+        "the reader digest says 'supersedes' without it.",
     )
     confidence: float = Field(
-        default=1.0, ge=0.0, le=1.0,
+        default=1.0,
+        ge=0.0,
+        le=1.0,
         description="How sure an edge this rule makes is (Definition 9): below a query's min_confidence it leaves "
         "the target active and contested instead of superseded.",
     )
@@ -132,11 +135,15 @@ class Rule(BaseModel):
                 "('later', 'higher_version', 'higher_level', 'level_then_later'), or two such records would void each other"
             )
         if (self.order in LEVEL_ORDERS) != (self.hierarchy is not None):
-            raise ValueError(f"rule {self.name!r}: hierarchy: a level order ({', '.join(LEVEL_ORDERS)}) names "
-                             "the hierarchy it compares in, and only a level order does")
+            raise ValueError(
+                f"rule {self.name!r}: hierarchy: a level order ({', '.join(LEVEL_ORDERS)}) names "
+                "the hierarchy it compares in, and only a level order does"
+            )
         if (self.kind == "exception") != (self.revoked_by is not None):
-            raise ValueError(f"rule {self.name!r}: revoked_by: an exception rule names the doc_type that revokes "
-                             "it, and only an exception rule does")
+            raise ValueError(
+                f"rule {self.name!r}: revoked_by: an exception rule names the doc_type that revokes "
+                "it, and only an exception rule does"
+            )
         return self
 
     def matches_types(self, trigger_type: str, target_type: str) -> bool:
@@ -155,9 +162,7 @@ class Rule(BaseModel):
             return trigger.time is not None and target.time is not None and trigger.time > target.time
         if self.order == "higher_version":
             return (
-                trigger.version is not None
-                and target.version is not None
-                and version_is_higher(trigger.version, target.version)
+                trigger.version is not None and target.version is not None and version_is_higher(trigger.version, target.version)
             )
         if self.order in LEVEL_ORDERS:
             high, low = (hierarchy.rank(trigger), hierarchy.rank(target)) if hierarchy is not None else (None, None)
@@ -174,8 +179,13 @@ class Rule(BaseModel):
         if self.kind != "exception" or self.revoked_by is None:
             return None
         return Rule(
-            name=f"{self.name}_revoked", trigger=self.revoked_by, target=self.trigger, within=self.within,
-            order="later", confidence=self.confidence, verb="revokes",
+            name=f"{self.name}_revoked",
+            trigger=self.revoked_by,
+            target=self.trigger,
+            within=self.within,
+            order="later",
+            confidence=self.confidence,
+            verb="revokes",
             description=f"A later {self.revoked_by.replace('_', ' ')} revokes the exception of rule {self.name}.",
         )
 

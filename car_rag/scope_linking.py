@@ -34,8 +34,15 @@ from car_rag.graph import AuthorityGraph
 from car_rag.records import Record
 
 __all__ = [
-    "Link", "ScopeValueIndex", "candidate_links", "accepted_links", "value_index",
-    "LINK_SUPPORT", "LINK_SPECIFICITY", "LINK_MIN_SUPPORT", "MAX_WORDS",
+    "Link",
+    "ScopeValueIndex",
+    "candidate_links",
+    "accepted_links",
+    "value_index",
+    "LINK_SUPPORT",
+    "LINK_SPECIFICITY",
+    "LINK_MIN_SUPPORT",
+    "MAX_WORDS",
 ]
 
 LINK_SUPPORT = 0.5
@@ -93,7 +100,10 @@ class Link:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "key": self.key, "value": self.value, "words": self.words, "match": self.match,
+            "key": self.key,
+            "value": self.value,
+            "words": self.words,
+            "match": self.match,
             "specificity": None if self.specificity is None else round(self.specificity, 4),
             "support": round(self.support, 4),
         }
@@ -147,9 +157,7 @@ def _fuzzy(word: str) -> list[str]:
     return [word[:-2]] * word.endswith("es") + [word[:-1]] * word.endswith("s")
 
 
-def candidate_links(
-    query: str, graph: AuthorityGraph, readable: Callable[[Record], bool] | None = None
-) -> list[Link]:
+def candidate_links(query: str, graph: AuthorityGraph, readable: Callable[[Record], bool] | None = None) -> list[Link]:
     """Scope values the question's words match (longest first, spans not overlapping), among
     values held by records ``readable`` allows: a caller never learns that a value exists in
     records it may not read."""

@@ -34,7 +34,7 @@ def normalise_version(value: str) -> tuple[tuple[int, ...], str] | None:
     leading = re.match(r"\d+(?:\.\d+)*", raw)
     assert leading is not None  # both patterns capture from a digit
     num = leading.group(0)
-    suffix = re.sub(r"^[-.]", "", raw[len(num):])
+    suffix = re.sub(r"^[-.]", "", raw[len(num) :])
     parts = [int(p) for p in num.split(".")]
     while len(parts) > 1 and parts[-1] == 0:
         parts.pop()

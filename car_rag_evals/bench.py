@@ -46,8 +46,10 @@ def scope_ambiguity(suite: Suite, queries: list, store: CARStore) -> dict[str, A
         if anchor is None:
             continue
         others = [
-            r for r in store.graph.lookup(anchor.scope)
-            if r.doc_id not in query.chain_doc_ids and not store.graph.is_superseded(r.doc_id)
+            r
+            for r in store.graph.lookup(anchor.scope)
+            if r.doc_id not in query.chain_doc_ids
+            and not store.graph.is_superseded(r.doc_id)
             and (relevant is None or r.doc_type in relevant)
         ]
         counts = by_hop.setdefault(query.hop_type or "all", [0, 0])
@@ -67,8 +69,14 @@ def run_system(system: System, suite: Suite, queries: list, store: CARStore, *, 
             stage23.append(out.stage23_ms)
         scores.append(
             score_query(
-                query, out.doc_ids, k=k, records=store.records, kb=store.graph, policy=store.policy,
-                answer_rule=suite.answer_rule, anchors=out.anchors,
+                query,
+                out.doc_ids,
+                k=k,
+                records=store.records,
+                kb=store.graph,
+                policy=store.policy,
+                answer_rule=suite.answer_rule,
+                anchors=out.anchors,
             )
         )
     return {
@@ -80,7 +88,8 @@ def run_system(system: System, suite: Suite, queries: list, store: CARStore, *, 
             "mean": round(statistics.fmean(latencies), 3),
             **(
                 {"stage23_p50": round(statistics.median(stage23), 4), "stage23_p99": round(_percentile(stage23, 0.99), 4)}
-                if stage23 else {}
+                if stage23
+                else {}
             ),
         },
         "per_query": [{**s.to_dict(), "top": top} for s, top in zip(scores, tops)],

@@ -126,23 +126,27 @@ def llamaindex_fusion_retriever(store: CARStore, depth: int, embedding: str = "s
         from llama_index.core import VectorStoreIndex
         from llama_index.core.llms import MockLLM
         from llama_index.core.retrievers import QueryFusionRetriever, VectorIndexRetriever
-        from llama_index.core.schema import TextNode
+        from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+        from llama_index.core.schema import BaseNode, TextNode
         from llama_index.retrievers.bm25 import BM25Retriever
         from llama_index.vector_stores.chroma import ChromaVectorStore
     except ImportError as exc:
         raise ImportError(f"the llamaindex-fusion system needs LlamaIndex: pip install {_LLAMAINDEX_PIP}") from exc
+    from car_rag.channels import DenseChannel
 
+    if not isinstance(store.dense, DenseChannel):
+        raise TypeError("the llamaindex-fusion system reads the store's Chroma collection: its vectors are elsewhere")
     embed_model = _llamaindex_embedding(store) if embedding == "store" else _framework_embedding("llamaindex")
     index = VectorStoreIndex.from_vector_store(
         ChromaVectorStore(chroma_collection=store.dense.collection), embed_model=embed_model
     )
     vector = VectorIndexRetriever(index=index, similarity_top_k=depth)
-    nodes = [TextNode(text=r.text, id_=r.doc_id, metadata={"doc_id": r.doc_id}) for r in _ordered_records(store)]
+    nodes: list[BaseNode] = [TextNode(text=r.text, id_=r.doc_id, metadata={"doc_id": r.doc_id}) for r in _ordered_records(store)]
     bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=depth)
     # num_queries=1 never generates queries, so no LLM is called; LlamaIndex still resolves
     # one in the constructor (Settings.llm, i.e. OpenAI) unless given one: a MockLLM.
     return QueryFusionRetriever(
-        [vector, bm25], llm=MockLLM(), num_queries=1, mode="reciprocal_rerank", similarity_top_k=depth, use_async=False
+        [vector, bm25], llm=MockLLM(), num_queries=1, mode=FUSION_MODES.RECIPROCAL_RANK, similarity_top_k=depth, use_async=False
     )
 
 
@@ -184,7 +188,8 @@ def langchain_ensemble_retriever(store: CARStore, depth: int, embedding: str = "
     documents = [Document(page_content=r.text, metadata={"doc_id": r.doc_id}, id=r.doc_id) for r in _ordered_records(store)]
     bm25 = BM25Retriever.from_documents(documents, k=depth)
     chroma = Chroma(
-        client=store._client, collection_name=store.config["collection"],
+        client=store._client,
+        collection_name=store.config["collection"],
         embedding_function=_langchain_embeddings(store) if embedding == "store" else _framework_embedding("langchain"),
     )
     return EnsembleRetriever(retrievers=[bm25, chroma.as_retriever(search_kwargs={"k": depth})], weights=[0.5, 0.5])

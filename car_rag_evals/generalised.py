@@ -48,8 +48,16 @@ from car_rag.policy import Policy, load_policy
 from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, RetrievalResult, resolve_authority
 
-__all__ = ["NoisyCorpus", "noisy_corpus", "score_noisy", "multi_authority_corpus", "score_multi_authority",
-           "exception_corpus", "score_exceptions", "main"]
+__all__ = [
+    "NoisyCorpus",
+    "noisy_corpus",
+    "score_noisy",
+    "multi_authority_corpus",
+    "score_multi_authority",
+    "exception_corpus",
+    "score_exceptions",
+    "main",
+]
 
 K = 5
 ANCHORS = 10
@@ -83,14 +91,19 @@ def noisy_corpus(seed: int, noise: float, *, entities: int = 200, low_true: floa
     for e in range(entities):
         topic = rng.choice(TOPICS)
         name = f"entity-{e:04d}"
-        chain = []
+        chain: list[dict[str, Any]] = []
         for v in range(rng.randint(2, 4)):
             doc: dict[str, Any] = {
-                "doc_id": f"{name}-v{v}", "doc_type": "notice", "scope": {"entity": name},
+                "doc_id": f"{name}-v{v}",
+                "doc_type": "notice",
+                "scope": {"entity": name},
                 "published_at": _day(100 * v + rng.randint(0, 50)),
                 # The first notice restates the question's words; later ones share few of them.
-                "text": (f"{name} {topic} notice: the {topic} requirements for {name} are as follows." if v == 0 else
-                         f"{rng.choice(WORDS).capitalize()} notice {v} for {name}: replaces the previous terms."),
+                "text": (
+                    f"{name} {topic} notice: the {topic} requirements for {name} are as follows."
+                    if v == 0
+                    else f"{rng.choice(WORDS).capitalize()} notice {v} for {name}: replaces the previous terms."
+                ),
             }
             if v:
                 sure = rng.uniform(0.5, 0.9) if rng.random() < low_true else 1.0
@@ -110,8 +123,14 @@ def noisy_corpus(seed: int, noise: float, *, entities: int = 200, low_true: floa
         corpus.records += [Record.model_validate(d) for d in chain]
         first = chain[0]
         topic = first["text"].split()[1]
-        corpus.queries.append((f"What are the current {topic} requirements for {first['scope']['entity']}?",
-                               chain[-1]["doc_id"], first["doc_id"], [d["doc_id"] for d in chain]))
+        corpus.queries.append(
+            (
+                f"What are the current {topic} requirements for {first['scope']['entity']}?",
+                chain[-1]["doc_id"],
+                first["doc_id"],
+                [d["doc_id"] for d in chain],
+            )
+        )
     return corpus
 
 
@@ -132,8 +151,9 @@ def score_noisy(corpus: NoisyCorpus, taus: tuple[float, ...] = TAUS) -> dict[flo
     for tau in taus:
         tca = hidden = 0
         for (question, controlling, _first, chain), hits in runs:
-            result = resolve_authority(graph, NOTICES, question, [Anchor(h.doc_id, h.rank, h.score, "bm25") for h in hits],
-                                       min_confidence=tau)
+            result = resolve_authority(
+                graph, NOTICES, question, [Anchor(h.doc_id, h.rank, h.score, "bm25") for h in hits], min_confidence=tau
+            )
             tca += _tca(result, controlling, chain)
             item = result.get(controlling)
             hidden += controlling in corpus.falsely_voided and (item is None or item.status == "superseded")
@@ -171,10 +191,19 @@ def multi_authority_corpus(seed: int, questions: int = 150) -> MultiCorpus:
         scope = {"case": f"case-{q:03d}", "question_id": f"Q-{q:03d}"}
         pattern = rng.choice(["conflict", "overruled_from_above", "bound_from_above"])
         t0 = rng.randint(0, 3000)
-        first = {"doc_id": f"q{q:03d}-a", "doc_type": "ruling", "scope": scope, "published_at": _day(t0),
-                 "text": f"Ruling in case {q} on question {q}: the court holds the standard applies."}
-        second = {"doc_id": f"q{q:03d}-b", "scope": scope, "published_at": _day(t0 + rng.randint(30, 900)),
-                  "text": f"Later decision in case {q}: the earlier holding on question {q} is reconsidered."}
+        first: dict[str, Any] = {
+            "doc_id": f"q{q:03d}-a",
+            "doc_type": "ruling",
+            "scope": scope,
+            "published_at": _day(t0),
+            "text": f"Ruling in case {q} on question {q}: the court holds the standard applies.",
+        }
+        second: dict[str, Any] = {
+            "doc_id": f"q{q:03d}-b",
+            "scope": scope,
+            "published_at": _day(t0 + rng.randint(30, 900)),
+            "text": f"Later decision in case {q}: the earlier holding on question {q} is reconsidered.",
+        }
         if pattern == "conflict":
             first["metadata"], second["metadata"] = {"court_level": "supreme"}, {"court_level": "district"}
             second["doc_type"] = "overruling"
@@ -240,11 +269,20 @@ def exception_corpus(seed: int, pairs: int = 150) -> ExceptionCorpus:
         if pattern != "active":
             made.append(("revocation", "trading_exception_revoked", revoked_at))
         for role, doc_type, at in made:
-            corpus.records.append(Record(doc_id=f"p{p:03d}-{role}", doc_type=doc_type, scope=scope, published_at=_day(at),
-                                         text=f"{doc_type.replace('_', ' ')} for {scope['employee']} in {scope['ticker']}"))
+            corpus.records.append(
+                Record(
+                    doc_id=f"p{p:03d}-{role}",
+                    doc_type=doc_type,
+                    scope=scope,
+                    published_at=_day(at),
+                    text=f"{doc_type.replace('_', ' ')} for {scope['employee']} in {scope['ticker']}",
+                )
+            )
         revoked = pattern == "revoked"
-        truth = {f"p{p:03d}-blackout": "active" if revoked else "superseded",
-                 f"p{p:03d}-grant": "superseded" if revoked else "active"}
+        truth = {
+            f"p{p:03d}-blackout": "active" if revoked else "superseded",
+            f"p{p:03d}-grant": "superseded" if revoked else "active",
+        }
         if revoked:  # one dated before the grant revokes nothing, so nothing relates it to the pair
             truth[f"p{p:03d}-revocation"] = "active"
         corpus.cases.append((pattern, truth))
@@ -317,30 +355,60 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     curves = {
-        setting: {noise: score_noisy(noisy_corpus(args.seed, noise, entities=args.entities, overlap=setting == "overlapping"))
-                  for noise in NOISE}
+        setting: {
+            noise: score_noisy(noisy_corpus(args.seed, noise, entities=args.entities, overlap=setting == "overlapping"))
+            for noise in NOISE
+        }
         for setting in ("separated", "overlapping")
     }
     multi = score_multi_authority(multi_authority_corpus(args.seed), load_policy("legal-precedent"))
     exceptions = score_exceptions(exception_corpus(args.seed), load_policy("sec-204a1"))
-    results = {"seed": args.seed, "entities": args.entities, "k": K, "anchors": ANCHORS,
-               "noisy": {s: {str(n): {str(t): v for t, v in c.items()} for n, c in by.items()} for s, by in curves.items()},
-               "multi_authority": multi, "exceptions": exceptions}
+    results = {
+        "seed": args.seed,
+        "entities": args.entities,
+        "k": K,
+        "anchors": ANCHORS,
+        "noisy": {s: {str(n): {str(t): v for t, v in c.items()} for n, c in by.items()} for s, by in curves.items()},
+        "multi_authority": multi,
+        "exceptions": exceptions,
+    }
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = [f"# Generalised CAR benchmark (seed {args.seed}, {args.entities} entities per corpus)", "",
-             f"Reproduce: `python -m car_rag_evals.generalised --out {args.out}`.", ""]
+    lines = [
+        f"# Generalised CAR benchmark (seed {args.seed}, {args.entities} entities per corpus)",
+        "",
+        f"Reproduce: `python -m car_rag_evals.generalised --out {args.out}`.",
+        "",
+    ]
     for setting, by_noise in curves.items():
-        lines += [f"## Noisy edges, {setting} confidences", "", "TCA@5:", "", *_table(by_noise, "tca"), "",
-                  "Wrongly voided controlling record hidden (reported superseded):", "", *_table(by_noise, "hidden"), ""]
-    lines += ["## Multi-authority (legal-precedent, court hierarchy × chronology)", "",
-              f"- generated conflicts: {multi['conflicts']}; surfaced as disputed-authority conflict groups: "
-              f"{multi['conflicts_surfaced']:.1%}",
-              f"- records some relation keeps active, reported superseded: {multi['kept_active_reported_superseded']:.1%} "
-              f"of {multi['kept_active_records']}", "",
-              "## Exceptions (sec-204a1, blackout_exception granted and revoked)", "",
-              f"- employee/ticker pairs resolved correctly: {exceptions['resolved_correctly']:.1%} of {exceptions['pairs']}",
-              *(f"  - {pattern.replace('_', ' ')}: {v['resolved_correctly']:.1%} of {v['pairs']}"
-                for pattern, v in exceptions["by_pattern"].items()), ""]
+        lines += [
+            f"## Noisy edges, {setting} confidences",
+            "",
+            "TCA@5:",
+            "",
+            *_table(by_noise, "tca"),
+            "",
+            "Wrongly voided controlling record hidden (reported superseded):",
+            "",
+            *_table(by_noise, "hidden"),
+            "",
+        ]
+    lines += [
+        "## Multi-authority (legal-precedent, court hierarchy × chronology)",
+        "",
+        f"- generated conflicts: {multi['conflicts']}; surfaced as disputed-authority conflict groups: "
+        f"{multi['conflicts_surfaced']:.1%}",
+        f"- records some relation keeps active, reported superseded: {multi['kept_active_reported_superseded']:.1%} "
+        f"of {multi['kept_active_records']}",
+        "",
+        "## Exceptions (sec-204a1, blackout_exception granted and revoked)",
+        "",
+        f"- employee/ticker pairs resolved correctly: {exceptions['resolved_correctly']:.1%} of {exceptions['pairs']}",
+        *(
+            f"  - {pattern.replace('_', ' ')}: {v['resolved_correctly']:.1%} of {v['pairs']}"
+            for pattern, v in exceptions["by_pattern"].items()
+        ),
+        "",
+    ]
     (args.out / "README.md").write_text("\n".join(lines))
     _plot(curves, args.out)
     print("\n".join(lines))

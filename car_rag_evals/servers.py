@@ -96,8 +96,9 @@ class ChromaServer:
 
 
 @contextmanager
-def serving(service: Service, *, log_level: str = "warning", access_log: bool = True, ready_s: float | None = 60.0,
-            **app_options: Any) -> Iterator[str]:
+def serving(
+    service: Service, *, log_level: str = "warning", access_log: bool = True, ready_s: float | None = 60.0, **app_options: Any
+) -> Iterator[str]:
     """``service`` in a uvicorn thread on a free loopback port (``app_options``: :func:`create_app`'s,
     e.g. ``max_body_bytes``); yields its URL once /readyz answers 200, and stops it at the end.
     Not ready within ``ready_s`` (``None``: however long a large store takes to load), or the
@@ -107,8 +108,9 @@ def serving(service: Service, *, log_level: str = "warning", access_log: bool = 
 
     from car_rag.serve.app import create_app
 
-    config = uvicorn.Config(create_app(service, **app_options), host=HOST, port=free_port(), log_level=log_level,
-                            access_log=access_log)
+    config = uvicorn.Config(
+        create_app(service, **app_options), host=HOST, port=free_port(), log_level=log_level, access_log=access_log
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -23,8 +23,18 @@ from car_rag.policy import Policy, load_policy
 from car_rag.store import CONFIG_FILE, CARStore
 
 __all__ = [
-    "Suite", "SUITES", "DEV_SUITES", "MIRRORS", "MirrorSpec", "load_suite", "custom_suite", "default_corpora_dir",
-    "default_mirrors_dir", "default_real_dir", "open_suite_store", "store_path",
+    "Suite",
+    "SUITES",
+    "DEV_SUITES",
+    "MIRRORS",
+    "MirrorSpec",
+    "load_suite",
+    "custom_suite",
+    "default_corpora_dir",
+    "default_mirrors_dir",
+    "default_real_dir",
+    "open_suite_store",
+    "store_path",
 ]
 
 
@@ -96,42 +106,66 @@ class _Spec(NamedTuple):
 
 _SPEC: dict[str, _Spec] = {
     "ghsa-freeform": _Spec(
-        "ghsa-freeform", "ghsa-freeform", "security-advisory", None,
+        "ghsa-freeform",
+        "ghsa-freeform",
+        "security-advisory",
+        None,
         "159 real GitHub advisories + their release notes, 2,000 distractors; free-form questions",
         {"BM25": 0.138, "Dense (MiniLM)": 0.270, "Two-Stage (BM25 anchor)": 0.975},
     ),
     "ghsa-structured": _Spec(
-        "ghsa-structured", "ghsa-structured", "security-advisory", None,
+        "ghsa-structured",
+        "ghsa-structured",
+        "security-advisory",
+        None,
         "the same advisories; template questions naming product and CVE",
         {"BM25": 0.641, "Dense (MiniLM)": 0.132, "Regex-NER probe": 1.000},
     ),
     "finsuperqa": _Spec(
-        "finsuperqa", "finsuperqa", "eval:finsuperqa", FINSUPERQA_ANSWER,
+        "finsuperqa",
+        "finsuperqa",
+        "eval:finsuperqa",
+        FINSUPERQA_ANSWER,
         "1,000 SEC Rule 204A-1 compliance examples, 250 per hop type, entity-disjoint distractors",
         {"BM25": 0.305, "TF-IDF": 0.254, "Dense (MiniLM)": 0.214, "TwoStage": 1.000},
     ),
     "finsuperqa-contaminated": _Spec(
-        "finsuperqa-contaminated", "finsuperqa-contaminated", "eval:finsuperqa", FINSUPERQA_ANSWER,
+        "finsuperqa-contaminated",
+        "finsuperqa-contaminated",
+        "eval:finsuperqa",
+        FINSUPERQA_ANSWER,
         "FinSuperQA with same-scope distractors (823 of 1,000 queries affected)",
         {"TwoStage (anchor only)": 0.911, "TwoStage (anchor only) T3": 0.652, "TwoStage+RSSG": 0.942, "TwoStage+RSSG T3": 0.776},
     ),
     "cvepatchqa": _Spec(
-        "cvepatchqa", "cvepatchqa", "security-advisory", CVE_ANSWER,
+        "cvepatchqa",
+        "cvepatchqa",
+        "security-advisory",
+        CVE_ANSWER,
         "500 synthetic CVE examples (T0 disclosure / T1 disclosure + patch), template questions",
         {"BM25": 0.500, "TwoStage": 1.000},
     ),
     "cvepatchqa-freeform": _Spec(
-        "cvepatchqa", "cvepatchqa-freeform", "security-advisory", CVE_ANSWER,
+        "cvepatchqa",
+        "cvepatchqa-freeform",
+        "security-advisory",
+        CVE_ANSWER,
         "the 250 T1 CVE examples with LLM-written free-form questions",
         {},
     ),
     "legalprecedentqa": _Spec(
-        "legalprecedentqa", "legalprecedentqa", "legal-precedent", LEGAL_ANSWER,
+        "legalprecedentqa",
+        "legalprecedentqa",
+        "legal-precedent",
+        LEGAL_ANSWER,
         "500 synthetic precedent examples (T0 ruling / T1 ruling + overruling), template questions",
         {"BM25": 0.500, "TwoStage": 1.000},
     ),
     "legalprecedentqa-freeform": _Spec(
-        "legalprecedentqa", "legalprecedentqa-freeform", "legal-precedent", LEGAL_ANSWER,
+        "legalprecedentqa",
+        "legalprecedentqa-freeform",
+        "legal-precedent",
+        LEGAL_ANSWER,
         "the 250 T1 precedent examples with free-form questions",
         {},
     ),
@@ -156,7 +190,8 @@ class MirrorSpec:
 
 MIRRORS = {
     f"{base}-freeform-mirror-{variant}": MirrorSpec(base, variant)
-    for base in ("cvepatchqa", "legalprecedentqa") for variant in ("half", "all")
+    for base in ("cvepatchqa", "legalprecedentqa")
+    for variant in ("half", "all")
 }
 
 
@@ -167,15 +202,22 @@ def _dev_specs() -> dict[str, _Spec]:
     for name, mirror in MIRRORS.items():
         base = _SPEC[f"{mirror.base}-freeform"]
         specs[name] = base._replace(
-            corpus=mirror.corpus, home="mirrors", extends=mirror.base, reference={},
+            corpus=mirror.corpus,
+            home="mirrors",
+            extends=mirror.base,
+            reference={},
             description=f"{base.description}; {added[mirror.base]} added to {mirror.variant} of the other template "
-                        "scopes of each question (evals/mirror_suites.py)",
+            "scopes of each question (evals/mirror_suites.py)",
         )
     for series, what in (("keps", "653 Kubernetes Enhancement Proposals"), ("eips", "1,195 Ethereum EIPs and ERCs")):
         specs[f"real-{series}"] = _Spec(
-            series, series, "real:proposals.policy.toml", None,
+            series,
+            series,
+            "real:proposals.policy.toml",
+            None,
             f"{what} with their own supersession edges; 30 hand-written dev questions, scored by gold inclusion",
-            {}, home="real",
+            {},
+            home="real",
         )
     return specs
 
@@ -214,9 +256,14 @@ def load_suite(name: str, corpora_dir: str | Path | None = None, mirrors_dir: st
     mirrors = Path(mirrors_dir) if mirrors_dir else default_mirrors_dir()
     homes = {"corpora": corpora, "real": default_real_dir(), "mirrors": mirrors}
     suite = Suite(
-        name, homes[spec.home] / f"{spec.corpus}.corpus.jsonl",
+        name,
+        homes[spec.home] / f"{spec.corpus}.corpus.jsonl",
         (homes["real"] if spec.home == "real" else corpora) / f"{spec.queries}.queries.jsonl",
-        spec.policy, spec.answer, spec.description, spec.reference, spec.extends,
+        spec.policy,
+        spec.answer,
+        spec.description,
+        spec.reference,
+        spec.extends,
     )
     for path in (suite.corpus, suite.queries):
         if path.is_file():

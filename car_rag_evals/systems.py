@@ -15,12 +15,19 @@ from typing import Any
 
 from car_rag.channels import LexicalIndex, make_lexical_index, reciprocal_rank_fusion
 from car_rag.eval.audit import doc_ids_of
-from car_rag.retriever import ControllingAuthorityRetriever
+from car_rag.resolution import ResolutionMode
+from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag.store import CARStore
 from car_rag_evals.framework_systems import FRAMEWORK_LABELS, langchain_ensemble_retriever, llamaindex_fusion_retriever
 
 __all__ = [
-    "DO_NO_HARM", "FRAMEWORK_SYSTEMS", "SystemOutput", "System", "SYSTEMS", "build_system", "embedding_system",
+    "DO_NO_HARM",
+    "FRAMEWORK_SYSTEMS",
+    "SystemOutput",
+    "System",
+    "SYSTEMS",
+    "build_system",
+    "embedding_system",
     "rank_bm25_index",
 ]
 
@@ -113,12 +120,21 @@ def rank_bm25_index(store: CARStore) -> LexicalIndex:
     return index
 
 
-def _car(name: str, label: str, anchors: str, k1: int, resolution: str = "rules", lexical: Callable | None = None):
+def _car(
+    name: str, label: str, anchors: AnchorMode, k1: int, resolution: ResolutionMode = "rules", lexical: Callable | None = None
+):
     """A paper-style two-stage system: the top ``k1`` of RRF-fused anchors, no latent scope."""
+
     def build(store: CARStore, depth: int) -> System:
         retriever = ControllingAuthorityRetriever(
-            store, anchors=anchors, k1=k1, depth=max(depth, k1), resolution=resolution,
-            lexical=lexical(store) if lexical else None, fusion="rrf", latent_scope=False,
+            store,
+            anchors=anchors,
+            k1=k1,
+            depth=max(depth, k1),
+            resolution=resolution,
+            lexical=lexical(store) if lexical else None,
+            fusion="rrf",
+            latent_scope=False,
         )
         return _CAR(name, label, retriever)
 
@@ -129,7 +145,8 @@ DO_NO_HARM: dict[str, tuple[str, dict[str, Any]]] = {
     "car-default": ("car-rag defaults (calibrated hybrid, latent scope)", {}),
     "car-no-latent-scope": ("car-rag defaults, --no-latent-scope", {"latent_scope": False}),
     "car-bm25-no-latent-scope": (
-        "car-rag --anchors bm25 --no-latent-scope (the paper's two-stage shape)", {"anchors": "bm25", "latent_scope": False}
+        "car-rag --anchors bm25 --no-latent-scope (the paper's two-stage shape)",
+        {"anchors": "bm25", "latent_scope": False},
     ),
 }
 """The configurations the do-no-harm rule compares (issue 30): label and the retriever options

@@ -23,10 +23,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from car_rag.channels import ChannelHit
 from car_rag.eval.metrics import score_query
-from car_rag.queries import load_queries
+from car_rag.queries import Query, load_queries
 from car_rag.retriever import ControllingAuthorityRetriever
-from car_rag_evals.suites import SUITES, load_suite, open_suite_store
+from car_rag.store import CARStore
+from car_rag_evals.suites import SUITES, Suite, load_suite, open_suite_store
 
 DEPTH = 100
 GRID = {
@@ -61,14 +63,13 @@ def label(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
-def suite_runs(name: str, stores: Path) -> tuple:
+def suite_runs(name: str, stores: Path) -> tuple[Suite, CARStore, list[Query], list[dict[str, list[ChannelHit]]]]:
     suite = load_suite(name)
     store = open_suite_store(suite, stores, progress=False)
     queries = load_queries(suite.queries)
     vectors = store.embedder.encode([q.query for q in queries])
     runs = [
-        {"bm25": store.lexical.search(q.query, DEPTH), "dense": store.dense.search(v, DEPTH)}
-        for q, v in zip(queries, vectors)
+        {"bm25": store.lexical.search(q.query, DEPTH), "dense": store.dense.search(v, DEPTH)} for q, v in zip(queries, vectors)
     ]
     return suite, store, queries, runs
 
@@ -83,13 +84,21 @@ def score(suite, store, queries, runs, options: dict, k: int = 5) -> dict:
         result = retriever.resolve_runs(query.query, own)
         latent_ms.append(result.timings_ms["latent_scope"] + result.timings_ms["stage23"])
         s = score_query(
-            query, result.doc_ids(), k=k, records=store.records, kb=store.graph, policy=store.policy,
-            answer_rule=suite.answer_rule, anchors=[a.doc_id for a in result.anchors],
+            query,
+            result.doc_ids(),
+            k=k,
+            records=store.records,
+            kb=store.graph,
+            policy=store.policy,
+            answer_rule=suite.answer_rule,
+            anchors=[a.doc_id for a in result.anchors],
         )
         tca, hit, anchor = tca + s.tca, hit + s.frontier_included, anchor + s.anchor_hit
     n = len(queries)
     return {
-        "tca": round(tca / n, 4), "hit": round(hit / n, 4), "anchor_recall": round(anchor / n, 4),
+        "tca": round(tca / n, 4),
+        "hit": round(hit / n, 4),
+        "anchor_recall": round(anchor / n, 4),
         "latent_and_stage23_p50_ms": round(statistics.median(latent_ms), 4),
     }
 
@@ -119,9 +128,19 @@ def main() -> None:
     chosen = [label(f["chosen"]) for f in folds.values()]
     default = max(set(chosen), key=chosen.count)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "loso.json").write_text(json.dumps(
-        {"grid": GRID, "baselines": BASELINES, "scores": table, "folds": folds, "modal_choice": default,
-         "minutes": round((time.time() - started) / 60, 1)}, indent=1))
+    (args.out / "loso.json").write_text(
+        json.dumps(
+            {
+                "grid": GRID,
+                "baselines": BASELINES,
+                "scores": table,
+                "folds": folds,
+                "modal_choice": default,
+                "minutes": round((time.time() - started) / 60, 1),
+            },
+            indent=1,
+        )
+    )
     lines = [
         "# Leave-one-suite-out: Stage-1 defaults chosen without the suite they are scored on",
         "",

@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from do_no_harm import BASELINES, suite_scores
-
 from car_rag.channels.fusion import DEFAULT_TEMPERATURES
 from car_rag.retriever import SCOPE_DECAY, SCOPE_TIES
 from car_rag_evals.suites import DEV_SUITES, SUITES
 from car_rag_evals.systems import DO_NO_HARM
+from do_no_harm import BASELINES, suite_scores
 
 GRID = {
     "bm25_temperature": (0.1, 0.3, 1.0),
@@ -41,7 +40,8 @@ GRID = {
 def options(config: dict[str, float]) -> dict[str, Any]:
     return {
         "temperatures": {"bm25": config["bm25_temperature"], "dense": config["dense_temperature"]},
-        "scope_ties": config["scope_ties"], "scope_decay": config["scope_decay"],
+        "scope_ties": config["scope_ties"],
+        "scope_decay": config["scope_decay"],
     }
 
 
@@ -49,8 +49,12 @@ def label(config: dict[str, float]) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
-CURRENT = {"bm25_temperature": DEFAULT_TEMPERATURES["bm25"], "dense_temperature": DEFAULT_TEMPERATURES["dense"],
-           "scope_ties": SCOPE_TIES, "scope_decay": SCOPE_DECAY}
+CURRENT = {
+    "bm25_temperature": DEFAULT_TEMPERATURES["bm25"],
+    "dense_temperature": DEFAULT_TEMPERATURES["dense"],
+    "scope_ties": SCOPE_TIES,
+    "scope_decay": SCOPE_DECAY,
+}
 
 
 def main() -> None:
@@ -66,20 +70,38 @@ def main() -> None:
     started = time.time()
     suites = args.suites.split(",")
     table = {name: suite_scores(name, configs, args.stores, args.mirrors, check=0) for name in suites}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for config in grid:
         name = label(config)
         scores = {s: table[s]["configs"][name]["tca"] for s in suites}
         harmed = [s for s in suites if any(scores[s] < table[s]["configs"][b]["tca"] for b in BASELINES)]
-        rows.append({"config": config, "label": name, "mean": statistics.fmean(scores.values()), "harmed": harmed,
-                     "scores": scores, "current": config == CURRENT})
+        rows.append(
+            {
+                "config": config,
+                "label": name,
+                "mean": statistics.fmean(scores.values()),
+                "harmed": harmed,
+                "scores": scores,
+                "current": config == CURRENT,
+            }
+        )
     eligible = [r for r in rows if not r["harmed"]]
     chosen = max(eligible, key=lambda r: (round(r["mean"], 6), r["current"])) if eligible else None
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "select.json").write_text(json.dumps(
-        {"grid": GRID, "suites": suites, "rows": rows, "chosen": chosen and chosen["config"],
-         "baselines": {s: {b: table[s]["configs"][b]["tca"] for b in BASELINES} for s in suites},
-         "minutes": round((time.time() - started) / 60, 1)}, indent=1) + "\n")
+    (args.out / "select.json").write_text(
+        json.dumps(
+            {
+                "grid": GRID,
+                "suites": suites,
+                "rows": rows,
+                "chosen": chosen and chosen["config"],
+                "baselines": {s: {b: table[s]["configs"][b]["tca"] for b in BASELINES} for s in suites},
+                "minutes": round((time.time() - started) / 60, 1),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     lines = [
         "# The Stage-1 defaults, chosen under the do-no-harm rule",
         "",
@@ -89,8 +111,11 @@ def main() -> None:
         "run; the eligible one with the best mean TCA@5 is chosen (ties: the current default).",
         "",
         f"Eligible: {len(eligible)} of {len(grid)}. Chosen: "
-        + (f"{chosen['label']} (mean {chosen['mean']:.4f}){' — the current default' if chosen['current'] else ''}."
-           if chosen else "none: every candidate harms some suite."),
+        + (
+            f"{chosen['label']} (mean {chosen['mean']:.4f}){' — the current default' if chosen['current'] else ''}."
+            if chosen
+            else "none: every candidate harms some suite."
+        ),
         "",
         "| candidate | mean TCA@5 | harms |",
         "|---|---|---|",

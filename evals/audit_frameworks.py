@@ -20,7 +20,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -40,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CAR_LABEL = "car-rag ControllingAuthorityRetriever (hybrid anchors, k1=10)"
 
 
-def _retrievers(store, depth: int) -> dict[str, tuple[str, object]]:
+def _retrievers(store, depth: int) -> dict[str, tuple[str, Callable[[str], Iterable[Any]]]]:
     llama = llamaindex_fusion_retriever(store, depth)
     lang = langchain_ensemble_retriever(store, depth)
     car = ControllingAuthorityRetriever(store, anchors="hybrid", k1=10, depth=max(depth, 10))
@@ -77,7 +79,8 @@ def markdown(results: dict, command: str) -> str:
             "",
             f"## {suite['suite']} ({suite['documents']:,} documents, {suite['queries']} queries)",
             "",
-            "| retriever | sets with a superseded record | sets with a closure violation | violations | Theorem-4 rate [95% CI] | ms/query |",
+            "| retriever | sets with a superseded record | sets with a closure violation | violations "
+            "| Theorem-4 rate [95% CI] | ms/query |",
             "|---|---|---|---|---|---|",
         ]
         for entry in suite["retrievers"].values():
@@ -120,8 +123,11 @@ def main() -> None:
             audit = audit_retriever(retrieve, queries, store.graph, k=args.k)
             ms = (time.perf_counter() - t0) * 1000 / max(len(queries), 1)
             entry["retrievers"][key] = {"label": label, **audit.to_dict(), "ms_per_query": round(ms, 2)}
-            print(f"{name} {key}: {audit.sets_with_violations}/{audit.queries} sets violate closure, "
-                  f"{audit.violations} violations, Theorem 4 {audit.theorem4}", flush=True)
+            print(
+                f"{name} {key}: {audit.sets_with_violations}/{audit.queries} sets violate closure, "
+                f"{audit.violations} violations, Theorem 4 {audit.theorem4}",
+                flush=True,
+            )
         results["suites"].append(entry)
         store.close()
     results["seconds"] = round(time.perf_counter() - started, 1)

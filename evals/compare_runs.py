@@ -60,7 +60,10 @@ def main(argv=None) -> int:
         "| label | A | B | A only | B only | p |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [f"| {p['label']} | {p['a_count']} | {p['b_count']} | {p['only_a']} | {p['only_b']} | {p['mcnemar_p']:.3g} |" for p in results]
+    lines += [
+        f"| {p['label']} | {p['a_count']} | {p['b_count']} | {p['only_a']} | {p['only_b']} | {p['mcnemar_p']:.3g} |"
+        for p in results
+    ]
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines[3:]))
     return 0

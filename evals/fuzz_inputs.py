@@ -59,12 +59,13 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder, Record  # noqa: E402
+from car_rag.channels import DenseChannel  # noqa: E402
 from car_rag.evidence import render_audit  # noqa: E402
 from car_rag.policy import PolicyError, load_policy  # noqa: E402
 from car_rag.store import StoreError  # noqa: E402
@@ -81,7 +82,8 @@ CHECK_RECORDS: list[dict[str, Any]] = [
     {"doc_id": "chk-alpha-patch1", "doc_type": "patch_release", "published_at": "2024-02-10", "version": "1.0.1",
      "text": "qzalpha release notes fix the parser overflow", "scope": {"package": "qzalphapkg", "cve_id": "CVE-2097-0001"}},
     {"doc_id": "chk-alpha-patch2", "doc_type": "patch_release", "published_at": "2024-03-10", "version": "1.0.2",
-     "text": "qzalpha release notes complete the parser fix for good", "scope": {"package": "qzalphapkg", "cve_id": "CVE-2097-0001"}},
+     "text": "qzalpha release notes complete the parser fix for good",
+     "scope": {"package": "qzalphapkg", "cve_id": "CVE-2097-0001"}},
     {"doc_id": "chk-beta-disclosure", "doc_type": "vulnerability_disclosure", "published_at": "2024-01-05",
      "text": "qzbeta request forgery in the client", "scope": {"package": "qzbetapkg", "cve_id": "CVE-2097-0002"},
      "tenant": "acme", "allowed_principals": ["sec"]},
@@ -166,8 +168,8 @@ def huge_text(rng: random.Random, size: int) -> str:
 
 
 def fuzz_date(rng: random.Random) -> str:
-    day = datetime(2020, 1, 1, tzinfo=timezone.utc).timestamp() + rng.randrange(6 * 365) * 86400
-    when = datetime.fromtimestamp(day, timezone.utc)
+    day = datetime(2020, 1, 1, tzinfo=UTC).timestamp() + rng.randrange(6 * 365) * 86400
+    when = datetime.fromtimestamp(day, UTC)
     return rng.choice([when.date().isoformat(), when.isoformat(), when.strftime("%Y-%m-%dT%H:%M:%SZ"),
                        when.strftime("%Y-%m-%dT%H:%M:%S+05:30")])  # fmt: skip
 
@@ -378,7 +380,8 @@ def _records_scope(rng: random.Random, ids: Callable[[], str]) -> tuple[str, lis
 def _records_dates(rng: random.Random, ids: Callable[[], str]) -> tuple[str, list[Line]]:
     name = rng.choice(["published_at", "effective_at"])
     value, expect = rng.choice([
-        (2024, "reject"), (2024.5, "reject"), (0, "reject"), (10**400, "reject"), (-1, "reject"), (1_700_000_000, "reject"), (True, "reject"),
+        (2024, "reject"), (2024.5, "reject"), (0, "reject"), (10**400, "reject"), (-1, "reject"), (1_700_000_000, "reject"),
+        (True, "reject"),
         ("2024", "reject"), ("20240131", "reject"), ("1700000000", "reject"), ("-5", "reject"), ("1.5", "reject"),
         ("2024-01-31", "ok"), ("2024-01-31T12:00:00Z", "ok"), ("2024-01-31T12:00:00+05:30", "ok"),
         ("0001-01-01T00:00:00+01:00", "ok"), ("9999-12-31T23:59:59-23:59", "ok"),
@@ -427,7 +430,7 @@ def _python_items(rng: random.Random, ids: Callable[[], str]) -> tuple[str, list
         ("int key in metadata", {**record, "metadata": {1: "x"}}, "reject", "metadata"),
         ("NaN authority", {**record, "authority": float("nan")}, "reject", "authority"),
         ("NaN in metadata", {**record, "metadata": {"x": float("nan")}}, "reject", "metadata"),
-        ("aware datetime", {**record, "published_at": datetime(2024, 1, 1, tzinfo=timezone.utc)}, "ok", None),
+        ("aware datetime", {**record, "published_at": datetime(2024, 1, 1, tzinfo=UTC)}, "ok", None),
         ("Record object", Record.model_validate(record), "ok", None),
         ("None item", None, "reject", None),
         ("surrogate doc_id", {**record, "doc_id": "fz-\ud800"}, "reject", "doc_id"),
@@ -476,7 +479,15 @@ def fuzz_policy(rng: random.Random, number: int) -> dict[str, Any]:
     keys = rng.sample(["package", "cve_id", "document", "site", "ticker", "employee"], rng.randint(1, 3))
     rules = [{"name": "fix", "trigger": "patch", "target": "disclosure", "within": keys[:1]}]
     if rng.random() < 0.5:
-        rules.append({"name": "newer", "trigger": "patch", "target": "patch", "within": keys, "order": rng.choice(["later", "higher_version"])})
+        rules.append(
+            {
+                "name": "newer",
+                "trigger": "patch",
+                "target": "patch",
+                "within": keys,
+                "order": rng.choice(["later", "higher_version"]),
+            }
+        )
     policy: dict[str, Any] = {"name": f"fz-policy-{number}", "scope_keys": keys, "rules": rules}
     if rng.random() < 0.5:
         policy["scope_patterns"] = {keys[0]: r"\b(FZ-\d+)\b"}
@@ -591,13 +602,16 @@ def _policy_bytes(rng: random.Random, number: int) -> tuple[str, bytes, str, str
     if how == "deeply nested":
         depth = rng.choice([500, 100_000])
         nested = "[" * depth + "]" * depth
-        body = f'{{"name": "x", "scope_keys": ["a"], "rules": [], "description": {nested}}}' if suffix == ".json" else \
-            f'name = "x"\nscope_keys = ["a"]\nrules = []\ndescription = {nested}\n'
+        body = (
+            f'{{"name": "x", "scope_keys": ["a"], "rules": [], "description": {nested}}}'
+            if suffix == ".json"
+            else f'name = "x"\nscope_keys = ["a"]\nrules = []\ndescription = {nested}\n'
+        )
         return f"{how} {depth}", body.encode(), suffix, "reject", None
     if how == "huge integer":  # more digits than Python converts
         digits = b"9" * 5000
-        body = b'{"x": ' + digits + b", " + data[1:] if suffix == ".json" else b"x = " + digits + b"\n" + data
-        return how, body, suffix, "reject", None
+        huge = b'{"x": ' + digits + b", " + data[1:] if suffix == ".json" else b"x = " + digits + b"\n" + data
+        return how, huge, suffix, "reject", None
     if how == "empty":
         return how, b"", suffix, "reject", None
     if how == "not an object":
@@ -680,6 +694,7 @@ def snapshot(store: CARStore, retriever: ControllingAuthorityRetriever) -> dict[
     edges = sorted(
         (e.superseder, e.target, e.rule) for d in CHECK_IDS for e in store.graph.superseders(d) if e.superseder in CHECK_IDS
     )
+    assert isinstance(store.dense, DenseChannel)  # the fuzzed stores keep their vectors in Chroma
     got = store.dense.collection.get(ids=CHECK_IDS, include=["metadatas", "documents"])
     chroma = sorted((i, doc, sorted(meta.items())) for i, doc, meta in zip(got["ids"], got["documents"], got["metadatas"]))
     return {"answers": answers, "records": records, "edges": edges, "chroma": chroma}
@@ -800,7 +815,13 @@ class Fuzzer:
         self._count(case, "rejected_lines", rejected_lines)
         self._count(case, "stored_records", len(stored))
         self._count(case, "unchanged_records", report.unchanged)
-        outcome = "rejected" if rejected_lines and not (stored or report.unchanged) else "partly_rejected" if rejected_lines else "accepted"
+        outcome = (
+            "rejected"
+            if rejected_lines and not (stored or report.unchanged)
+            else "partly_rejected"
+            if rejected_lines
+            else "accepted"
+        )
         self._count(case, outcome)
         self.expected_len += len(report.added)
         if stored:
@@ -926,14 +947,20 @@ class Fuzzer:
         rejected = [line for line in done.stderr.splitlines() if line.startswith("rejected: ")]
         wanted = 1 if rejected else 0
         if done.returncode != wanted or (api_errors is not None and len(rejected) != api_errors):
-            self._violate("CLI outcome", case, f"exit {done.returncode}, {len(rejected)} rejected lines, API {api_errors}: {done.stderr[-300:]}")
+            self._violate(
+                "CLI outcome",
+                case,
+                f"exit {done.returncode}, {len(rejected)} rejected lines, API {api_errors}: {done.stderr[-300:]}",
+            )
         for line in rejected:
             if not line.startswith(f"rejected: {path}:"):
                 self._violate("CLI error does not name file and line", case, line[:300])
-        for number, line in enumerate(case.lines, 1):
+        for number, sent in enumerate(case.lines, 1):
             named = any(r.startswith(f"rejected: {path}:{number}:") for r in rejected)
-            if (line.expect == "reject") != named and line.expect != "any":
-                self._violate("CLI line outcome", case, f"line {number} expected {line.expect}, {'named' if named else 'not named'}")
+            if (sent.expect == "reject") != named and sent.expect != "any":
+                self._violate(
+                    "CLI line outcome", case, f"line {number} expected {sent.expect}, {'named' if named else 'not named'}"
+                )
 
     def query_cli_store(self) -> None:
         """``car-rag query`` on the CLI store must answer the check queries as the baseline does."""
@@ -1020,7 +1047,7 @@ def format_report(report: FuzzReport, *, max_violations: int = 20) -> str:
             f"{name:<20} {c['cases']:>6} {c['accepted']:>9} {c['partly_rejected']:>7} {c['rejected']:>9} {c['crashed']:>8} "
             f"{c['rejected_lines']:>10} {c['stored_records']:>7} {c['cli_cases']:>5} {exits:>15}"
         )
-    total = Counter()
+    total: Counter[str] = Counter()
     for c in report.categories.values():
         total.update(c)
     lines += [

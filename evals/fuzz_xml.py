@@ -42,7 +42,7 @@ def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
         print_blob=True,
     )
     @given(cases())
-    def property_holds(case):  # type: ignore[no-untyped-def]
+    def property_holds(case):
         packets, options = case
         out = render_audit(packets, **options)
         stats["examples"] += 1

@@ -62,27 +62,35 @@ def _reconstructed_evidence(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _against_the_goal(folder: Path, rows: list[dict[str, Any]]) -> None:
     guard = [json.loads(line) for line in (folder / "guard.jsonl").read_text().splitlines()]
-    hand = {(r["id"], r["retrieval"]): r["label"]
-            for r in map(json.loads, (HERE / "labels" / "ghsa_llm_answers_dev.labels.jsonl").read_text().splitlines())}
+    hand = {
+        (r["id"], r["retrieval"]): r["label"]
+        for r in map(json.loads, (HERE / "labels" / "ghsa_llm_answers_dev.labels.jsonl").read_text().splitlines())
+    }
     lines = ["", "## Against the goal (tuning data)", ""]
     labels = (("classifier", lambda g: g["label"]), ("hand labels", lambda g: hand[(g["query_id"], g["condition"])]))
     for source_name, label_of in labels:
         cw = [g for g in guard if label_of(g) == "confident_wrong"]
         rest = [g for g in guard if label_of(g) != "confident_wrong"]
-        lines.append(f"- {source_name}: flagged {_share(sum(g['flagged'] for g in cw), len(cw))} of the confident-wrong answers "
-                     f"(goal ≥ 90%) and {_share(sum(g['flagged'] for g in rest), len(rest))} of the rest (goal ≤ 5%).")
+        lines.append(
+            f"- {source_name}: flagged {_share(sum(g['flagged'] for g in cw), len(cw))} of the confident-wrong answers "
+            f"(goal ≥ 90%) and {_share(sum(g['flagged'] for g in rest), len(rest))} of the rest (goal ≤ 5%)."
+        )
     kinds = collections.Counter((hand[(g["query_id"], g["condition"])], f["kind"]) for g in guard for f in g["findings"])
     lines += ["", "Findings by hand label: " + ", ".join(f"{lab} / {kind} {n}" for (lab, kind), n in sorted(kinds.items())) + "."]
     flagged_rest = [g for g in guard if g["flagged"] and hand[(g["query_id"], g["condition"])] != "confident_wrong"]
     missed = [g for g in guard if not g["flagged"] and hand[(g["query_id"], g["condition"])] == "confident_wrong"]
     answers = {(r["id"], r["retrieval"]): r["answer"] for r in rows}
-    for title, items in (("Flagged answers not hand-labelled confident wrong", flagged_rest),
-                         ("Confident-wrong answers (hand) not flagged", missed)):
+    for title, items in (
+        ("Flagged answers not hand-labelled confident wrong", flagged_rest),
+        ("Confident-wrong answers (hand) not flagged", missed),
+    ):
         if items:
             lines += ["", f"{title}:", ""]
             for g in items:
-                lines.append(f"- `{g['query_id']}` / {g['condition']} (hand: {hand[(g['query_id'], g['condition'])]}): "
-                             + ("; ".join(f["message"] for f in g["findings"]) or "no finding"))
+                lines.append(
+                    f"- `{g['query_id']}` / {g['condition']} (hand: {hand[(g['query_id'], g['condition'])]}): "
+                    + ("; ".join(f["message"] for f in g["findings"]) or "no finding")
+                )
                 lines.append(f"  > {' '.join(answers[(g['query_id'], g['condition'])].split())}")
     with (folder / "summary.md").open("a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
@@ -94,14 +102,21 @@ def main() -> int:
     rows = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
     with tempfile.TemporaryDirectory() as tmp:
         answers = Path(tmp) / "answers.jsonl"
-        answers.write_text("".join(json.dumps({"query_id": r["id"], "condition": r["retrieval"], "answer": r["answer"]}) + "\n"
-                                   for r in rows))
+        answers.write_text(
+            "".join(json.dumps({"query_id": r["id"], "condition": r["retrieval"], "answer": r["answer"]}) + "\n" for r in rows)
+        )
         run_guard(answers, OUT, suite_name="ghsa-freeform", stores_dir=STORES, command="python evals/guard_gpt_dev.py")
         _against_the_goal(OUT, rows)
         evidence = Path(tmp) / "evidence.jsonl"
         evidence.write_text("".join(json.dumps(e) + "\n" for e in _reconstructed_evidence(rows)))
-        run_guard(answers, OUT / "reconstructed-evidence", suite_name="ghsa-freeform", stores_dir=STORES, evidence=evidence,
-                  command="python evals/guard_gpt_dev.py (reconstructed evidence)")
+        run_guard(
+            answers,
+            OUT / "reconstructed-evidence",
+            suite_name="ghsa-freeform",
+            stores_dir=STORES,
+            evidence=evidence,
+            command="python evals/guard_gpt_dev.py (reconstructed evidence)",
+        )
         _against_the_goal(OUT / "reconstructed-evidence", rows)
     return 0
 

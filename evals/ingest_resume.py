@@ -65,16 +65,34 @@ class Run:
 
 
 def _env(root: Path = ROOT) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
-def ingest(corpus: Path, store: Path, policy: str, chunk: int | None, kill_after_s: float | None = None,
-           root: Path = ROOT) -> Run:
+def ingest(
+    corpus: Path, store: Path, policy: str, chunk: int | None, kill_after_s: float | None = None, root: Path = ROOT
+) -> Run:
     """One ``car-rag ingest`` child of the checkout at ``root`` (``chunk`` None: no ``--chunk-size``),
     killed with SIGKILL after ``kill_after_s`` when given."""
-    command = [sys.executable, "-m", "car_rag", "-vv", "ingest", str(corpus), "--store", str(store), "--policy", policy,
-               "--quiet", *(["--chunk-size", str(chunk)] if chunk else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "car_rag",
+        "-vv",
+        "ingest",
+        str(corpus),
+        "--store",
+        str(store),
+        "--policy",
+        policy,
+        "--quiet",
+        *(["--chunk-size", str(chunk)] if chunk else []),
+    ]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
         child = subprocess.Popen(command, cwd=root, env=_env(root), stdout=out, stderr=err)
@@ -105,8 +123,9 @@ def stored(store: Path) -> dict[str, Any]:
         disputed = sorted(db.execute("SELECT superseder, target, rule, confidence FROM disputed_edges"))
     index = store / "bm25" / "index.json"
     bm25 = json.loads(index.read_text())["doc_ids"] if index.is_file() else None
-    ids = subprocess.run([sys.executable, "-c", CHROMA_IDS, str(store)], env=_env(), capture_output=True, text=True,
-                         check=True).stdout
+    ids = subprocess.run(
+        [sys.executable, "-c", CHROMA_IDS, str(store)], env=_env(), capture_output=True, text=True, check=True
+    ).stdout
     return {"records": records, "edges": edges, "disputed": disputed, "bm25": bm25, "vectors": json.loads(ids)}
 
 
@@ -137,7 +156,8 @@ def main() -> int:
         "Each row is one `car-rag ingest` child into a fresh store: wall time from start (model load included) to exit, "
         "the store's own step timings (summed over chunks), peak RSS of the child. `whole` is a chunk larger than the "
         "corpus (one encode over the whole file, one write), as the ingest before chunks did"
-        + (f"; `before` is that ingest itself, the code at {args.before}" if args.before else "") + ".",
+        + (f"; `before` is that ingest itself, the code at {args.before}" if args.before else "")
+        + ".",
         "",
         "| chunk size | wall s | embed s | chroma s | records s | bm25 s | peak RSS MiB | load (1/5/15 min) at start |",
         "|---|---|---|---|---|---|---|---|",
@@ -146,13 +166,20 @@ def main() -> int:
     try:
         for size in [*([0] if args.before else []), WHOLE, *sizes]:
             load = _load()
-            run = runs[size] = ingest(args.corpus, work / f"chunk-{size}", args.policy, size or None,
-                                      root=_checkout(args.before, work / "before") if size == 0 else ROOT)
+            run = runs[size] = ingest(
+                args.corpus,
+                work / f"chunk-{size}",
+                args.policy,
+                size or None,
+                root=_checkout(args.before, work / "before") if size == 0 else ROOT,
+            )
             t = run.timings
             name = {0: "before", WHOLE: "whole"}.get(size, str(size))
-            lines.append(f"| {name} | {run.seconds:.1f} | {t.get('embed', 0):.1f} | "
-                         f"{t.get('chroma', 0):.1f} | {t.get('records', 0):.2f} | {t.get('bm25', 0):.2f} | "
-                         f"{run.peak_rss_mib:.0f} | {load} |")
+            lines.append(
+                f"| {name} | {run.seconds:.1f} | {t.get('embed', 0):.1f} | "
+                f"{t.get('chroma', 0):.1f} | {t.get('records', 0):.2f} | {t.get('bm25', 0):.2f} | "
+                f"{run.peak_rss_mib:.0f} | {load} |"
+            )
             print(lines[-1], flush=True)
 
         reference = runs[DEFAULT_CHUNK]

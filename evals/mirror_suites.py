@@ -104,16 +104,17 @@ OVERRULING = (
 def _frame(template: str, **groups: str) -> re.Pattern[str]:
     """A pattern matching exactly ``template`` with each field read by its group's pattern."""
     parts = re.split(r"\{(\w+)\}", template)
-    return re.compile("".join(
-        f"(?P<{part}>{groups[part]})" if i % 2 else re.escape(part) for i, part in enumerate(parts)
-    ) + r"\Z")
+    return re.compile(
+        "".join(f"(?P<{part}>{groups[part]})" if i % 2 else re.escape(part) for i, part in enumerate(parts)) + r"\Z"
+    )
 
 
 def _write_patch(_target: Mapping[str, str], learnt: Learnt, rng: random.Random) -> str:
     majors = [int(v.split(".")[0]) for v in learnt.values["version"]]
     version = f"{rng.randint(min(majors), max(majors))}.{rng.randint(0, 9)}"
-    return PATCH.format(version=version, kind=rng.choice(sorted(learnt.values["kind"])),
-                        verb=rng.choice(sorted(learnt.values["verb"])))
+    return PATCH.format(
+        version=version, kind=rng.choice(sorted(learnt.values["kind"])), verb=rng.choice(sorted(learnt.values["verb"]))
+    )
 
 
 def _write_overruling(target: Mapping[str, str], learnt: Learnt, rng: random.Random) -> str:
@@ -125,16 +126,24 @@ def _write_overruling(target: Mapping[str, str], learnt: Learnt, rng: random.Ran
 
 TEMPLATES = {
     "cvepatchqa": Template(
-        "cvepatchqa", "cvepatchqa-freeform", "cve_disclosed", "patch_released",
+        "cvepatchqa",
+        "cvepatchqa-freeform",
+        "cve_disclosed",
+        "patch_released",
         re.compile(r"has been identified in (?P<package>\S+) \(maintained by [^)]*\)\. The flaw permits (?P<attack>.+?) by "),
         ("package", "attack"),
         _frame(PATCH, version=r"\d+\.\d", kind=r"\w+", verb=r"\w+"),
         _write_patch,
     ),
     "legalprecedentqa": Template(
-        "legalprecedentqa", "legalprecedentqa-freeform", "ruling_issued", "ruling_overruled",
-        re.compile(r"^In .+?, \d+ U\.S\. \d+ \(\d{4}\), the (?P<court>.+?) held that (?P<holding>.+?)\. This establishes "
-                   r"the controlling precedent for cases involving (?P<doctrine>.+?)\. "),
+        "legalprecedentqa",
+        "legalprecedentqa-freeform",
+        "ruling_issued",
+        "ruling_overruled",
+        re.compile(
+            r"^In .+?, \d+ U\.S\. \d+ \(\d{4}\), the (?P<court>.+?) held that (?P<holding>.+?)\. This establishes "
+            r"the controlling precedent for cases involving (?P<doctrine>.+?)\. "
+        ),
         ("holding", "doctrine"),
         _frame(OVERRULING, court=r"[^,]+", standard=r".+"),
         _write_overruling,
@@ -262,8 +271,11 @@ def write_mirrors(corpora: Path, out: Path, seed: int = DEFAULT_SEED, limit: int
     out.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, Any] = {
         "command": f"python evals/mirror_suites.py --seed {seed}" + (f" --limit {limit}" if limit else ""),
-        "seed": seed, "limit": limit, "rule": __doc__.split("**Which scopes.** ")[1].split("\n\n")[0].replace("\n", " "),
-        "bases": {}, "suites": {},
+        "seed": seed,
+        "limit": limit,
+        "rule": __doc__.split("**Which scopes.** ")[1].split("\n\n")[0].replace("\n", " "),
+        "bases": {},
+        "suites": {},
     }
     for base, template in TEMPLATES.items():
         corpus_path = corpora / f"{base}.corpus.jsonl"
@@ -274,8 +286,11 @@ def write_mirrors(corpora: Path, out: Path, seed: int = DEFAULT_SEED, limit: int
         made = mirror(template, records, queries[:limit], seed)
         counts = made.per_question.values()
         manifest["bases"][base] = {
-            "corpus": corpus_path.name, "corpus_sha256": _sha256(corpus_path),
-            "queries": queries_path.name, "queries_sha256": _sha256(queries_path), "questions": len(made.per_question),
+            "corpus": corpus_path.name,
+            "corpus_sha256": _sha256(corpus_path),
+            "queries": queries_path.name,
+            "queries_sha256": _sha256(queries_path),
+            "questions": len(made.per_question),
             "group_by": list(template.group),
             "gap_days": [min(made.learnt.gaps), max(made.learnt.gaps)],
             "other_template_scopes": _spread([c["other_scopes"] for c in counts]),
@@ -290,8 +305,11 @@ def write_mirrors(corpora: Path, out: Path, seed: int = DEFAULT_SEED, limit: int
                 handle.writelines(lines)
                 handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in added)
             manifest["suites"][name] = {
-                "corpus": path.name, "sha256": _sha256(path), "queries": queries_path.name,
-                "records": len(records) + len(added), "added": len(added),
+                "corpus": path.name,
+                "sha256": _sha256(path),
+                "queries": queries_path.name,
+                "records": len(records) + len(added),
+                "added": len(added),
                 "share_of_other_scopes_voided": _spread(
                     [round(c[f"voided_{spec.variant}"] / c["other_scopes"], 3) for c in counts if c["other_scopes"]]
                 ),

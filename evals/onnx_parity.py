@@ -18,6 +18,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,14 +52,23 @@ def main() -> int:
 
     def summary(values: list[float]) -> dict[str, float | int]:
         v = np.asarray(values)
-        return {"texts": len(v), "min": float(v.min()), "p0.1": float(np.percentile(v, 0.1)), "mean": float(v.mean()),
-                "below_threshold": int((v < THRESHOLD).sum())}
+        return {
+            "texts": len(v),
+            "min": float(v.min()),
+            "p0.1": float(np.percentile(v, 0.1)),
+            "mean": float(v.mean()),
+            "below_threshold": int((v < THRESHOLD).sum()),
+        }
 
-    result = {
+    result: dict[str, Any] = {
         "command": "python evals/onnx_parity.py " + " ".join(sys.argv[1:]),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "load_1_5_15": os.getloadavg(), "platform": platform.platform(),
-                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_1_5_15": os.getloadavg(),
+            "platform": platform.platform(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        },
         "threshold": THRESHOLD,
         "all": summary(list(cosine.values())),
         "corpora": {name: summary([cosine[t] for t in dict.fromkeys(corpus)]) for name, corpus in texts_of.items()},
@@ -67,19 +77,32 @@ def main() -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "parity.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    rows = [f"| {name} | {s['texts']:,} | {s['min']:.6f} | {s['p0.1']:.6f} | {s['mean']:.6f} | {s['below_threshold']} |"
-            for name, s in [*result["corpora"].items(), ("all (distinct texts)", result["all"])]]
+    rows = [
+        f"| {name} | {s['texts']:,} | {s['min']:.6f} | {s['p0.1']:.6f} | {s['mean']:.6f} | {s['below_threshold']} |"
+        for name, s in [*result["corpora"].items(), ("all (distinct texts)", result["all"])]
+    ]
     rate = result["throughput_texts_per_s"]
-    (args.out / "parity.md").write_text("\n".join([
-        "# ONNX vs PyTorch all-MiniLM-L6-v2 vectors (fp32)", "",
-        f"`{result['command']}` ({result['when']}; {result['machine']['cpus']} CPUs, load "
-        f"{' / '.join(f'{x:.2f}' for x in result['machine']['load_1_5_15'])}, OMP_NUM_THREADS="
-        f"{result['machine']['omp_num_threads']}). Cosine of the two encoders' vectors for each distinct text; "
-        f"threshold {THRESHOLD}.", "",
-        "| corpus | texts | min | 0.1th percentile | mean | below threshold |", "|---|---|---|---|---|---|", *rows, "",
-        f"Throughput on the same {len(texts):,} texts, batches of 64, one after the other: ONNX Runtime "
-        f"{rate['onnx']:.1f} texts/s, PyTorch {rate['torch']:.1f} texts/s ({rate['onnx'] / rate['torch']:.2f}x).", "",
-    ]), encoding="utf-8")
+    (args.out / "parity.md").write_text(
+        "\n".join(
+            [
+                "# ONNX vs PyTorch all-MiniLM-L6-v2 vectors (fp32)",
+                "",
+                f"`{result['command']}` ({result['when']}; {result['machine']['cpus']} CPUs, load "
+                f"{' / '.join(f'{x:.2f}' for x in result['machine']['load_1_5_15'])}, OMP_NUM_THREADS="
+                f"{result['machine']['omp_num_threads']}). Cosine of the two encoders' vectors for each distinct text; "
+                f"threshold {THRESHOLD}.",
+                "",
+                "| corpus | texts | min | 0.1th percentile | mean | below threshold |",
+                "|---|---|---|---|---|---|",
+                *rows,
+                "",
+                f"Throughput on the same {len(texts):,} texts, batches of 64, one after the other: ONNX Runtime "
+                f"{rate['onnx']:.1f} texts/s, PyTorch {rate['torch']:.1f} texts/s ({rate['onnx'] / rate['torch']:.2f}x).",
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
     print((args.out / "parity.md").read_text(encoding="utf-8"))
     return 1 if result["all"]["below_threshold"] else 0
 

@@ -53,14 +53,14 @@ import xml.etree.ElementTree as ET  # noqa: E402
 from collections import Counter  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import datetime, timedelta, timezone  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
-from car_rag.evidence import render_audit  # noqa: E402
 from car_rag.channels import LexicalIndex, make_lexical_index  # noqa: E402
+from car_rag.evidence import render_audit  # noqa: E402
 
 __all__ = [
     "CALLER_TENANTS",
@@ -125,7 +125,7 @@ MITIGATIONS = [
     "disables the dangerous lookup by default", "escapes untrusted values", "normalizes paths before writing",
     "limits recursion depth", "checks lengths before copying",
 ]  # fmt: skip
-BASE_DAY = datetime(2019, 1, 1, tzinfo=timezone.utc)
+BASE_DAY = datetime(2019, 1, 1, tzinfo=UTC)
 
 
 def marker_for(doc_id: str) -> str:
@@ -319,7 +319,8 @@ class Case:
         principals = sorted(self.caller.principals)
         return (
             f"corpus {self.corpus} case {self.number}: caller(tenant={self.caller.tenant!r}, principals={principals}) "
-            f"mode={self.mode} k1={self.k1} depth={self.depth} resolution={self.resolution} lexical={self.lexical} render={self.render} "
+            f"mode={self.mode} k1={self.k1} depth={self.depth} resolution={self.resolution} lexical={self.lexical} "
+            f"render={self.render} "
             f"query[{self.query_kind}, target {self.target}]={self.query!r}"
         )
 
@@ -488,17 +489,17 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
         bad("xml", f"XML leaks {leaks}")
     by_id = {item.doc_id: item for item in result.ranked}
     for el in ET.fromstring(xml).iter("evidence-packet"):
-        item = by_id.get(el.get("doc-id", ""))
-        if item is None:
+        packet_item = by_id.get(el.get("doc-id", ""))
+        if packet_item is None:
             bad("xml", f"XML packet {el.get('doc-id')!r} is not in the result")
             continue
-        if el.get("status") != item.status:
-            bad("xml-status", f"{item.doc_id}: XML status {el.get('status')} != result status {item.status}")
+        if el.get("status") != packet_item.status:
+            bad("xml-status", f"{packet_item.doc_id}: XML status {el.get('status')} != result status {packet_item.status}")
         hidden_el = [c for c in el.findall("superseded-by") if c.get("hidden") == "true"]
-        if item.hidden_superseder and not hidden_el:
-            bad("xml-status", f"{item.doc_id}: hidden superseder not marked in the XML")
+        if packet_item.hidden_superseder and not hidden_el:
+            bad("xml-status", f"{packet_item.doc_id}: hidden superseder not marked in the XML")
         if hidden_el and any(set(c.attrib) != {"hidden"} for c in hidden_el):
-            bad("xml", f"{item.doc_id}: hidden superseded-by element carries attributes {[c.attrib for c in hidden_el]}")
+            bad("xml", f"{packet_item.doc_id}: hidden superseded-by element carries attributes {[c.attrib for c in hidden_el]}")
 
     # (d) statuses: stale authority is never reported active, hidden superseders are flagged.
     # (Under the timestamp baseline statuses follow scope buckets, not the authority graph: only
@@ -585,7 +586,7 @@ def run_fuzz(
         raise ValueError("need cases >= 1 and corpora >= 1")
     started = time.perf_counter()
     embedder = embedder or Embedder()
-    embedder.model  # load once; shared by every corpus
+    _ = embedder.model  # load once; shared by every corpus
     rng = random.Random(seed)
     stats: Counter = Counter()
     violations: list[Violation] = []
@@ -612,9 +613,7 @@ def run_fuzz(
             finally:
                 corpus.store.close()
     stats["cases"] = cases
-    return FuzzReport(
-        cases, corpora, seed, sizes, restricted, stats, violations, time.perf_counter() - started, build_seconds
-    )
+    return FuzzReport(cases, corpora, seed, sizes, restricted, stats, violations, time.perf_counter() - started, build_seconds)
 
 
 def format_report(report: FuzzReport, *, max_violations: int = 20) -> str:
@@ -631,7 +630,8 @@ def format_report(report: FuzzReport, *, max_violations: int = 20) -> str:
         f"({100 * sum(report.restricted) / max(sum(report.records), 1):.0f}%)",
         f"cases run: {report.cases} (bm25 {s['mode_bm25']}, dense {s['mode_dense']}, hybrid {s['mode_hybrid']}; "
         f"queries: words {s['query_words']}, cve-named {s['query_cve']}, marker probes {s['query_marker']}, "
-        f"cve-only {s['query_cve_only']}; timestamp-baseline resolution {s['resolution_timestamp']}; rank-bm25 anchors {s['lexical_rank-bm25']}); {s['result_records']} result records, {s['xml_chars']:,} XML characters",
+        f"cve-only {s['query_cve_only']}; timestamp-baseline resolution {s['resolution_timestamp']}; "
+        f"rank-bm25 anchors {s['lexical_rank-bm25']}); {s['result_records']} result records, {s['xml_chars']:,} XML characters",
         f"runtime: {report.seconds:.1f} s ({report.build_seconds:.1f} s building and embedding corpora)",
         "gate exercised:",
         f"  cases whose unrestricted retrieval returned records the caller may not read (hidden records): "

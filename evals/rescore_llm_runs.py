@@ -46,19 +46,57 @@ RUNS = (
 """(run folder under evals/results, suite): every committed run with classified answers."""
 
 DERIVED = (
-    ["evals/by_question_form.py", "--answers", "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
-     "--out", "evals/results/llm-ghsa-freeform/by_question_form.md"],
-    ["evals/by_question_form.py", "--answers", "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl",
-     "--out", "evals/results/llm-ghsa-freeform-prompt-tail/by_question_form.md"],
-    ["evals/compare_runs.py", "--a", "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
-     "--b", "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl", "--condition", "car-xml", "--last", "90",
-     "--out", "evals/results/llm-ghsa-freeform-prompt-tail/compare_car-xml.md"],
-    ["evals/compare_runs.py", "--a", "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
-     "--b", "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl", "--condition", "car-xml", "--first", "91",
-     "--out", "evals/results/llm-ghsa-freeform-prompt-tail/compare_car-xml_91-159.md"],
-    ["evals/compare_runs.py", "--a", "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
-     "--b", "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl", "--condition", "car-xml",
-     "--out", "evals/results/llm-ghsa-freeform-prompt-tail/compare_car-xml_all.md"],
+    [
+        "evals/by_question_form.py",
+        "--answers",
+        "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
+        "--out",
+        "evals/results/llm-ghsa-freeform/by_question_form.md",
+    ],
+    [
+        "evals/by_question_form.py",
+        "--answers",
+        "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl",
+        "--out",
+        "evals/results/llm-ghsa-freeform-prompt-tail/by_question_form.md",
+    ],
+    [
+        "evals/compare_runs.py",
+        "--a",
+        "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
+        "--b",
+        "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl",
+        "--condition",
+        "car-xml",
+        "--last",
+        "90",
+        "--out",
+        "evals/results/llm-ghsa-freeform-prompt-tail/compare_car-xml.md",
+    ],
+    [
+        "evals/compare_runs.py",
+        "--a",
+        "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
+        "--b",
+        "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl",
+        "--condition",
+        "car-xml",
+        "--first",
+        "91",
+        "--out",
+        "evals/results/llm-ghsa-freeform-prompt-tail/compare_car-xml_91-159.md",
+    ],
+    [
+        "evals/compare_runs.py",
+        "--a",
+        "evals/results/llm-ghsa-freeform/answers.labelled.jsonl",
+        "--b",
+        "evals/results/llm-ghsa-freeform-prompt-tail/answers.labelled.jsonl",
+        "--condition",
+        "car-xml",
+        "--out",
+        "evals/results/llm-ghsa-freeform-prompt-tail/compare_car-xml_all.md",
+    ],
 )
 """Tables made from the runs' labels, by the commands their own headers name."""
 
@@ -96,8 +134,7 @@ def rescore(name: str, suite_name: str) -> list[dict]:
     suite = load_suite(suite_name)
     labelled = classify_rows(rows, suite.name, load_gold(suite))
     had = {f for f in ("report.md", "report.json", "labels.png") if (run / f).is_file()}
-    command = (f"python evals/rescore_llm_runs.py (re-scored from {source.relative_to(ROOT)}; "
-               f"{_MADE_BY}{_original_command(run)})")
+    command = f"python evals/rescore_llm_runs.py (re-scored from {source.relative_to(ROOT)}; {_MADE_BY}{_original_command(run)})"
     for path in write_report(labelled, suite.name, run, command):
         if path.name not in had and path.name != "answers.labelled.jsonl":
             path.unlink()
@@ -106,32 +143,54 @@ def rescore(name: str, suite_name: str) -> list[dict]:
 
 def moves(rev: str, runs: dict[str, tuple[str, list[dict]]]) -> str:
     """Markdown: per run, the counts before and after and every answer whose label moved."""
-    lines = ["# What the classifier change moved in the committed reader runs", "",
-             f"Labels committed at `{rev}` against the labels of `python evals/rescore_llm_runs.py --before {rev}` "
-             "(the same answers, classified again; no model called).", "",
-             "| run | suite | answers | moved | " + " | ".join(f"{lab} before → after" for lab in COUNTED) + " |",
-             "|---|---|---|---|" + "---|" * len(COUNTED)]
+    lines = [
+        "# What the classifier change moved in the committed reader runs",
+        "",
+        f"Labels committed at `{rev}` against the labels of `python evals/rescore_llm_runs.py --before {rev}` "
+        "(the same answers, classified again; no model called).",
+        "",
+        "| run | suite | answers | moved | " + " | ".join(f"{lab} before → after" for lab in COUNTED) + " |",
+        "|---|---|---|---|" + "---|" * len(COUNTED),
+    ]
     detail: list[str] = []
     for name, (suite_name, after) in runs.items():
         before = _committed(rev, RESULTS / name / "answers.labelled.jsonl")
         old = {(r["query_id"], r["condition"], r["answer"]): r["label"] for r in before}
-        moved = [(r, old[(r["query_id"], r["condition"], r["answer"])]) for r in after
-                 if old.get((r["query_id"], r["condition"], r["answer"]), r["label"]) != r["label"]]
+        moved = [
+            (r, old[(r["query_id"], r["condition"], r["answer"])])
+            for r in after
+            if old.get((r["query_id"], r["condition"], r["answer"]), r["label"]) != r["label"]
+        ]
         was = collections.Counter(r["label"] for r in before)
         now = collections.Counter(r["label"] for r in after)
-        lines.append(f"| {name} | {suite_name} | {len(after)} | {len(moved)} | "
-                     + " | ".join(f"{was[lab]} → {now[lab]}" for lab in COUNTED) + " |")
+        lines.append(
+            f"| {name} | {suite_name} | {len(after)} | {len(moved)} | "
+            + " | ".join(f"{was[lab]} → {now[lab]}" for lab in COUNTED)
+            + " |"
+        )
         if moved:
             transitions = collections.Counter(f"{b} → {r['label']}" for r, b in moved)
-            detail += ["", f"## {name} ({len(moved)} moved: "
-                       + ", ".join(f"{t} {n}" for t, n in transitions.most_common()) + ")", "",
-                       "| query | condition | before | after | why (after) |", "|---|---|---|---|---|"]
-            detail += [f"| {r['query_id']} | {r['condition']} | {b} | {r['label']} | {r['reason'].replace('|', '/')} |"
-                       for r, b in moved]
+            detail += [
+                "",
+                f"## {name} ({len(moved)} moved: " + ", ".join(f"{t} {n}" for t, n in transitions.most_common()) + ")",
+                "",
+                "| query | condition | before | after | why (after) |",
+                "|---|---|---|---|---|",
+            ]
+            detail += [
+                f"| {r['query_id']} | {r['condition']} | {b} | {r['label']} | {r['reason'].replace('|', '/')} |" for r, b in moved
+            ]
     labels = sorted({lab for _, (s, _) in runs.items() for lab in labels_for(s)} - set(COUNTED))
-    lines += ["", f"The other labels ({', '.join(labels)}) are in each run's `report.md`. Regenerated from the new "
-              "labels: each run's report and " + ", ".join(f"`{c[-1]}`" for c in DERIVED) + ". Not regenerated: "
-              + "; ".join(NOT_REGENERATED) + ".", *detail]
+    lines += [
+        "",
+        f"The other labels ({', '.join(labels)}) are in each run's `report.md`. Regenerated from the new "
+        "labels: each run's report and "
+        + ", ".join(f"`{c[-1]}`" for c in DERIVED)
+        + ". Not regenerated: "
+        + "; ".join(NOT_REGENERATED)
+        + ".",
+        *detail,
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -27,19 +27,23 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
-from serve_load import DEMO, percentiles  # noqa: E402  (the load test beside this script)
 
 from car_rag import CARStore, Embedder, IngestReport, load_policy  # noqa: E402
 from car_rag.serve import INSERT_WINDOW_MS  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
 from car_rag_evals.servers import serving  # noqa: E402
+from serve_load import DEMO, percentiles  # noqa: E402  (the load test beside this script)
 
 
 def patch(n: int) -> dict[str, Any]:
     """A patch release for a package of its own (no supersession: every insert costs the same)."""
-    return {"doc_id": f"bench-pkg{n}-1.0.1-release", "doc_type": "patch_release",
-            "text": f"bench-pkg{n} 1.0.1: request bodies are size-checked before parsing (build {n}).",
-            "scope": {"package": f"bench-pkg{n}", "cve_id": f"CVE-2098-{n:05d}"}, "published_at": "2025-05-01"}
+    return {
+        "doc_id": f"bench-pkg{n}-1.0.1-release",
+        "doc_type": "patch_release",
+        "text": f"bench-pkg{n} 1.0.1: request bodies are size-checked before parsing (build {n}).",
+        "scope": {"package": f"bench-pkg{n}", "cve_id": f"CVE-2098-{n:05d}"},
+        "published_at": "2025-05-01",
+    }
 
 
 def run(store_dir: Path, embedder: Embedder, window: float, concurrency: int, inserts: int) -> tuple[list[float], float, int]:
@@ -53,8 +57,11 @@ def run(store_dir: Path, embedder: Embedder, window: float, concurrency: int, in
             return ingest(*args, **kwargs)
 
         store.ingest = counted  # type: ignore[method-assign]
-        with serving(Service(store, anchors="bm25", insert_window_ms=window)) as url, \
-                httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+        with (
+            serving(Service(store, anchors="bm25", insert_window_ms=window)) as url,
+            httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64)) as client,
+        ):
+
             def insert(n: int) -> float:
                 tick = time.perf_counter()
                 got = client.post("/records", json=patch(n))

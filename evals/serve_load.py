@@ -65,13 +65,17 @@ def main() -> None:
             retriever.retrieve(q)
             in_process.append((time.perf_counter() - tick) * 1000)
         rows.append(("in process", 1, percentiles(in_process), len(asked) / (sum(in_process) / 1000)))
-        with serving(Service(store, anchors=args.anchors), ready_s=None) as url, \
-                httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=16)) as client:
+        with (
+            serving(Service(store, anchors=args.anchors), ready_s=None) as url,
+            httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=16)) as client,
+        ):
+
             def ask(q: str) -> float:
                 tick = time.perf_counter()
                 got = client.post("/retrieve", json={"query": q, "k": 5})
                 got.raise_for_status()
                 return (time.perf_counter() - tick) * 1000
+
             for q in questions:
                 ask(q)
             for concurrency in (1, 8):

@@ -82,9 +82,24 @@ def build(args: argparse.Namespace, url: str, chroma: str, schema: str) -> dict:
 def serve(args: argparse.Namespace, url: str, schema: str, *options: str):
     port = free_port()
     log = (args.stores / f"serve-{port}.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "car_rag", "serve", "--store", str(args.stores / "serve-worker-cache"),
-                             "--authority-schema", schema, "--port", str(port), *options],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "CAR_RAG_AUTHORITY_URL": url})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "car_rag",
+            "serve",
+            "--store",
+            str(args.stores / "serve-worker-cache"),
+            "--authority-schema",
+            schema,
+            "--port",
+            str(port),
+            *options,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "CAR_RAG_AUTHORITY_URL": url},
+    )
     base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
     try:
@@ -155,6 +170,7 @@ def over_http(base: str, server: subprocess.Popen, questions: list[str], concurr
     bodies = ", ".join(json.dumps(json.dumps({"query": q, "k": 5})) for q in questions)
     script = Path(tempfile.mkstemp(suffix=".lua")[1])
     script.write_text(WRK_SCRIPT % bodies)
+
     def wrk(duration: int) -> str:
         command = ["wrk", "-t", str(min(2, concurrency)), "-c", str(concurrency), "-d", f"{duration}s", "-s", str(script), base]
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout
@@ -164,12 +180,19 @@ def over_http(base: str, server: subprocess.Popen, questions: list[str], concurr
     out = wrk(seconds)
     wall, after, client_after = time.perf_counter() - tick, cpu_seconds(server), resource.getrusage(resource.RUSAGE_CHILDREN)
     script.unlink()
-    got = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    got = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT ") :])
     client = (client_after.ru_utime + client_after.ru_stime) - (client_before.ru_utime + client_before.ru_stime)
     cores = {part: (after[part] - before[part]) / wall for part in after}
-    return {"p50": got["p50"], "p95": got["p95"], "p99": got["p99"], "n": got["requests"],
-            "rps": got["requests"] / (got["us"] / 1e6), "errors": got["non2xx"] + got["errors"], "load": load(),
-            "cores": {**cores, "wrk": client / wall}}
+    return {
+        "p50": got["p50"],
+        "p95": got["p95"],
+        "p99": got["p99"],
+        "n": got["requests"],
+        "rps": got["requests"] / (got["us"] / 1e6),
+        "errors": got["non2xx"] + got["errors"],
+        "load": load(),
+        "cores": {**cores, "wrk": client / wall},
+    }
 
 
 def in_process(url: str, schema: str, args: argparse.Namespace, questions: list[str], anchors: str) -> dict:
@@ -193,18 +216,30 @@ def propagation(args: argparse.Namespace, url: str, schema: str, corpus_records:
     rng = random.Random(SEED)
     store = CARStore.open(args.stores / "serve-inprocess-cache", authority_url=url, authority_schema=schema, follow=False)
     try:
-        unpatched = [r for r in corpus_records if r["doc_type"] == "vulnerability_disclosure"
-                     and not store.graph.is_superseded(r["doc_id"]) and r["doc_id"] in store.records]
+        unpatched = [
+            r
+            for r in corpus_records
+            if r["doc_type"] == "vulnerability_disclosure"
+            and not store.graph.is_superseded(r["doc_id"])
+            and r["doc_id"] in store.records
+        ]
     finally:
         store.close()
     picked = rng.sample(unpatched, args.writes)
     delays: list[float] = []
-    with serve(args, url, schema, "--anchors", "bm25") as (a, _, _), serve(args, url, schema, "--anchors", "bm25") as (b, _, _), \
-            httpx.Client(timeout=60) as client:
+    with (
+        serve(args, url, schema, "--anchors", "bm25") as (a, _, _),
+        serve(args, url, schema, "--anchors", "bm25") as (b, _, _),
+        httpx.Client(timeout=60) as client,
+    ):
         for n, disclosure in enumerate(picked):
-            patch = {"doc_id": f"serve-scale-patch-{n}-{time.time_ns()}", "doc_type": "patch_release",
-                     "text": f"Release {n}.0.1: maintenance and fixes.", "scope": dict(disclosure["scope"]),
-                     "published_at": "2031-01-01"}
+            patch = {
+                "doc_id": f"serve-scale-patch-{n}-{time.time_ns()}",
+                "doc_type": "patch_release",
+                "text": f"Release {n}.0.1: maintenance and fixes.",
+                "scope": dict(disclosure["scope"]),
+                "published_at": "2031-01-01",
+            }
             posted = client.post(f"{a}/records", json=patch)
             returned = time.perf_counter()
             assert posted.status_code == 200 and disclosure["doc_id"] in posted.json()["newly_superseded"], posted.text
@@ -239,8 +274,13 @@ def main() -> None:
     schema = f"serve_{args.size}"
     pgdir = args.stores / "serve-pg"
     url = pg_server.start(pgdir, port=55432 + args.size % 97)
-    results: dict = {"size": args.size, "requests": args.requests, "seconds": args.seconds, "command": " ".join(sys.argv),
-                     "load_at_start": load()}
+    results: dict = {
+        "size": args.size,
+        "requests": args.requests,
+        "seconds": args.seconds,
+        "command": " ".join(sys.argv),
+        "load_at_start": load(),
+    }
     try:
         with ChromaServer(args.stores / f"serve-chroma-{args.size}") as chroma:
             _repoint_chroma(url, schema, chroma.url)
@@ -273,9 +313,9 @@ def _repoint_chroma(url: str, schema: str, chroma: str) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass(%s)", (f"{schema}.store",)).fetchone()[0] is not None:
-            conn.execute(f"UPDATE {schema}.store SET config = jsonb_set(config, '{{chroma_url}}', to_jsonb(%s::text))",
-                         (chroma,))
+        found = conn.execute("SELECT to_regclass(%s)", (f"{schema}.store",)).fetchone()
+        if found is not None and found[0] is not None:
+            conn.execute(f"UPDATE {schema}.store SET config = jsonb_set(config, '{{chroma_url}}', to_jsonb(%s::text))", (chroma,))
 
 
 def report(r: dict) -> str:
@@ -285,18 +325,31 @@ def report(r: dict) -> str:
         rps = f"{m['rps']:.1f}" if "rps" in m else ""
         cores = m.get("cores")
         used = "" if cores is None else " / ".join(f"{cores[p]:.2f}" for p in ("server", "wrk", "postgres", "chroma"))
-        cells = [name, f"{m['p50']:.1f}", f"{m['p95']:.1f}", f"{m['p99']:.1f}", rps, ratio, str(m.get("errors", "")), used,
-                 f"{m['load']:.1f}"]
+        cells = [
+            name,
+            f"{m['p50']:.1f}",
+            f"{m['p95']:.1f}",
+            f"{m['p99']:.1f}",
+            rps,
+            ratio,
+            str(m.get("errors", "")),
+            used,
+            f"{m['load']:.1f}",
+        ]
         return "| " + " | ".join(cells) + " |"
 
-    lines = [f"# car-rag serve over a shared store: {r['size']:,} records", "",
-             f"`{r['command']}`; in process {r['requests']} questions in turn, over HTTP `wrk` for {r.get('seconds', 20)} s "
-             f"per row (the scale benchmark's 200 questions in turn, JSON, k 5, no API key); load average at start "
-             f"{r['load_at_start']:.1f} (two shared cores; the load generator and both servers run on the same two). "
-             "Cores used: CPU seconds per second of wall time, per process group.", "",
-             "| condition | p50 ms | p95 ms | p99 ms | requests/s | p50 vs in process | errors | cores used: server / wrk / "
-             "PostgreSQL / Chroma | load |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# car-rag serve over a shared store: {r['size']:,} records",
+        "",
+        f"`{r['command']}`; in process {r['requests']} questions in turn, over HTTP `wrk` for {r.get('seconds', 20)} s "
+        f"per row (the scale benchmark's 200 questions in turn, JSON, k 5, no API key); load average at start "
+        f"{r['load_at_start']:.1f} (two shared cores; the load generator and both servers run on the same two). "
+        "Cores used: CPU seconds per second of wall time, per process group.",
+        "",
+        "| condition | p50 ms | p95 ms | p99 ms | requests/s | p50 vs in process | errors | cores used: server / wrk / "
+        "PostgreSQL / Chroma | load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for anchors in ("hybrid", "bm25") if "in_process_bm25" in r else ():
         base = f"in_process_{anchors}"
         lines.append(row(f"{anchors}: in process", base))
@@ -306,12 +359,21 @@ def report(r: dict) -> str:
         one, two = r[f"http_{anchors}_w1_c8"]["rps"], r[f"http_{anchors}_w2_c8"]["rps"]
         lines.append(f"| {anchors}: 2 workers / 1 worker, requests/s | | | | {two / one:.2f}x | | | | |")
     p = r.get("propagation")
-    lines += [] if p is None else ["", f"Propagation ({p['n']} patch releases posted to one server, polled on another): "
-              f"p50 {p['p50']:.0f} ms, p95 {p['p95']:.0f} ms, max {p['max']:.0f} ms; {p['within_1s']}/{p['n']} within 1 s "
-              f"(load {p['load']:.1f})."]
+    lines += (
+        []
+        if p is None
+        else [
+            "",
+            f"Propagation ({p['n']} patch releases posted to one server, polled on another): "
+            f"p50 {p['p50']:.0f} ms, p95 {p['p95']:.0f} ms, max {p['max']:.0f} ms; {p['within_1s']}/{p['n']} within 1 s "
+            f"(load {p['load']:.1f}).",
+        ]
+    )
     if "build" in r and not r["build"].get("reused"):
-        lines.append(f"\nBuilt in {r['build']['ingest_s']:.0f} s ({r['build']['records_per_s']:.0f} records/s, precomputed "
-                     "vectors, chunks of 5,000 into PostgreSQL and the Chroma server).")
+        lines.append(
+            f"\nBuilt in {r['build']['ingest_s']:.0f} s ({r['build']['records_per_s']:.0f} records/s, precomputed "
+            "vectors, chunks of 5,000 into PostgreSQL and the Chroma server)."
+        )
     return "\n".join(lines) + "\n"
 
 

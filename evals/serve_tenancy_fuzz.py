@@ -108,8 +108,11 @@ class World:
 
     def topic(self, tag: str) -> dict[str, str]:
         """A package, its CVE and two words of its own, for the records of one scope."""
-        made = {"package": f"pkg-{tag}-{self.word()}", "cve_id": f"CVE-2099-{len(self.topics) + 40001}",
-                "words": f"{self.word()} {self.word()}"}
+        made = {
+            "package": f"pkg-{tag}-{self.word()}",
+            "cve_id": f"CVE-2099-{len(self.topics) + 40001}",
+            "words": f"{self.word()} {self.word()}",
+        }
         self.topics.append(made)
         return made
 
@@ -118,11 +121,16 @@ class World:
         mark = f"mk{self.rng.getrandbits(40):010x}"
         self.day += 1
         what = "flaw" if doc_type == "vulnerability_disclosure" else "fix"
-        return {"doc_id": f"{topic['package']}-{doc_type[:5]}-{mark}", "doc_type": doc_type,
-                "text": f"{topic['cve_id']}: the {topic['words']} {what} in {topic['package']} (ref {mark}).",
-                "scope": {"package": topic["package"], "cve_id": topic["cve_id"]}, "source": f"feed {mark}",
-                "uri": f"https://docs.example/{mark}", "published_at": (EPOCH + timedelta(hours=self.day)).isoformat(),
-                **extra}
+        return {
+            "doc_id": f"{topic['package']}-{doc_type[:5]}-{mark}",
+            "doc_type": doc_type,
+            "text": f"{topic['cve_id']}: the {topic['words']} {what} in {topic['package']} (ref {mark}).",
+            "scope": {"package": topic["package"], "cve_id": topic["cve_id"]},
+            "source": f"feed {mark}",
+            "uri": f"https://docs.example/{mark}",
+            "published_at": (EPOCH + timedelta(hours=self.day)).isoformat(),
+            **extra,
+        }
 
     def store(self, record: dict[str, Any]) -> None:
         """``record`` is held (its doc_id now names it, whoever held it before)."""
@@ -140,11 +148,15 @@ def seed(world: World) -> list[dict[str, Any]]:
         upstream = TENANTS[(n + 1) % len(TENANTS)]
         for i in range(2):
             mine, shared, legal = private[tenant][i], world.topic(f"pub{tenant}{i}"), world.topic(f"{tenant}{i}legal")
-            made += [world.record(disclosure, mine, tenant=tenant), world.record(patch, mine, tenant=tenant),
-                     world.record(disclosure, shared), world.record(patch, shared, tenant=tenant),  # voids a public one
-                     world.record(patch, private[upstream][i], tenant=tenant),  # voids the next tenant's
-                     world.record(disclosure, legal, tenant=tenant),
-                     world.record(patch, legal, tenant=tenant, allowed_principals=["legal"])]
+            made += [
+                world.record(disclosure, mine, tenant=tenant),
+                world.record(patch, mine, tenant=tenant),
+                world.record(disclosure, shared),
+                world.record(patch, shared, tenant=tenant),  # voids a public one
+                world.record(patch, private[upstream][i], tenant=tenant),  # voids the next tenant's
+                world.record(disclosure, legal, tenant=tenant),
+                world.record(patch, legal, tenant=tenant, allowed_principals=["legal"]),
+            ]
     for i in range(3):
         topic = world.topic(f"open{i}")
         made += [world.record(disclosure, topic), world.record(patch, topic)]
@@ -159,16 +171,31 @@ def make_keys(rng: random.Random) -> list[Key]:
 
     keys = [Key("public-reader", secret()), Key("owner", secret(), write=True)]
     for tenant in TENANTS:
-        keys += [Key(f"{tenant}-analyst", secret(), tenant, ("analyst",)), Key(f"{tenant}-legal", secret(), tenant, ("legal",)),
-                 Key(f"{tenant}-writer", secret(), tenant, (), write=True)]
+        keys += [
+            Key(f"{tenant}-analyst", secret(), tenant, ("analyst",)),
+            Key(f"{tenant}-legal", secret(), tenant, ("legal",)),
+            Key(f"{tenant}-writer", secret(), tenant, (), write=True),
+        ]
     return keys
 
 
 def wrong_key(rng: random.Random, keys: list[Key]) -> tuple[str, dict[str, str]]:
     """A kind of wrong key, and the headers that present it."""
     key = rng.choice(keys).secret
-    kind = rng.choice(["missing", "unknown", "case-changed", "truncated", "extended", "sha256", "basic", "empty-bearer",
-                       "token-scheme", "x-api-key"])
+    kind = rng.choice(
+        [
+            "missing",
+            "unknown",
+            "case-changed",
+            "truncated",
+            "extended",
+            "sha256",
+            "basic",
+            "empty-bearer",
+            "token-scheme",
+            "x-api-key",
+        ]
+    )
     headers = {
         "missing": {},
         "unknown": {"Authorization": f"Bearer {key[::-1]}"},
@@ -203,19 +230,25 @@ class Request:
 
 def question(world: World) -> str:
     topic = world.rng.choice(world.topics)
-    return world.rng.choice([
-        f"Is {topic['package']} still vulnerable to {topic['cve_id']}?",
-        f"Is the {topic['words']} flaw in {topic['package']} fixed?",
-        f"{topic['words']}",
-        f"what fixes {topic['cve_id']}",
-        f"{topic['words'].split()[0]} fix release notes",
-    ])
+    return world.rng.choice(
+        [
+            f"Is {topic['package']} still vulnerable to {topic['cve_id']}?",
+            f"Is the {topic['words']} flaw in {topic['package']} fixed?",
+            f"{topic['words']}",
+            f"what fixes {topic['cve_id']}",
+            f"{topic['words'].split()[0]} fix release notes",
+        ]
+    )
 
 
 def retrieve_request(world: World, key: Key | None, headers: dict[str, str]) -> Request:
     rng = world.rng
-    body: dict[str, Any] = {"query": question(world), "k": rng.randint(1, 20), "format": rng.choice(FORMATS),
-                            "with_text": rng.random() < 0.7}
+    body: dict[str, Any] = {
+        "query": question(world),
+        "k": rng.randint(1, 20),
+        "format": rng.choice(FORMATS),
+        "with_text": rng.random() < 0.7,
+    }
     if rng.random() < 0.15:
         body["token_budget"] = rng.choice([50, 200, 800])
     shape = rng.choices(["plain", "caller", "unknown-field", "bad-k", "bad-format", "malformed"], [70, 10, 5, 5, 5, 5])[0]
@@ -225,16 +258,19 @@ def retrieve_request(world: World, key: Key | None, headers: dict[str, str]) -> 
         body["caller"] = {"tenant": rng.choice(TENANTS), "principals": ["legal"]}
         expected = {400}
     elif shape in ("unknown-field", "bad-k", "bad-format"):
-        body.update({"unknown-field": {"tenant": rng.choice(TENANTS)}, "bad-k": {"k": rng.choice([0, 101, -1])},
-                     "bad-format": {"format": "html"}}[shape])
+        wrong: dict[str, dict[str, Any]] = {
+            "unknown-field": {"tenant": rng.choice(TENANTS)},
+            "bad-k": {"k": rng.choice([0, 101, -1])},
+            "bad-format": {"format": "html"},
+        }
+        body.update(wrong[shape])
         expected = {422}
     elif shape == "malformed":
         raw = json.dumps(body).encode()[: rng.randint(1, 20)]
         expected = {422} if key is not None else {401, 422}  # FastAPI parses JSON before it authenticates
     if key is None and shape != "malformed":
         expected = {401}
-    return Request(f"retrieve:{shape}", "POST", "/retrieve", key, headers, expected, body, raw,
-                   hybrid=rng.random() < 1 / 6)
+    return Request(f"retrieve:{shape}", "POST", "/retrieve", key, headers, expected, body, raw, hybrid=rng.random() < 1 / 6)
 
 
 def records_request(world: World, key: Key | None, headers: dict[str, str]) -> Request:
@@ -243,8 +279,17 @@ def records_request(world: World, key: Key | None, headers: dict[str, str]) -> R
     tenant = key.tenant if key is not None and key.tenant is not None else rng.choice([*TENANTS, None])
     topic = rng.choice(world.topics)
     fresh_type = rng.choice(["vulnerability_disclosure", "patch_release"])
-    shapes = ["fresh", "fresh-explicit", "other-tenant", "taken-doc-id", "replace-own", "caller-field", "bad-field-batch",
-              "empty", "malformed"]
+    shapes = [
+        "fresh",
+        "fresh-explicit",
+        "other-tenant",
+        "taken-doc-id",
+        "replace-own",
+        "caller-field",
+        "bad-field-batch",
+        "empty",
+        "malformed",
+    ]
     shape = rng.choices(shapes, [25, 10, 15, 15, 10, 5, 8, 4, 8])[0]
     tenant_key = key is not None and key.tenant is not None
     stores: list[dict[str, Any]] = []
@@ -261,28 +306,38 @@ def records_request(world: World, key: Key | None, headers: dict[str, str]) -> R
         body = [world.record(fresh_type, topic, **_tenant(tenant)), world.record(fresh_type, topic, **_tenant(other))]
         stores, refused = body, tenant_key
     elif shape == "taken-doc-id":
-        victim = rng.choice([r for r in held if not (tenant_key and r.get("tenant") == key.tenant and may_read(key, r))])
+        victim = rng.choice(
+            [r for r in held if not (key is not None and tenant_key and r.get("tenant") == key.tenant and may_read(key, r))]
+        )
         body = {**world.record(fresh_type, topic, **_tenant(tenant)), "doc_id": victim["doc_id"]}
         stores, refused = [body], tenant_key
     elif shape == "replace-own":
         own = [r for r in held if r.get("tenant") == tenant]
         victim = rng.choice(own)
-        renewed = world.record(victim["doc_type"], {"package": victim["scope"]["package"], "cve_id": victim["scope"]["cve_id"],
-                                                    "words": rng.choice(world.topics)["words"]})
+        renewed = world.record(
+            victim["doc_type"],
+            {
+                "package": victim["scope"]["package"],
+                "cve_id": victim["scope"]["cve_id"],
+                "words": rng.choice(world.topics)["words"],
+            },
+        )
         body = {**victim, "text": renewed["text"], "source": renewed["source"]}
         stores, refused = [body], tenant_key and not may_read(key, victim)
     elif shape == "caller-field":
         body = {**world.record(fresh_type, topic, **_tenant(tenant)), "caller": {"tenant": rng.choice(TENANTS)}}
         refused = False
     elif shape == "bad-field-batch":
-        body = [world.record(fresh_type, topic, **_tenant(tenant)), {**world.record(fresh_type, topic, **_tenant(tenant)),
-                                                                      "published_at": 2024}]
+        body = [
+            world.record(fresh_type, topic, **_tenant(tenant)),
+            {**world.record(fresh_type, topic, **_tenant(tenant)), "published_at": 2024},
+        ]
         refused = False
     elif shape == "empty":
         body, refused = [], False
     else:
         body, refused = None, False
-        raw = json.dumps(world.record(fresh_type, topic, **_tenant(tenant))).encode()[:-rng.randint(1, 30)]
+        raw = json.dumps(world.record(fresh_type, topic, **_tenant(tenant))).encode()[: -rng.randint(1, 30)]
     if key is None:
         expected = {401}
     elif not key.write:
@@ -300,8 +355,9 @@ def _tenant(tenant: str | None) -> dict[str, str]:
 
 def next_request(world: World, keys: list[Key]) -> Request:
     rng = world.rng
+    key: Key | None
     if rng.random() < 0.65:
-        key: Key | None = rng.choice(keys)
+        key = rng.choice(keys)
         scheme = rng.choice(["Bearer ", "Bearer ", "bearer ", "Bearer  "])  # the scheme is case-blind, the key trimmed
         headers, who = {"Authorization": f"{scheme}{key.secret}"}, key.name
     else:
@@ -369,8 +425,11 @@ class Report:
 def leaks(text: str, key: Key | None, sent: str, world: World, keys: list[Key]) -> list[str]:
     """What ``text`` shows that ``key`` may not see: markers of records it may not read (unless the
     request sent them itself), and any API key."""
-    found = [f"marker {m} of {_who(world.marked[m])}" for m in set(MARKER.findall(text))
-             if m in world.marked and m not in sent and not may_read(key, world.marked[m])]
+    found = [
+        f"marker {m} of {_who(world.marked[m])}"
+        for m in set(MARKER.findall(text))
+        if m in world.marked and m not in sent and not may_read(key, world.marked[m])
+    ]
     found += [f"the key of {k.name!r}" for k in keys if k.secret in text]
     return found
 
@@ -381,8 +440,9 @@ def _who(record: dict[str, Any]) -> str:
 
 def check_metrics(text: str, keys: list[Key]) -> list[str]:
     problems = [f"/metrics holds marker {m}" for m in set(MARKER.findall(text))]
-    problems += [f"/metrics holds {word!r}" for word in (*TENANTS, *(k.name for k in keys), *(k.secret for k in keys))
-                 if word in text]
+    problems += [
+        f"/metrics holds {word!r}" for word in (*TENANTS, *(k.name for k in keys), *(k.secret for k in keys)) if word in text
+    ]
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             extra = set(sample.labels) - METRIC_LABELS - {"le"}
@@ -394,16 +454,29 @@ def check_metrics(text: str, keys: list[Key]) -> list[str]:
     return problems
 
 
-def run_fuzz(requests: int, *, seed_value: int = 19, workdir: Path, embedder: Embedder | None = None,
-             log_level: int = logging.INFO, leaky: bool = False) -> Report:
+def run_fuzz(
+    requests: int,
+    *,
+    seed_value: int = 19,
+    workdir: Path,
+    embedder: Embedder | None = None,
+    log_level: int = logging.INFO,
+    leaky: bool = False,
+) -> Report:
     """Seed a store in ``workdir``, serve it (BM25 and hybrid anchors), send ``requests`` randomized
     requests and check each (see the module docstring); the root logger captured at ``log_level``
     (INFO: what ``car-rag serve -v`` writes). ``leaky``: the servers answer every /retrieve without a
     caller (the checks must then find leaks)."""
     world = World(random.Random(seed_value))
     keys = make_keys(world.rng)
-    api_keys = ApiKeys({hash_key(k.secret): ApiKey(name=k.name, sha256=hash_key(k.secret), tenant=k.tenant,
-                                                   principals=k.principals, write=k.write) for k in keys})
+    api_keys = ApiKeys(
+        {
+            hash_key(k.secret): ApiKey(
+                name=k.name, sha256=hash_key(k.secret), tenant=k.tenant, principals=k.principals, write=k.write
+            )
+            for k in keys
+        }
+    )
     report = Report()
     with ExitStack() as stack:
         store = stack.enter_context(CARStore.open(workdir / "store", load_policy("security-advisory"), embedder=embedder))
@@ -412,8 +485,11 @@ def run_fuzz(requests: int, *, seed_value: int = 19, workdir: Path, embedder: Em
         services = [Service(store, api_keys=api_keys, anchors=mode, timeout_ms=30_000) for mode in ("bm25", "hybrid")]
         if leaky:
             for service in services:
-                answer = service.answer
-                service.answer = lambda body, caller, answer=answer: answer(body, None)  # type: ignore[method-assign]
+
+                def answer_as_nobody(body, caller, answer=service.answer):
+                    return answer(body, None)
+
+                service.answer = answer_as_nobody  # type: ignore[method-assign]
         urls = [stack.enter_context(serving(s, log_level="info", access_log=True)) for s in services]
         capture = stack.enter_context(capturing(log_level))  # after uvicorn has set its loggers up
         clients = [stack.enter_context(httpx.Client(base_url=url, timeout=60)) for url in urls]
@@ -425,15 +501,17 @@ def run_fuzz(requests: int, *, seed_value: int = 19, workdir: Path, embedder: Em
             capture.request = number
             headers = {**request.headers, **({"Content-Type": "application/json"} if request.raw is not None else {})}
             sending = {"content": request.raw} if request.raw is not None else {"json": request.body}
-            got = clients[request.hybrid].request(request.method, request.path, headers=headers,
-                                                  **(sending if request.method == "POST" else {}))
+            got = clients[request.hybrid].request(
+                request.method, request.path, headers=headers, **(sending if request.method == "POST" else {})
+            )
             capture.request = -1
             report.statuses[f"{request.method} {request.path} {got.status_code}"] += 1
             report.counts[request.kind.split(" as ")[0]] += 1
             where = f"request {number} ({request.kind})"
             if got.status_code not in request.expected:
-                report.violation("status", f"{where}: status {got.status_code}, expected {sorted(request.expected)}: "
-                                         f"{got.text[:300]}")
+                report.violation(
+                    "status", f"{where}: status {got.status_code}, expected {sorted(request.expected)}: {got.text[:300]}"
+                )
             for problem in leaks(got.text + json.dumps(dict(got.headers)), request.key, request.sent(), world, keys):
                 report.violation("response", f"{where}: the response shows {problem}")
             if got.status_code == 200:
@@ -444,9 +522,9 @@ def run_fuzz(requests: int, *, seed_value: int = 19, workdir: Path, embedder: Em
         report.seconds = time.perf_counter() - started
         report.requests = requests
         for number, line in capture.lines:
-            request = asked[number] if number >= 0 else None
-            for problem in leaks(line, request.key if request else None, request.sent() if request else "", world, keys):
-                where = f"of request {number}" if request else "between requests"
+            logged = asked[number] if number >= 0 else None
+            for problem in leaks(line, logged.key if logged else None, logged.sent() if logged else "", world, keys):
+                where = f"of request {number}" if logged else "between requests"
                 report.violation(f"log line ({line.split(':')[0]})", f"log line {where} shows {problem}: {line[:200]}")
         report.counts["log lines"] = len(capture.lines)
         metrics = "".join(client.get("/metrics").text for client in clients)
@@ -468,7 +546,8 @@ def _count_reach(report: Report, world: World, got: httpx.Response) -> None:
     report.counts["answers with a hidden superseder"] += any(r["hidden_superseder"] for r in got.json()["reranked"])
     restricted = [world.marked[m] for m in MARKER.findall(got.text) if m in world.marked]
     report.counts["answers showing a restricted record the key may read"] += any(
-        r.get("tenant") or r.get("allowed_principals") for r in restricted)
+        r.get("tenant") or r.get("allowed_principals") for r in restricted
+    )
 
 
 def format_report(report: Report, command: str) -> str:

@@ -30,11 +30,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-import car_rag  # noqa: E402
 import chromadb  # noqa: E402
-from car_rag import load_policy  # noqa: E402
-from car_rag.store import DEFAULT_HNSW  # noqa: E402
 from chromadb.config import Settings  # noqa: E402
+from langchain_car import CAREmbeddings, CARRetriever, answer_prompt, check_documents, load_documents  # noqa: E402
 from langchain_chroma import Chroma  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
@@ -43,7 +41,9 @@ from langchain_core.output_parsers import StrOutputParser  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 
-from langchain_car import CAREmbeddings, CARRetriever, answer_prompt, check_documents, load_documents  # noqa: E402
+import car_rag  # noqa: E402
+from car_rag import load_policy  # noqa: E402
+from car_rag.store import DEFAULT_HNSW  # noqa: E402
 
 DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
 QUESTIONS = [
@@ -71,13 +71,13 @@ class OfflineFakeChatModel(BaseChatModel):
 
 def authority(docs: list[Document]) -> str:
     """The current records among ``docs`` and the records they replaced (from car-rag's annotations)."""
-    current = [d.id for d in docs if d.metadata["car_status"] == "active"]
+    current = [d.metadata["doc_id"] for d in docs if d.metadata["car_status"] == "active"]
     replaced: dict[str, list[str]] = {}
     for d in docs:
         for link in d.metadata["car_voids"]:
-            replaced.setdefault(link["doc_id"], []).append(d.id)
+            replaced.setdefault(link["doc_id"], []).append(d.metadata["doc_id"])
         for superseder in d.metadata["car_superseded_by"]:
-            replaced.setdefault(d.id, []).append(superseder)
+            replaced.setdefault(d.metadata["doc_id"], []).append(superseder)
     by = [f"{target} (by {', '.join(dict.fromkeys(ids))})" for target, ids in replaced.items()]
     return f"current: {', '.join(current) or 'none'}; replaced: {', '.join(by) or 'none'}"
 
@@ -105,7 +105,7 @@ def main() -> None:
         collection_name=f"car-demo-{uuid.uuid4().hex[:8]}",
         embedding_function=CAREmbeddings(),
         client=chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False)),
-        collection_configuration={"hnsw": dict(DEFAULT_HNSW)},
+        collection_configuration={"hnsw": {**DEFAULT_HNSW}},
     )
     docs = load_documents(DEMO / "corpus.jsonl")
     chroma.add_documents(docs, ids=[d.id for d in docs])
@@ -120,14 +120,23 @@ def main() -> None:
     # bound formatter also knows the retriever's policy, which form="reader" (authority digest)
     # and form="audit" (the full XML with retrieval rationale) word their sentences with.
     evidence = retriever.evidence_formatter()
-    chain = {"context": retriever | evidence, "question": RunnablePassthrough()} | answer_prompt | chat_model(args.model) | StrOutputParser()
+    chain = (
+        {"context": retriever | evidence, "question": RunnablePassthrough()}
+        | answer_prompt
+        | chat_model(args.model)
+        | StrOutputParser()
+    )
 
     for question in args.question or QUESTIONS:
         print(f"Q: {question}")
         docs = retriever.invoke(question)
         for doc in docs:
             m = doc.metadata
-            why = f" by {m['car_rule']}, superseded by {', '.join(m['car_superseded_by'])}" if m["car_status"] == "superseded" else ""
+            why = (
+                f" by {m['car_rule']}, superseded by {', '.join(m['car_superseded_by'])}"
+                if m["car_status"] == "superseded"
+                else ""
+            )
             voids = "".join(f" (voids {link['doc_id']} by {link['rule']})" for link in m["car_voids"])
             print(f"  {m['car_rank']}. [{m['car_status']}] {doc.id}{why}{voids}")
         print(f"  {authority(docs)}")

@@ -25,8 +25,9 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,10 +35,6 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import chromadb  # noqa: E402
 from chromadb.config import Settings as ChromaSettings  # noqa: E402
-
-import car_rag  # noqa: E402
-from car_rag import load_records  # noqa: E402
-from car_rag.store import DEFAULT_HNSW  # noqa: E402
 from llama_index.core import StorageContext, VectorStoreIndex  # noqa: E402
 from llama_index.core.base.llms.types import (  # noqa: E402
     ChatMessage,
@@ -50,6 +47,10 @@ from llama_index.core.llms import CustomLLM  # noqa: E402
 from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
 from llama_index.retrievers.car import CAREmbedding, CARRetriever, EvidenceSynthesizer, records_to_nodes  # noqa: E402
 from llama_index.vector_stores.chroma import ChromaVectorStore  # noqa: E402
+
+import car_rag  # noqa: E402
+from car_rag import load_records  # noqa: E402
+from car_rag.store import DEFAULT_HNSW  # noqa: E402
 
 POLICY = "security-advisory"
 QUESTIONS = [

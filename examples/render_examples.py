@@ -359,8 +359,7 @@ SCENARIOS: dict[str, Scenario] = {
         records=[
             {
                 "doc_id": "travel-policy-v1",
-                "text": "Travel policy 1.0, section 4: employees may book business class on any flight longer than "
-                "six hours.",
+                "text": "Travel policy 1.0, section 4: employees may book business class on any flight longer than six hours.",
                 "doc_type": "policy_document",
                 "scope": {"document": "travel-policy"},
                 "published_at": "2021-01-01",
@@ -445,8 +444,21 @@ def render_policy(name: str, scenario: Scenario, folder: Path) -> tuple[str, lis
             lines += [f"Caller: tenant `{example.caller.tenant}`, principals {principals}.", ""]
         ranking = ", ".join(f"{r.rank}. `{r.doc_id}` ({r.status})" for r in result)
         reader = render_reader(result, policy=store.policy)
-        lines += [f"Ranking: {ranking}.", "", "Reader-first form (`--format reader`; the default for a model is plain documents, see the README):", "", "```xml", reader, "```",
-                  "", "Audit form:", "", "```xml", xml, "```"]
+        lines += [
+            f"Ranking: {ranking}.",
+            "",
+            "Reader-first form (`--format reader`; the default for a model is plain documents, see the README):",
+            "",
+            "```xml",
+            reader,
+            "```",
+            "",
+            "Audit form:",
+            "",
+            "```xml",
+            xml,
+            "```",
+        ]
     store.close()
     return "\n".join(lines) + "\n", problems
 

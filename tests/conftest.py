@@ -59,7 +59,7 @@ def corpora() -> Path:
 def embedder() -> Embedder:
     """The real all-MiniLM-L6-v2 (packaged copy, offline), loaded once per session."""
     emb = Embedder()
-    emb.model  # load now so that no test's timing includes it
+    _ = emb.model  # load now so that no test's timing includes it
     return emb
 
 

@@ -41,12 +41,19 @@ class FakeOpenAIServer:
                     if number <= server.fail_first:
                         return self._send(500, {"error": {"message": "scripted failure", "type": "server_error"}})
                     content = server.answer(body["messages"])
-                    self._send(200, {
-                        "id": f"chatcmpl-{number}", "object": "chat.completion", "created": int(time.time()),
-                        "model": body["model"],
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    })
+                    self._send(
+                        200,
+                        {
+                            "id": f"chatcmpl-{number}",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": body["model"],
+                            "choices": [
+                                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                            ],
+                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                        },
+                    )
                 finally:
                     with server.lock:
                         server.in_flight -= 1

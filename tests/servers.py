@@ -1,6 +1,7 @@
 """What the integration tests add to the servers they start (:mod:`car_rag_evals.servers`: `chroma run`,
 `car-rag serve` in a thread; PostgreSQL: :mod:`car_rag.postgres.fixture`, which every suite uses):
-a `chroma run` laid out in a test's folder, polling with a deadline, the degraded answer's label."""
+a `chroma run` laid out in a test's folder, polling with a deadline, the degraded answer's label, the row
+a PostgreSQL query must return."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +46,10 @@ def wait_for(condition, what: str, timeout_s: float = 60.0, every_s: float = 0.0
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout_s} s")
         time.sleep(every_s)
+
+
+def fetch_one(cursor: Any) -> Any:
+    """The row a query (a psycopg cursor) must return: ``fetchone()`` is None when there is none."""
+    row = cursor.fetchone()
+    assert row is not None, "the query returned no row"
+    return row

@@ -166,7 +166,10 @@ class VectorChannel(ABC):
                 self._exact = None  # grown past the limit: HNSW from now on
 
     def search(
-        self, vector: np.ndarray, k: int, where: Mapping[str, Any] | None = None,
+        self,
+        vector: np.ndarray,
+        k: int,
+        where: Mapping[str, Any] | None = None,
         readable: Callable[[Sequence[str]], np.ndarray] | None = None,
     ) -> list[ChannelHit]:
         """Top ``k`` by cosine among the records ``where`` admits. ``readable`` (ids → mask)
@@ -213,9 +216,7 @@ class DenseChannel(VectorChannel):
         super().__init__(exact_limit=exact_limit)
         self.collection = collection
 
-    def load(
-        self, order: Sequence[str] = (), count: int | None = None, *, copy: Path | None = None, stamp: str = ""
-    ) -> None:
+    def load(self, order: Sequence[str] = (), count: int | None = None, *, copy: Path | None = None, stamp: str = "") -> None:
         """Read every vector into memory for exact search when the collection (in cosine
         space) holds at most ``exact_limit`` records (``count``, when the caller already knows
         it); rows follow ``order``, then any other id in the collection.

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from car_rag.channels.base import ChannelHit
 
 __all__ = [
-    "FusedHit", "reciprocal_rank_fusion", "calibrated_fusion", "RRF_K", "DEFAULT_TEMPERATURES", "RELATIVE_CHANNELS",
+    "FusedHit",
+    "reciprocal_rank_fusion",
+    "calibrated_fusion",
+    "RRF_K",
+    "DEFAULT_TEMPERATURES",
+    "RELATIVE_CHANNELS",
 ]
 
 RRF_K = 60

@@ -63,8 +63,13 @@ class Command:
         :class:`UsageError`. ``parents``: the options every command takes (``-v``)."""
         text = textwrap.fill(self.description or self.summary[:1].upper() + self.summary[1:] + ".", width=88)
         parser = within.add_parser(
-            self.name, help=self.summary, description=text, epilog=_examples(*self.examples), formatter_class=_Formatter,
-            parents=list(parents))
+            self.name,
+            help=self.summary,
+            description=text,
+            epilog=_examples(*self.examples),
+            formatter_class=_Formatter,
+            parents=list(parents),
+        )
         parser.set_defaults(parser=parser)
         if self.arguments is not None:
             self.arguments(parser)

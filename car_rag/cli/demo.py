@@ -23,5 +23,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO = Command("demo", "dense-only vs BM25-only vs car-rag on the packaged demo corpus",
-               ("car-rag demo", "car-rag demo --k 3 --store ./demo-store"), arguments=_arguments, run=_run)
+DEMO = Command(
+    "demo",
+    "dense-only vs BM25-only vs car-rag on the packaged demo corpus",
+    ("car-rag demo", "car-rag demo --k 3 --store ./demo-store"),
+    arguments=_arguments,
+    run=_run,
+)

@@ -18,33 +18,53 @@ def _arguments(ingest: argparse.ArgumentParser) -> None:
     ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
     ingest.add_argument("--policy", help="built-in policy name or .toml/.json file (needed to create a store)")
     ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded)")
-    ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS),
-                        help="lexical index of a new store")
-    ingest.add_argument("--encoder", choices=list(ENCODERS),
-                        help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
-                             "PyTorch); an existing store keeps its own (default: onnx for a new store)")
+    ingest.add_argument("--bm25-backend", default="bm25-incremental", choices=list(BACKENDS), help="lexical index of a new store")
+    ingest.add_argument(
+        "--encoder",
+        choices=list(ENCODERS),
+        help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
+        "PyTorch); an existing store keeps its own (default: onnx for a new store)",
+    )
     authority_arguments(ingest)
-    ingest.add_argument("--vector-store", choices=list(VECTOR_STORES),
-                        help="where a new store keeps the vectors it searches past 20k records: chroma (embedded, or the "
-                             "server of --chroma-url) or pgvector (in the PostgreSQL of --authority-url, written with "
-                             "the records); an existing store keeps its own (default: chroma for a new store)")
-    ingest.add_argument("--chunk-size", type=count, default=DEFAULT_CHUNK,
-                        help="records embedded and committed together: a crash keeps every committed chunk, and running "
-                             "the same command again resumes after them")
+    ingest.add_argument(
+        "--vector-store",
+        choices=list(VECTOR_STORES),
+        help="where a new store keeps the vectors it searches past 20k records: chroma (embedded, or the "
+        "server of --chroma-url) or pgvector (in the PostgreSQL of --authority-url, written with "
+        "the records); an existing store keeps its own (default: chroma for a new store)",
+    )
+    ingest.add_argument(
+        "--chunk-size",
+        type=count,
+        default=DEFAULT_CHUNK,
+        help="records embedded and committed together: a crash keeps every committed chunk, and running "
+        "the same command again resumes after them",
+    )
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
-    ingest.add_argument("--strict", action="store_true",
-                        help="store nothing (exit 1) when a rule cannot fire for some record for want of a scope key, "
-                             "or a record_scope metadata field matches no record; the store is left as it was")
+    ingest.add_argument(
+        "--strict",
+        action="store_true",
+        help="store nothing (exit 1) when a rule cannot fire for some record for want of a scope key, "
+        "or a record_scope metadata field matches no record; the store is left as it was",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
 
     if args.vector_store == "pgvector" and (args.authority_url is None or args.chroma_url is not None):
-        raise UsageError("--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url, "
-                         "and no --chroma-url")
-    with CARStore.open(args.store, args.policy, chroma_url=args.chroma_url, bm25_backend=args.bm25_backend,
-                       encoder=args.encoder, vector_store=args.vector_store, **authority(args)) as store:
+        raise UsageError(
+            "--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url, and no --chroma-url"
+        )
+    with CARStore.open(
+        args.store,
+        args.policy,
+        chroma_url=args.chroma_url,
+        bm25_backend=args.bm25_backend,
+        encoder=args.encoder,
+        vector_store=args.vector_store,
+        **authority(args),
+    ) as store:
         report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
         if report.unchanged and (report.added or report.updated):  # a re-run after a crash, or an extended corpus
             print(f"{report.unchanged} records were already stored: skipped, not embedded again")
@@ -58,11 +78,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 INGEST = Command(
-    "ingest", "add or replace records in a store (idempotent by doc_id)",
-    ("car-rag ingest corpus.jsonl --store ./store --policy security-advisory",
-     "car-rag ingest more.jsonl --store ./store          # the store remembers its policy",
-     "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag ingest corpus.jsonl --store ./cache --policy security-advisory "
-     "--vector-store pgvector"),
+    "ingest",
+    "add or replace records in a store (idempotent by doc_id)",
+    (
+        "car-rag ingest corpus.jsonl --store ./store --policy security-advisory",
+        "car-rag ingest more.jsonl --store ./store          # the store remembers its policy",
+        "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag ingest corpus.jsonl --store ./cache --policy security-advisory "
+        "--vector-store pgvector",
+    ),
     "Add or replace records in a store (idempotent by doc_id). Rejected records are named on stderr "
     "with file:line and the rest are stored; the exit status is then 1. The policy's [record_scope] "
     "extractors fill missing scope keys; each rule that still cannot fire for some record is named "

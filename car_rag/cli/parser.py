@@ -84,12 +84,22 @@ def _harness_commands() -> list[Command]:
 def build_parser() -> argparse.ArgumentParser:
     """The ``car-rag`` argument parser (every subcommand carries its own parser as ``args.parser``)."""
     verbosity = argparse.ArgumentParser(add_help=False)
-    verbosity.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                           help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)")
+    verbosity.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)",
+    )
     parser = argparse.ArgumentParser(prog="car-rag", description=DESCRIPTION, epilog=EPILOG, formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (INGEST, QUERY, SERVE, DEMO, *_harness_commands(), POSTGRES, POLICIES):
         command.add_to(sub, [verbosity])

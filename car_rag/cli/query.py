@@ -57,7 +57,8 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
         scope_p = "-" if rec.scope_probability is None else f"{rec.scope_probability:.2f}"
         if rec.contested:
             why = "possibly superseded by " + ", ".join(
-                f"{e.superseder} ({e.rule}, confidence {e.confidence:.2f})" for e in rec.contested_by)
+                f"{e.superseder} ({e.rule}, confidence {e.confidence:.2f})" for e in rec.contested_by
+            )
         elif rec.voids:
             why = "supersedes " + ", ".join(f"{e.target} ({e.rule})" for e in rec.voids)
         elif rec.superseded_by:
@@ -68,8 +69,10 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
         else:
             why = rec.role
         rank = str(rec.rank) if rec in shown else "prov"
-        print(f"{rank:>3}  {rec.status:<10}  {rec.doc_id:<{width}}  {rec.record.doc_type:<24}  {stage1:>6}  {scope_p:>7}  {why}",
-              file=out)
+        print(
+            f"{rank:>3}  {rec.status:<10}  {rec.doc_id:<{width}}  {rec.record.doc_type:<24}  {stage1:>6}  {scope_p:>7}  {why}",
+            file=out,
+        )
     timings = ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items())
     print(f"({timings})", file=out)
 
@@ -137,8 +140,11 @@ def _run(args: argparse.Namespace) -> int:
     batch = args.queries is not None
     fmt = args.format or ("json" if batch else "table")
     if fmt in FORMER_FORMATS:
-        print(f"car-rag query: --format {fmt} is deprecated and will be removed in the next release: use "
-              f"--format {FORMER_FORMATS[fmt]}", file=sys.stderr)
+        print(
+            f"car-rag query: --format {fmt} is deprecated and will be removed in the next release: use "
+            f"--format {FORMER_FORMATS[fmt]}",
+            file=sys.stderr,
+        )
     if batch and fmt != "json":
         raise UsageError(f"--queries writes JSON lines (--format json); --format {fmt} renders one query text")
     if args.with_text and fmt != "json":
@@ -148,8 +154,9 @@ def _run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     caller = _caller(args)
     loading = None if args.anchors == "bm25" or shared else _loading_embedder(args.store, args.encoder)
-    with CARStore.open(args.store, encoder=args.encoder, embedder=loading.embedder if loading else None,
-                       follow=False, **authority(args)) as store:
+    with CARStore.open(
+        args.store, encoder=args.encoder, embedder=loading.embedder if loading else None, follow=False, **authority(args)
+    ) as store:
         if loading is not None:
             loading.result()  # loaded while the store opened
         retriever = ControllingAuthorityRetriever(store, anchors=args.anchors, **retriever_options(args))
@@ -187,25 +194,34 @@ def _arguments(query: argparse.ArgumentParser) -> None:
     query.add_argument("--out", type=Path, help="with --queries: write here instead of stdout")
     query.add_argument("--k", type=count, default=5, help="records to return")
     retriever_arguments(query)
-    query.add_argument("--format", choices=["table", "json", "plain", "reader", "audit", *FORMER_FORMATS],
-                       metavar="{table,json,plain,reader,audit}",
-                       help="json: records with status and edges; plain: what an LLM reads by default (the records "
-                            "as numbered plain documents); reader: the reader-first form (authority digest, packets); "
-                            "audit: the audit XML (default: table for a query text, json lines with --queries; "
-                            "evidence and xml, the former names of plain and audit, still work for one release)")
+    query.add_argument(
+        "--format",
+        choices=["table", "json", "plain", "reader", "audit", *FORMER_FORMATS],
+        metavar="{table,json,plain,reader,audit}",
+        help="json: records with status and edges; plain: what an LLM reads by default (the records "
+        "as numbered plain documents); reader: the reader-first form (authority digest, packets); "
+        "audit: the audit XML (default: table for a query text, json lines with --queries; "
+        "evidence and xml, the former names of plain and audit, still work for one release)",
+    )
     query.add_argument("--with-text", action="store_true", help="JSON output carries each record's text")
-    query.add_argument("--encoder", choices=list(ENCODERS),
-                       help="query encoder; must be the one the store was built with (default: the store's own)")
+    query.add_argument(
+        "--encoder",
+        choices=list(ENCODERS),
+        help="query encoder; must be the one the store was built with (default: the store's own)",
+    )
     authority_arguments(query)
     query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
     query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
 
 
 QUERY = Command(
-    "query", "retrieve the controlling records for a query or a query file",
-    ('car-rag query --store ./store "Is lodash still vulnerable to CVE-2019-10744?" --k 5',
-     'car-rag query --store ./store "..." --format json --with-text',
-     "car-rag query --store ./store --queries questions.jsonl --out answers.jsonl"),
+    "query",
+    "retrieve the controlling records for a query or a query file",
+    (
+        'car-rag query --store ./store "Is lodash still vulnerable to CVE-2019-10744?" --k 5',
+        'car-rag query --store ./store "..." --format json --with-text',
+        "car-rag query --store ./store --queries questions.jsonl --out answers.jsonl",
+    ),
     "Retrieve the controlling records for one question (printed as a table, JSON, or evidence for an "
     "LLM) or for a JSONL query file (one JSON line per query, the same shape as --format json).",
     _arguments,

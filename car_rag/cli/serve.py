@@ -46,16 +46,28 @@ def _run(args: argparse.Namespace) -> int:
     log_level = "info" if args.verbose else "warning"
     if args.workers != 1:
         settings = WorkerSettings(
-            store=str(args.store), authority_url=args.authority_url, authority_schema=args.authority_schema,
-            api_keys=None if args.api_keys is None else str(args.api_keys.resolve()), timeout_ms=args.timeout_ms,
-            insert_window_ms=args.insert_window_ms, anchors=args.anchors, retriever_options=retriever_options(args),
-            max_body_bytes=int(args.max_body_mb * 2**20), chroma_timeout_s=args.chroma_timeout_s,
+            store=str(args.store),
+            authority_url=args.authority_url,
+            authority_schema=args.authority_schema,
+            api_keys=None if args.api_keys is None else str(args.api_keys.resolve()),
+            timeout_ms=args.timeout_ms,
+            insert_window_ms=args.insert_window_ms,
+            anchors=args.anchors,
+            retriever_options=retriever_options(args),
+            max_body_bytes=int(args.max_body_mb * 2**20),
+            chroma_timeout_s=args.chroma_timeout_s,
         )
         run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
         return 0
     with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s, **authority(args)) as store:
-        service = Service(store, api_keys=keys, timeout_ms=args.timeout_ms, insert_window_ms=args.insert_window_ms,
-                          anchors=args.anchors, **retriever_options(args))
+        service = Service(
+            store,
+            api_keys=keys,
+            timeout_ms=args.timeout_ms,
+            insert_window_ms=args.insert_window_ms,
+            anchors=args.anchors,
+            **retriever_options(args),
+        )
         app = create_app(service, max_body_bytes=int(args.max_body_mb * 2**20))
         uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
     return 0
@@ -65,27 +77,45 @@ def _arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--store", type=Path, required=True, help="store directory, made by car-rag ingest")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on")
-    serve.add_argument("--workers", type=count, default=1,
-                       help="server processes (more than 1 needs a store shared through PostgreSQL, --authority-url)")
+    serve.add_argument(
+        "--workers",
+        type=count,
+        default=1,
+        help="server processes (more than 1 needs a store shared through PostgreSQL, --authority-url)",
+    )
     authority_arguments(serve)
-    serve.add_argument("--api-keys", type=Path,
-                       help="TOML or JSON keys file: each key's SHA-256, tenant, principals, write (default: no keys, "
-                            "every client reads everything)")
+    serve.add_argument(
+        "--api-keys",
+        type=Path,
+        help="TOML or JSON keys file: each key's SHA-256, tenant, principals, write (default: no keys, "
+        "every client reads everything)",
+    )
     serve.add_argument("--timeout-ms", type=positive, default=2000.0, help="deadline of a /retrieve request")
-    serve.add_argument("--chroma-timeout-s", type=positive, default=30.0,
-                       help="bound on each call to a Chroma server (a store made with --chroma-url)")
+    serve.add_argument(
+        "--chroma-timeout-s",
+        type=positive,
+        default=30.0,
+        help="bound on each call to a Chroma server (a store made with --chroma-url)",
+    )
     serve.add_argument("--max-body-mb", type=positive, default=16.0, help="larger request bodies are refused (413)")
-    serve.add_argument("--insert-window-ms", type=non_negative, default=INSERT_WINDOW_MS,
-                       help="POST /records arriving this close together are stored by one ingest, each still all or "
-                            "nothing (0: one ingest per request)")
+    serve.add_argument(
+        "--insert-window-ms",
+        type=non_negative,
+        default=INSERT_WINDOW_MS,
+        help="POST /records arriving this close together are stored by one ingest, each still all or "
+        "nothing (0: one ingest per request)",
+    )
     retriever_arguments(serve)
 
 
 SERVE = Command(
-    "serve", "answer /retrieve and /records over HTTP (needs car-rag[serve])",
-    ("car-rag serve --store ./store --api-keys keys.toml",
-     "car-rag serve --store ./store --port 8080 --timeout-ms 500 --anchors bm25",
-     "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag serve --store ./cache --workers 2 --api-keys keys.toml"),
+    "serve",
+    "answer /retrieve and /records over HTTP (needs car-rag[serve])",
+    (
+        "car-rag serve --store ./store --api-keys keys.toml",
+        "car-rag serve --store ./store --port 8080 --timeout-ms 500 --anchors bm25",
+        "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag serve --store ./cache --workers 2 --api-keys keys.toml",
+    ),
     "Serve a store over HTTP (FastAPI + uvicorn): POST /retrieve, POST /records, GET /healthz, /readyz, /metrics; "
     "OpenAPI at /docs. With --api-keys each request's key decides its tenant and principals (401 without one); "
     "without it the server is unrestricted. A dense channel slower than 3/4 of --timeout-ms is left out of the "

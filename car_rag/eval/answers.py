@@ -86,6 +86,7 @@ class GoldAnswer:
 
 # --------------------------------------------------------------------------- per-suite rules
 
+
 @cache
 def _reader(kind: str) -> ClaimReader:
     """The claim reader of a domain: the states of its packaged vocabulary."""

@@ -108,17 +108,32 @@ def _relation(tag: str, packet: EvidencePacket, link: AuthorityLink, ref: str | 
     voids = tag == "supersedes"
     if tag == "possibly-superseded-by":
         text = compact_possibly_text(link, ref) if compact else possibly_superseded_sentence(packet.label(), link)
-        return Element(tag, {
-            "doc-id": None if ref and compact else link.doc_id, "packet-ref": ref, "rule": link.rule,
-            "confidence": short_number(link.confidence),
-        }, text)
+        return Element(
+            tag,
+            {
+                "doc-id": None if ref and compact else link.doc_id,
+                "packet-ref": ref,
+                "rule": link.rule,
+                "confidence": short_number(link.confidence),
+            },
+            text,
+        )
     if not compact:
-        attrs = {"doc-id": link.doc_id, "packet-ref": ref, "doc-type": link.doc_type, "rule": link.rule,
-                 "scope": format_scope(link.scope) if link.scope else None}
+        attrs = {
+            "doc-id": link.doc_id,
+            "packet-ref": ref,
+            "doc-type": link.doc_type,
+            "rule": link.rule,
+            "scope": format_scope(link.scope) if link.scope else None,
+        }
         text = packet.supersedes_sentence(link) if voids else packet.superseded_by_sentence(link)
     else:  # the packet named by packet-ref carries the id and type; its own scope is on this packet
-        attrs = {"doc-id": None if ref else link.doc_id, "packet-ref": ref, "rule": link.rule,
-                 "scope": format_scope(link.scope) if link.scope and link.scope != packet.scope else None}
+        attrs = {
+            "doc-id": None if ref else link.doc_id,
+            "packet-ref": ref,
+            "rule": link.rule,
+            "scope": format_scope(link.scope) if link.scope and link.scope != packet.scope else None,
+        }
         text = compact_relation_text(link, ref, voids=voids)
     if link.confidence < 1.0:
         attrs["confidence"] = short_number(link.confidence)
@@ -158,9 +173,17 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         el.add(_relation("possibly-superseded-by", packet, link, refs.get(link.doc_id), compact))
     for link in ep.disputed_by:
         ref = refs.get(link.doc_id)
-        el.add(Element("disputed-by", {
-            "doc-id": None if ref and compact else link.doc_id, "packet-ref": ref, "rule": link.rule,
-        }, disputed_by_text(ref if ref and compact else link.label(), link.rule)))
+        el.add(
+            Element(
+                "disputed-by",
+                {
+                    "doc-id": None if ref and compact else link.doc_id,
+                    "packet-ref": ref,
+                    "rule": link.rule,
+                },
+                disputed_by_text(ref if ref and compact else link.label(), link.rule),
+            )
+        )
     if ep.conflict_indicators.hidden_superseder:
         # Never an id, a type or a rule of the hidden record: only that it exists.
         el.add(Element("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))
@@ -193,9 +216,9 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
         )
         for name, score in why.channel_scores.items():
             rank = why.channel_ranks.get(name)
-            r.add(Element(
-                "channel", {"name": name, "score": short_number(score), "rank": str(rank) if rank is not None else None}
-            ))
+            r.add(
+                Element("channel", {"name": name, "score": short_number(score), "rank": str(rank) if rank is not None else None})
+            )
         for span in packet.content.exact_matching_spans:
             r.add(Element("match", text=span))
     el.add(Element("text", text=packet.text))
@@ -209,7 +232,8 @@ def _stated_by_links(packets: Sequence[EvidencePacket], members: list[int]) -> b
     active = [i for i in members if packets[i].is_active]
     return len(active) == 1 and all(
         any(link.doc_id in ids for link in packets[i].epistemic_metadata.superseded_by)
-        for i in members if not packets[i].is_active
+        for i in members
+        if not packets[i].is_active
     )
 
 
@@ -227,12 +251,16 @@ def _dispute_groups(packets: Sequence[EvidencePacket]) -> list[Element]:
             shared = {k: v for k, v in p.scope.items() if other.scope.get(k) == v}
             group = Element("conflict-group", {"kind": "disputed-authority", "scope": format_scope(shared) if shared else None})
             for member in (p, other):
-                group.add(Element("member", {"packet-ref": member.evidence_packet_id, "doc-id": member.doc_id,
-                                             "status": member.status}))
+                group.add(
+                    Element("member", {"packet-ref": member.evidence_packet_id, "doc-id": member.doc_id, "status": member.status})
+                )
             claims = [(other, p, link)] + ([(p, other, back)] if back is not None else [])
             for sup, tgt, claim in claims:
-                group.add(Element("relation", {"rule": claim.rule, "superseder": sup.evidence_packet_id,
-                                               "target": tgt.evidence_packet_id}))
+                group.add(
+                    Element(
+                        "relation", {"rule": claim.rule, "superseder": sup.evidence_packet_id, "target": tgt.evidence_packet_id}
+                    )
+                )
             group.add(Element("note", text=dispute_group_note([(claim, sup.label(), tgt.label()) for sup, tgt, claim in claims])))
             out.append(group)
     return out
@@ -283,11 +311,17 @@ def _document(
     if ambiguity is not None:
         note = root.add(Element("ambiguity", {"subjects": str(ambiguity.scopes)}, ambiguity_sentence(ambiguity, policy)))
         for member in ambiguity.members:
-            note.add(Element("subject", {
-                "scope": "; ".join(f"{k}={v}" for k, v in member.scope.items()),
-                "probability": f"{member.probability:.2f}", "state": member.state,
-                "controlling": " ".join(member.controlling) or None,
-            }))
+            note.add(
+                Element(
+                    "subject",
+                    {
+                        "scope": "; ".join(f"{k}={v}" for k, v in member.scope.items()),
+                        "probability": f"{member.probability:.2f}",
+                        "state": member.state,
+                        "controlling": " ".join(member.controlling) or None,
+                    },
+                )
+            )
     for packet in shown:
         root.add(_packet_element(packet, refs, rationale, compact))
     for group in _conflict_groups(shown, compact):
@@ -300,8 +334,12 @@ def _document(
     if dropped:
         note = Element("dropped", {"reason": "token-budget", "budget": short_number(budget)})
         for p in dropped:
-            note.add(Element("packet", {"id": p.evidence_packet_id, "doc-id": p.doc_id, "status": p.status,
-                                        "reason": dropped_reason(p.is_active)}))
+            note.add(
+                Element(
+                    "packet",
+                    {"id": p.evidence_packet_id, "doc-id": p.doc_id, "status": p.status, "reason": dropped_reason(p.is_active)},
+                )
+            )
         root.add(note)
     out: list[str] = []
     root.write(out, indent)
@@ -355,8 +393,12 @@ def render_audit(
     dropped: list[EvidencePacket] = []
     count = token_counter or approx_tokens
     options: dict[str, Any] = {
-        "query_id": query_id, "rationale": rationale, "indent": indent, "compact": compact,
-        "ambiguity": getattr(evidence, "ambiguity", None), "policy": policy,
+        "query_id": query_id,
+        "rationale": rationale,
+        "indent": indent,
+        "compact": compact,
+        "ambiguity": getattr(evidence, "ambiguity", None),
+        "policy": policy,
     }
     text = _document(shown, omitted, dropped, budget=token_budget, **options)
     # Active packets precede superseded ones in ``shown``, each in rank order, so the last

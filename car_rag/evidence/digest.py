@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 __all__ = ["DigestLine", "ambiguity_sentence", "authority_digest"]
 
 
-
-
 @dataclass(frozen=True)
 class DigestLine:
     """One subject of the evidence: its words, the state that holds (a policy state key,
@@ -105,15 +103,27 @@ def authority_digest(
         replaced = [p for p in group if not p.is_active]
         states = {policy.state_of(p.doc_type) if policy else None for p in active}
         state = next(iter(states)) if len(states) == 1 else ("disputed" if active else None)
-        disputes = [(p, link) for p in active for link in p.epistemic_metadata.disputed_by
-                    if any(q.doc_id == link.doc_id and q.is_active for q in active)]
+        disputes = [
+            (p, link)
+            for p in active
+            for link in p.epistemic_metadata.disputed_by
+            if any(q.doc_id == link.doc_id and q.is_active for q in active)
+        ]
         if disputes:
             state = "disputed"
         sentences: list[str] = []
         elsewhere: list[str] = []  # replaced records not among the packets, by packet id
         if disputes:
-            claims = [dispute_claim(link.rule, record_phrase(link.doc_type, link.version), refs.get(link.doc_id, link.doc_id),
-                                    record_phrase(p.doc_type, p.version), p.evidence_packet_id) for p, link in disputes]
+            claims = [
+                dispute_claim(
+                    link.rule,
+                    record_phrase(link.doc_type, link.version),
+                    refs.get(link.doc_id, link.doc_id),
+                    record_phrase(p.doc_type, p.version),
+                    p.evidence_packet_id,
+                )
+                for p, link in disputes
+            ]
             sentences.append(digest_disputed_authority(subject, claims))
         elif state == "disputed":
             parts = [state_per_record(_state_label(policy, p), p.doc_type, p.version, p.evidence_packet_id) for p in active]
@@ -128,31 +138,43 @@ def authority_digest(
                 ref = refs.get(link.doc_id)
                 if ref is not None and ref not in shown:
                     elsewhere.append(not_shown(ref))
-                sentences.append(digest_voids(
-                    record_phrase(p.doc_type, p.version), _verb(policy, link, p.doc_type, link.doc_type),
-                    record_phrase(link.doc_type, link.version), in_evidence=ref is not None,
-                    subject=subject if state is None and i == 0 else None,
-                ))
+                sentences.append(
+                    digest_voids(
+                        record_phrase(p.doc_type, p.version),
+                        _verb(policy, link, p.doc_type, link.doc_type),
+                        record_phrase(link.doc_type, link.version),
+                        in_evidence=ref is not None,
+                        subject=subject if state is None and i == 0 else None,
+                    )
+                )
             for p in active:
                 for link in p.epistemic_metadata.possibly_superseded_by:
-                    sentences.append(digest_possibly_superseded(
-                        record_phrase(p.doc_type, p.version), record_phrase(link.doc_type, link.version), link.confidence))
+                    sentences.append(
+                        digest_possibly_superseded(
+                            record_phrase(p.doc_type, p.version), record_phrase(link.doc_type, link.version), link.confidence
+                        )
+                    )
         for p in replaced:
             replacers = p.epistemic_metadata.superseded_by
             controllers = [link for link in replacers if link.controlling and refs.get(link.doc_id) not in shown]
             if p.epistemic_metadata.conflict_indicators.hidden_superseder and not any(link.controlling for link in replacers):
                 sentences.append(digest_hidden_replacer(subject, record_phrase(p.doc_type, p.version)))
             for link in controllers:
-                sentences.append(digest_replaced_not_shown(subject, record_phrase(p.doc_type, p.version),
-                                                           record_phrase(link.doc_type, link.version)))
+                sentences.append(
+                    digest_replaced_not_shown(
+                        subject, record_phrase(p.doc_type, p.version), record_phrase(link.doc_type, link.version)
+                    )
+                )
         current = [p.evidence_packet_id for p in active]
-        lines.append(DigestLine(
-            subject=subject,
-            state=state,
-            text=" ".join(sentences) + digest_ids(current, [p.evidence_packet_id for p in replaced] + elsewhere),
-            controlling=tuple(current),
-            replaced=tuple(p.evidence_packet_id for p in replaced),
-        ))
+        lines.append(
+            DigestLine(
+                subject=subject,
+                state=state,
+                text=" ".join(sentences) + digest_ids(current, [p.evidence_packet_id for p in replaced] + elsewhere),
+                controlling=tuple(current),
+                replaced=tuple(p.evidence_packet_id for p in replaced),
+            )
+        )
     return lines
 
 

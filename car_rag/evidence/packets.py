@@ -63,6 +63,7 @@ FreshnessStatus = Literal["active", "superseded", "archived"]
 SupersededMode = Literal["include", "omit"]
 """What a rendering does with superseded packets: show them as marked provenance, or leave them out."""
 
+
 def _to_text(value: Any) -> Any:
     """Bytes become text the way untrusted input should: invalid UTF-8 is replaced, not fatal."""
     if isinstance(value, (bytes, bytearray)):
@@ -141,9 +142,7 @@ class ConflictIndicators(_Model):
     contradicted_by_ids: list[str] = Field(
         default_factory=list, description="Visible records in this result that void it, possibly (contested) or not."
     )
-    hidden_superseder: bool = Field(
-        default=False, description="Voided by a record the caller may not read (never named)."
-    )
+    hidden_superseder: bool = Field(default=False, description="Voided by a record the caller may not read (never named).")
 
 
 class EpistemicMetadata(_Model):
@@ -154,11 +153,13 @@ class EpistemicMetadata(_Model):
     )
     supersedes: list[AuthorityLink] = Field(default_factory=list, description="Records in this result it voids.")
     possibly_superseded_by: list[AuthorityLink] = Field(
-        default_factory=list, description="Records in this result that void it with too little confidence to count "
+        default_factory=list,
+        description="Records in this result that void it with too little confidence to count "
         "(below the query's min_confidence): it stays active, contested.",
     )
     disputed_by: list[AuthorityLink] = Field(
-        default_factory=list, description="Records in this result that void it by one relation (the link's rule) while "
+        default_factory=list,
+        description="Records in this result that void it by one relation (the link's rule) while "
         "it voids them by another: the authority is disputed, neither voids the other.",
     )
     scope_probability: float | None = Field(
@@ -249,9 +250,7 @@ class EvidencePacket(_Model):
 
 
 # ---------------------------------------------------------------------- building
-def _link(
-    result: RetrievalResult, policy: Policy | None, edge: Edge, *, towards: str, controlling: bool = True
-) -> AuthorityLink:
+def _link(result: RetrievalResult, policy: Policy | None, edge: Edge, *, towards: str, controlling: bool = True) -> AuthorityLink:
     """``edge`` seen from one of its ends; ``towards`` names the other end."""
     sup, tgt, other = result.get(edge.superseder), result.get(edge.target), result.get(towards)
     rule = policy.rule(edge.rule) if policy is not None else None
@@ -452,8 +451,13 @@ def build_packets(
 
 
 def renderable_packets(
-    renderer: str, evidence: RetrievalResult | Iterable[EvidencePacket], policy: Policy | None, k: int | None,
-    *, provenance: bool, superseded: str,
+    renderer: str,
+    evidence: RetrievalResult | Iterable[EvidencePacket],
+    policy: Policy | None,
+    k: int | None,
+    *,
+    provenance: bool,
+    superseded: str,
 ) -> tuple[list[EvidencePacket], Policy | None]:
     """What a renderer shows, and the policy whose words it uses: packets built from a result
     (under the result's own policy unless one is given) or packets taken as given; checks

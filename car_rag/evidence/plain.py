@@ -110,10 +110,10 @@ def render_plain(
             lead = f"{ambiguity_note(result.ambiguity, result.policy)}\n\n"
         shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
         # Named by label, not by document number: a token budget can renumber the documents.
-        possibly = {r.doc_id: [(_label(result, e.superseder), e.confidence) for e in r.contested_by]
-                    for r in shown if r.contested}
-        disputed = {r.doc_id: [(_label(result, e.superseder), e.rule) for e in r.disputed_by]
-                    for r in shown if r.disputed_by}
+        possibly = {
+            r.doc_id: [(_label(result, e.superseder), e.confidence) for e in r.contested_by] for r in shown if r.contested
+        }
+        disputed = {r.doc_id: [(_label(result, e.superseder), e.rule) for e in r.disputed_by] for r in shown if r.disputed_by}
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]

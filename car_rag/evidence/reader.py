@@ -83,24 +83,35 @@ def _packet(packet: EvidencePacket, refs: dict[str, str], policy: Policy | None,
         replaced_by = [HIDDEN_REPLACER]
     possibly = [ref_with_confidence(refs.get(link.doc_id, link.doc_id), link.confidence) for link in ep.possibly_superseded_by]
     when = packet.provenance.effective_at or packet.provenance.published_at
-    return Element("packet", {
-        "id": packet.evidence_packet_id,
-        "status": reader_status(packet.is_active),
-        "replaced-by": ", ".join(replaced_by) if not packet.is_active else None,
-        "possibly-replaced-by": ", ".join(possibly) or None,
-        "disputed-with": ", ".join(refs.get(link.doc_id, link.doc_id) for link in ep.disputed_by) or None,
-        "type": record_phrase(packet.doc_type),
-        "subject": subject_phrase(packet.scope, policy) or None,
-        "subject-probability": uncertain_scope(ep.scope_probability),
-        "version": packet.version,
-        "date": iso_date(when),
-        "cut": cut,
-    }, text)
+    return Element(
+        "packet",
+        {
+            "id": packet.evidence_packet_id,
+            "status": reader_status(packet.is_active),
+            "replaced-by": ", ".join(replaced_by) if not packet.is_active else None,
+            "possibly-replaced-by": ", ".join(possibly) or None,
+            "disputed-with": ", ".join(refs.get(link.doc_id, link.doc_id) for link in ep.disputed_by) or None,
+            "type": record_phrase(packet.doc_type),
+            "subject": subject_phrase(packet.scope, policy) or None,
+            "subject-probability": uncertain_scope(ep.scope_probability),
+            "version": packet.version,
+            "date": iso_date(when),
+            "cut": cut,
+        },
+        text,
+    )
 
 
 def _document(
-    shown: list[EvidencePacket], hidden_refs: dict[str, str], policy: Policy | None, *, query_id: str | None,
-    indent: str | None, dropped: list[str], cut_to: int | None, ambiguity: Ambiguity | None,
+    shown: list[EvidencePacket],
+    hidden_refs: dict[str, str],
+    policy: Policy | None,
+    *,
+    query_id: str | None,
+    indent: str | None,
+    dropped: list[str],
+    cut_to: int | None,
+    ambiguity: Ambiguity | None,
 ) -> str:
     refs = {**hidden_refs, **{p.doc_id: p.evidence_packet_id for p in shown}}
     root = Element("evidence", {"query-id": query_id})

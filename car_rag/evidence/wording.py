@@ -32,15 +32,55 @@ if TYPE_CHECKING:
     from car_rag.policy import Policy
 
 __all__ = [
-    "CUT_MARK", "DEFAULT_VERB", "DIGEST_IDS", "HIDDEN_REPLACER", "HIDDEN_REPLACER_NOTE", "HIDDEN_SUPERSEDER_TEXT",
-    "NOT_SHOWN_REASON", "NOT_SUPERSEDED", "Link", "ambiguity_note", "ambiguity_sentence", "compact_possibly_text",
-    "compact_relation_text", "confidence_words", "conflict_note", "cut_note", "digest_current", "digest_disputed_authority",
-    "digest_disputed_states", "digest_hidden_replacer", "digest_ids", "digest_possibly_superseded",
-    "digest_replaced_not_shown", "digest_state", "digest_voids", "dispute_claim", "dispute_group_note",
-    "disputed_by_text", "disputed_note", "disputed_sentence", "document_header", "dropped_reason", "guessed_subject",
-    "hidden_sentence", "link_label", "not_shown", "possibly_superseded_note", "possibly_superseded_sentence",
-    "quote_forged_headers", "reader_status", "record_label", "record_phrase", "ref_with_confidence", "role_phrase",
-    "scope_probability_note", "state_per_record", "subject_phrase", "superseded_by_sentence", "supersedes_sentence",
+    "CUT_MARK",
+    "DEFAULT_VERB",
+    "DIGEST_IDS",
+    "HIDDEN_REPLACER",
+    "HIDDEN_REPLACER_NOTE",
+    "HIDDEN_SUPERSEDER_TEXT",
+    "NOT_SHOWN_REASON",
+    "NOT_SUPERSEDED",
+    "Link",
+    "ambiguity_note",
+    "ambiguity_sentence",
+    "compact_possibly_text",
+    "compact_relation_text",
+    "confidence_words",
+    "conflict_note",
+    "cut_note",
+    "digest_current",
+    "digest_disputed_authority",
+    "digest_disputed_states",
+    "digest_hidden_replacer",
+    "digest_ids",
+    "digest_possibly_superseded",
+    "digest_replaced_not_shown",
+    "digest_state",
+    "digest_voids",
+    "dispute_claim",
+    "dispute_group_note",
+    "disputed_by_text",
+    "disputed_note",
+    "disputed_sentence",
+    "document_header",
+    "dropped_reason",
+    "guessed_subject",
+    "hidden_sentence",
+    "link_label",
+    "not_shown",
+    "possibly_superseded_note",
+    "possibly_superseded_sentence",
+    "quote_forged_headers",
+    "reader_status",
+    "record_label",
+    "record_phrase",
+    "ref_with_confidence",
+    "role_phrase",
+    "scope_probability_note",
+    "state_per_record",
+    "subject_phrase",
+    "superseded_by_sentence",
+    "supersedes_sentence",
     "uncertain_scope",
 ]
 
@@ -148,8 +188,10 @@ def disputed_sentence(label: str, link: Link, reverse: Link | None) -> str:
 
 def possibly_superseded_sentence(label: str, link: Link) -> str:
     """'ruling X is possibly superseded by overruling Y …, by rule R (confidence 0.60); too unsure to void it.'"""
-    return (f"{label} is possibly superseded by {link_label(link)}{_scope_phrase(link)}{_rule_phrase(link)} "
-            f"({confidence_words(link.confidence)}); too unsure to void it, so it stays active.")
+    return (
+        f"{label} is possibly superseded by {link_label(link)}{_scope_phrase(link)}{_rule_phrase(link)} "
+        f"({confidence_words(link.confidence)}); too unsure to void it, so it stays active."
+    )
 
 
 def _sureness(link: Link) -> str:
@@ -265,13 +307,17 @@ def digest_voids(record: str, verb: str, target: str, *, in_evidence: bool, subj
 
 
 def digest_possibly_superseded(record: str, voider: str, confidence: float) -> str:
-    return (f"The {record} is possibly superseded by the {voider} ({confidence_words(confidence)}); "
-            "too unsure to void it, so it is shown as current.")
+    return (
+        f"The {record} is possibly superseded by the {voider} ({confidence_words(confidence)}); "
+        "too unsure to void it, so it is shown as current."
+    )
 
 
 def digest_hidden_replacer(subject: str, record: str) -> str:
-    return (f"{subject}: the {record} has been replaced by a record you are not permitted to read; "
-            "the evidence does not say what replaced it.")
+    return (
+        f"{subject}: the {record} has been replaced by a record you are not permitted to read; "
+        "the evidence does not say what replaced it."
+    )
 
 
 def digest_replaced_not_shown(subject: str, record: str, replacer: str) -> str:
@@ -372,15 +418,18 @@ def compact_possibly_text(link: Link, ref: str | None) -> str:
 
 
 def disputed_by_text(other: str, rule: str) -> str:
-    return (f"{other} claims to supersede it by rule {rule}; "
-            "it claims the reverse by another relation: disputed, neither is applied.")
+    return (
+        f"{other} claims to supersede it by rule {rule}; it claims the reverse by another relation: disputed, neither is applied."
+    )
 
 
 def dispute_group_note(claims: Sequence[tuple[Link, str, str]]) -> str:
     """Both relations of a disputed pair: each (the claim's link, superseder label, target label)."""
     words = "; ".join(
-        f"by rule {claim.rule}" + (f" ({claim.rule_description.strip().rstrip('.')})" if claim.rule_description else "")
-        + f" {superseder} supersedes {target}" for claim, superseder, target in claims
+        f"by rule {claim.rule}"
+        + (f" ({claim.rule_description.strip().rstrip('.')})" if claim.rule_description else "")
+        + f" {superseder} supersedes {target}"
+        for claim, superseder, target in claims
     )
     return f"authority disputed: {words}. Neither is applied: both are shown."
 
@@ -393,5 +442,8 @@ def conflict_note(members: Sequence[tuple[str, str]], shared: Mapping[str, str])
 
 
 def dropped_reason(active: bool) -> str:
-    return ("active evidence, dropped last, lowest rank first" if active
-            else "superseded provenance, dropped before active evidence, lowest rank first")
+    return (
+        "active evidence, dropped last, lowest rank first"
+        if active
+        else "superseded provenance, dropped before active evidence, lowest rank first"
+    )

@@ -44,7 +44,6 @@ def _escape_attr(value: str) -> str:
     return _ATTR_RE.sub(lambda m: _ATTR_ESCAPES[m.group()], sanitize_xml_text(value))
 
 
-
 class Element:
     """An element. Tag and attribute names must be constants of the calling module, never data;
     attribute values and text are escaped when written."""

@@ -100,8 +100,14 @@ def check_answer(
     findings: list[Finding] = []
     unknown = [c for c in cited if c.casefold() not in by_id]
     if unknown:
-        findings.append(Finding("unknown_citation", f"The answer cites {', '.join(f'[{c}]' for c in unknown)}, which "
-                                f"{'is' if len(unknown) == 1 else 'are'} not in the evidence.", tuple(unknown)))
+        findings.append(
+            Finding(
+                "unknown_citation",
+                f"The answer cites {', '.join(f'[{c}]' for c in unknown)}, which "
+                f"{'is' if len(unknown) == 1 else 'are'} not in the evidence.",
+                tuple(unknown),
+            )
+        )
     known = [by_id[c.casefold()] for c in cited if c.casefold() in by_id]
     reader = ClaimReader(policy) if policy is not None and policy.states else None
     reading = reader.read(text) if reader is not None else None
@@ -113,12 +119,14 @@ def check_answer(
             findings += _ambiguous_state(text, reading, basis, split, policy)
         findings += _stale_state(reading, basis, policy, {p.doc_id for p in known}, judge_subject=not split)
         if known and not any(holds_now(p, basis, policy) for p in known):
-            findings.append(Finding(
-                "stale_citation",
-                "The answer states what holds now but cites only replaced evidence "
-                f"({', '.join(basis.ref(p) for p in known)}).",
-                tuple(p.evidence_packet_id for p in known),
-            ))
+            findings.append(
+                Finding(
+                    "stale_citation",
+                    "The answer states what holds now but cites only replaced evidence "
+                    f"({', '.join(basis.ref(p) for p in known)}).",
+                    tuple(p.evidence_packet_id for p in known),
+                )
+            )
     findings += version_findings(text, reading, reader, basis, policy)
     return GuardReport(True, tuple(findings), claims=tuple(asserted), basis=basis.basis)
 
@@ -152,15 +160,18 @@ def _stale_state(
                 claim = reading.first(stale)
                 digest = authority_digest(group, policy)
                 now = f" The evidence says: {DIGEST_IDS.sub('', digest[0].text)}" if digest else ""
-                out.append(Finding(
-                    "stale_state",
-                    f"The answer says {policy.state_label(stale)!r}, which is what the replaced "
-                    f"{record_phrase(old.doc_type, old.version)} {basis.ref(old)} said; the "
-                    f"{record_phrase(controller.doc_type, controller.version)} {basis.ref(controller)} replaced it"
-                    + (f" and says {policy.state_label(current)!r}." if current else ".") + now,
-                    tuple(p.evidence_packet_id for p in (old, controller) if p.doc_id in basis.shown),
-                    claim.text if claim else "",
-                ))
+                out.append(
+                    Finding(
+                        "stale_state",
+                        f"The answer says {policy.state_label(stale)!r}, which is what the replaced "
+                        f"{record_phrase(old.doc_type, old.version)} {basis.ref(old)} said; the "
+                        f"{record_phrase(controller.doc_type, controller.version)} {basis.ref(controller)} replaced it"
+                        + (f" and says {policy.state_label(current)!r}." if current else ".")
+                        + now,
+                        tuple(p.evidence_packet_id for p in (old, controller) if p.doc_id in basis.shown),
+                        claim.text if claim else "",
+                    )
+                )
                 break
             else:
                 continue
@@ -196,14 +207,16 @@ def _ambiguous_state(
     controlling = {d for m in ambiguity.members for d in m.controlling}
     refs = tuple(p.evidence_packet_id for p in basis.packets if p.doc_id in basis.shown and p.doc_id in controlling)
     claim = reading.first(state)
-    return [Finding(
-        "ambiguous_state",
-        f"The question matches {ambiguity.scopes} scopes the evidence does not tell apart ({counts}); the answer says "
-        f"{policy.state_label(state)!r} as if it knew which one is meant. Say that it depends on which one is meant, "
-        "and what holds for each.",
-        refs,
-        claim.text if claim else "",
-    )]
+    return [
+        Finding(
+            "ambiguous_state",
+            f"The question matches {ambiguity.scopes} scopes the evidence does not tell apart ({counts}); the answer says "
+            f"{policy.state_label(state)!r} as if it knew which one is meant. Say that it depends on which one is meant, "
+            "and what holds for each.",
+            refs,
+            claim.text if claim else "",
+        )
+    ]
 
 
 def repair_messages(messages: Sequence[dict[str, str]], answer: str, report: GuardReport) -> list[dict[str, str]]:
@@ -212,6 +225,8 @@ def repair_messages(messages: Sequence[dict[str, str]], answer: str, report: Gua
     if not report.flagged:
         raise ValueError("repair_messages needs a flagged report; unflagged answers need no repair")
     problems = "\n".join(f"- {f.message}" for f in report.findings)
-    ask = (f"Your answer does not agree with the evidence:\n{problems}\n"
-           "Answer the question again, from the current packets only. Begin with the direct answer.")
+    ask = (
+        f"Your answer does not agree with the evidence:\n{problems}\n"
+        "Answer the question again, from the current packets only. Begin with the direct answer."
+    )
     return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": ask}]

@@ -162,8 +162,16 @@ def seen_evidence(
     packets = _relabel(resolved, doc_ids, labels)
     # Provenance was shown (its versions were read), under packet numbers the evidence does not record.
     shown = frozenset(doc_ids) | {p.doc_id for p in resolved if p.doc_id in replaced}
-    return GuardEvidence(packets, shown, form, text, ambiguity, frozenset(subject_ids), policy=policy,
-                         unnumbered=len(shown) > len(set(doc_ids)) if unnumbered is None else unnumbered)
+    return GuardEvidence(
+        packets,
+        shown,
+        form,
+        text,
+        ambiguity,
+        frozenset(subject_ids),
+        policy=policy,
+        unnumbered=len(shown) > len(set(doc_ids)) if unnumbered is None else unnumbered,
+    )
 
 
 def scope_evidence(
@@ -186,10 +194,19 @@ def scope_evidence(
     top = result.top(k)
     ids = [r.doc_id for r in top]
     members = _scope_members(graph, ids, caller)
-    packets = _relabel(_resolved(graph, policy, [*ids, *members], caller, result.query), ids,
-                       [LABEL[form].format(r.rank) for r in top])
-    return GuardEvidence(packets, frozenset(ids), form, text or "", result.ambiguity,
-                         versions_from="shown" if text is not None else "all", basis="scopes", policy=policy)
+    packets = _relabel(
+        _resolved(graph, policy, [*ids, *members], caller, result.query), ids, [LABEL[form].format(r.rank) for r in top]
+    )
+    return GuardEvidence(
+        packets,
+        frozenset(ids),
+        form,
+        text or "",
+        result.ambiguity,
+        versions_from="shown" if text is not None else "all",
+        basis="scopes",
+        policy=policy,
+    )
 
 
 def result_evidence(result: RetrievalResult, policy: Policy | None, k: int | None, form: Numbering) -> GuardEvidence:

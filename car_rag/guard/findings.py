@@ -44,5 +44,11 @@ class GuardReport:
         return bool(self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"judged": self.judged, "flagged": self.flagged, "reason": self.reason, "claims": list(self.claims),
-                "basis": self.basis, "findings": [f.to_dict() for f in self.findings]}
+        return {
+            "judged": self.judged,
+            "flagged": self.flagged,
+            "reason": self.reason,
+            "claims": list(self.claims),
+            "basis": self.basis,
+            "findings": [f.to_dict() for f in self.findings],
+        }

@@ -60,8 +60,12 @@ def holds_now(packet: EvidencePacket, basis: GuardEvidence, policy: Policy) -> b
     by_doc = {p.doc_id: p for p in basis.packets}
     later = _controllers(packet, by_doc)
     before = policy.state_of(packet.doc_type)
-    return (bool(later) and before is not None and all(policy.state_of(c.doc_type) == before for c in later)
-            and not _replaced_on_its_line(packet, by_doc))
+    return (
+        bool(later)
+        and before is not None
+        and all(policy.state_of(c.doc_type) == before for c in later)
+        and not _replaced_on_its_line(packet, by_doc)
+    )
 
 
 def _record_version(packet: EvidencePacket) -> str | None:
@@ -159,12 +163,14 @@ def version_findings(
         # would be a stale_state: "vulnerable up to 9.8"), or the replaced record was itself a fix (an earlier release).
         if later is not None and later in reading.asserted() and (later == before or reading.lead != before):
             names = ", ".join(stale)
-            out.append(Finding(
-                "superseded_version",
-                f"The answer gives version {names} for what holds now ({policy.state_label(later)!r}), but "
-                f"{'it comes' if len(stale) == 1 else 'they come'} only from the replaced "
-                f"{record_phrase(old.doc_type, old.version)} {basis.ref(old)}, not from the record that replaced it.",
-                tuple(p.evidence_packet_id for p in (old,) if p.doc_id in basis.shown),
-                names,
-            ))
+            out.append(
+                Finding(
+                    "superseded_version",
+                    f"The answer gives version {names} for what holds now ({policy.state_label(later)!r}), but "
+                    f"{'it comes' if len(stale) == 1 else 'they come'} only from the replaced "
+                    f"{record_phrase(old.doc_type, old.version)} {basis.ref(old)}, not from the record that replaced it.",
+                    tuple(p.evidence_packet_id for p in (old,) if p.doc_id in basis.shown),
+                    names,
+                )
+            )
     return out

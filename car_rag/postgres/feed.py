@@ -67,8 +67,10 @@ class ChangeFeed:
         """Called after each step with the changes it applied, often none (a service's metrics)."""
         self._stop = threading.Event()
         self._drain_wanted = threading.Event()
-        self._threads = [threading.Thread(target=self._run, name="car-rag-feed", daemon=True),
-                         threading.Thread(target=self._drain, name="car-rag-outbox", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._run, name="car-rag-feed", daemon=True),
+            threading.Thread(target=self._drain, name="car-rag-outbox", daemon=True),
+        ]
 
     def start(self) -> None:
         for thread in self._threads:

@@ -112,9 +112,13 @@ class PostgresRecordLog(RecordLog):
         """A new connection to the store's database (``autocommit`` for reads and LISTEN), named
         in ``pg_stat_activity`` by this process and its ``role`` (read, write, feed, outbox)."""
         try:
-            return self.psycopg.connect(self.url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S,
-                                        application_name=f"car-rag {os.getpid()} {role}",
-                                        options=f"-c statement_timeout={self.statement_timeout_s * 1000:.0f}")
+            return self.psycopg.connect(
+                self.url,
+                autocommit=autocommit,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name=f"car-rag {os.getpid()} {role}",
+                options=f"-c statement_timeout={self.statement_timeout_s * 1000:.0f}",
+            )
         except self.psycopg.Error as exc:
             raise self.psycopg.OperationalError(f"cannot reach PostgreSQL at {redact_url(self.url)}: {exc}") from None
 
@@ -160,17 +164,29 @@ class PostgresRecordLog(RecordLog):
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except self.psycopg.Error as exc:
-            raise RuntimeError(f"{self.location}: the pgvector engine needs the vector extension in this database "
-                               f"({str(exc).strip()}): CREATE EXTENSION vector as a user allowed to") from None
+            raise RuntimeError(
+                f"{self.location}: the pgvector engine needs the vector extension in this database "
+                f"({str(exc).strip()}): CREATE EXTENSION vector as a user allowed to"
+            ) from None
         version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
         if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < PGVECTOR_MIN:
-            raise RuntimeError(f"{self.location}: the pgvector engine needs pgvector {'.'.join(map(str, PGVECTOR_MIN))} or "
-                               f"later (iterative index scans keep filtered searches whole); this database has {version}: "
-                               "ALTER EXTENSION vector UPDATE")
-        conn.execute(self._sql(f"ALTER TABLE {{records}} ADD COLUMN embedding vector({int(column.dimension)}), "
-                               "ADD COLUMN tenant text, ADD COLUMN public boolean, ADD COLUMN readers text[]"))
-        conn.execute(self._sql(f"CREATE INDEX records_embedding ON {{records}} USING hnsw (embedding vector_cosine_ops) "
-                               f"WITH (m = {int(column.m)}, ef_construction = {int(column.ef_construction)})"))
+            raise RuntimeError(
+                f"{self.location}: the pgvector engine needs pgvector {'.'.join(map(str, PGVECTOR_MIN))} or "
+                f"later (iterative index scans keep filtered searches whole); this database has {version}: "
+                "ALTER EXTENSION vector UPDATE"
+            )
+        conn.execute(
+            self._sql(
+                f"ALTER TABLE {{records}} ADD COLUMN embedding vector({int(column.dimension)}), "
+                "ADD COLUMN tenant text, ADD COLUMN public boolean, ADD COLUMN readers text[]"
+            )
+        )
+        conn.execute(
+            self._sql(
+                f"CREATE INDEX records_embedding ON {{records}} USING hnsw (embedding vector_cosine_ops) "
+                f"WITH (m = {int(column.m)}, ef_construction = {int(column.ef_construction)})"
+            )
+        )
 
     def use_vector_column(self, column: VectorColumn) -> None:
         """Write every record's vector and caller-gate fields to the pgvector columns that
@@ -276,34 +292,50 @@ class _PostgresWriter(LogWriter):
         seq, change = conn.execute(sql("SELECT coalesce(max(seq), 0), coalesce(max(change), 0) FROM {records}")).fetchone()
         pending = vectors is not None and self.log.outbox
         ids = [r.doc_id for r in records]
-        written: list[tuple[Any, ...]] = [(r.doc_id, seq + i, change + i, r.fingerprint(), r.model_dump_json(),
-                                            None if vectors is None else _vector_bytes(vectors[i - 1]), pending)
-                                           for i, r in enumerate(records, 1)]
+        written: list[tuple[Any, ...]] = [
+            (
+                r.doc_id,
+                seq + i,
+                change + i,
+                r.fingerprint(),
+                r.model_dump_json(),
+                None if vectors is None else _vector_bytes(vectors[i - 1]),
+                pending,
+            )
+            for i, r in enumerate(records, 1)
+        ]
         columns, values, updates = "", "", ""
         if self.log.vector_column is not None:
             if vectors is None:
                 raise ValueError(f"{self.log.location} searches vectors in SQL: every record written needs its vector")
             columns, values = ", embedding, tenant, public, readers", ", %s::vector, %s, %s, %s"
-            updates = (", embedding = excluded.embedding, tenant = excluded.tenant, public = excluded.public, "
-                       "readers = excluded.readers")
+            updates = (
+                ", embedding = excluded.embedding, tenant = excluded.tenant, public = excluded.public, readers = excluded.readers"
+            )
             written = [(*row, vector.tolist(), *_gate(r)) for row, vector, r in zip(written, vectors, records)]
         with conn.cursor() as cur:
             cur.executemany(
-                sql(f"INSERT INTO {{records}} (doc_id, seq, change, fingerprint, body, vector, vector_pending{columns}) "
+                sql(
+                    f"INSERT INTO {{records}} (doc_id, seq, change, fingerprint, body, vector, vector_pending{columns}) "
                     f"VALUES (%s, %s, %s, %s, %s, %s, %s{values}) ON CONFLICT (doc_id) DO UPDATE SET "
                     "change = excluded.change, fingerprint = excluded.fingerprint, body = excluded.body, "
                     f"vector = excluded.vector, vector_pending = excluded.vector_pending{updates}, "
-                    "committed_at = clock_timestamp()"),
+                    "committed_at = clock_timestamp()"
+                ),
                 written,
             )
             for table in ("edges", "disputed_edges"):
                 cur.execute(sql(f"DELETE FROM {{{table}}} WHERE superseder = ANY(%s) OR target = ANY(%s)"), (ids, ids))
             for table, rows in (("edges", edges), ("disputed_edges", disputed)):
-                cur.executemany(sql(f"INSERT INTO {{{table}}} (superseder, target, rule, confidence) VALUES (%s, %s, %s, %s)"),
-                                [(e.superseder, e.target, e.rule, e.confidence) for e in rows])
+                cur.executemany(
+                    sql(f"INSERT INTO {{{table}}} (superseder, target, rule, confidence) VALUES (%s, %s, %s, %s)"),
+                    [(e.superseder, e.target, e.rule, e.confidence) for e in rows],
+                )
             cur.execute(sql("DELETE FROM {scope_index} WHERE doc_id = ANY(%s)"), (ids,))
-            cur.executemany(sql("INSERT INTO {scope_index} (key, value, doc_id) VALUES (%s, %s, %s)"),
-                            [(k, v, r.doc_id) for r in records for k, v in r.scope.items()])
+            cur.executemany(
+                sql("INSERT INTO {scope_index} (key, value, doc_id) VALUES (%s, %s, %s)"),
+                [(k, v, r.doc_id) for r in records for k, v in r.scope.items()],
+            )
             head = change + len(records)
             cur.execute("SELECT pg_notify(%s, %s)", (self.log.channel, str(head)))
         return int(head)
@@ -327,14 +359,21 @@ class Outbox:
     def __enter__(self) -> Outbox:
         self.conn = self.log.connect(autocommit=False, role="outbox")
         if self.doc_ids is None:
-            found = self.conn.execute(self.log._sql(
-                "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending AND committed_at <= "
-                "clock_timestamp() - make_interval(secs => %s) ORDER BY change LIMIT %s FOR UPDATE SKIP LOCKED"),
-                (self.min_age_s, self.limit)).fetchall()
+            found = self.conn.execute(
+                self.log._sql(
+                    "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending AND committed_at <= "
+                    "clock_timestamp() - make_interval(secs => %s) ORDER BY change LIMIT %s FOR UPDATE SKIP LOCKED"
+                ),
+                (self.min_age_s, self.limit),
+            ).fetchall()
         else:
-            found = self.conn.execute(self.log._sql(
-                "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending AND doc_id = ANY(%s) "
-                "ORDER BY change LIMIT %s FOR UPDATE"), (list(self.doc_ids), self.limit)).fetchall()
+            found = self.conn.execute(
+                self.log._sql(
+                    "SELECT doc_id, change, body, vector FROM {records} WHERE vector_pending AND doc_id = ANY(%s) "
+                    "ORDER BY change LIMIT %s FOR UPDATE"
+                ),
+                (list(self.doc_ids), self.limit),
+            ).fetchall()
         self.rows = [(d, int(c), parse_stored(body, self.log.location), np.frombuffer(v, dtype="<f4")) for d, c, body, v in found]
         return self
 
@@ -347,8 +386,9 @@ class Outbox:
         try:
             if kind is None and self._done:
                 with self.conn.cursor() as cur:
-                    cur.executemany(self.log._sql(
-                        "UPDATE {records} SET vector_pending = false WHERE doc_id = %s AND change = %s"), self._done)
+                    cur.executemany(
+                        self.log._sql("UPDATE {records} SET vector_pending = false WHERE doc_id = %s AND change = %s"), self._done
+                    )
             if kind is None:
                 self.conn.commit()
             else:
@@ -370,9 +410,13 @@ def _fingerprints(conn: Any, sql: Any, doc_ids: Sequence[str]) -> dict[str, str]
 
 
 def _changes(conn: Any, sql: Any, after: int, vectors: bool) -> list[Change]:
-    rows = conn.execute(sql(
-        f"SELECT change, body, {'vector' if vectors else 'NULL'}, extract(epoch FROM committed_at) FROM {{records}} "
-        "WHERE change > %s ORDER BY change"), (after,)).fetchall()
+    rows = conn.execute(
+        sql(
+            f"SELECT change, body, {'vector' if vectors else 'NULL'}, extract(epoch FROM committed_at) FROM {{records}} "
+            "WHERE change > %s ORDER BY change"
+        ),
+        (after,),
+    ).fetchall()
     return [Change(int(n), parse_stored(body, "the change feed"), _vector(v), float(at)) for n, body, v, at in rows]
 
 

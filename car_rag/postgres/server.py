@@ -115,8 +115,9 @@ def stop(folder: Path | str, *, timeout_s: float = 60.0) -> bool:
     cluster.require_initialised()
     if cluster.running_address() is None:
         return False
-    done = cluster.run("pg_ctl", "stop", "-D", str(cluster.data), "-m", "fast", "-w", "-t", str(math.ceil(timeout_s)),
-                       timeout_s=timeout_s + 10)
+    done = cluster.run(
+        "pg_ctl", "stop", "-D", str(cluster.data), "-m", "fast", "-w", "-t", str(math.ceil(timeout_s)), timeout_s=timeout_s + 10
+    )
     if done.returncode != 0:
         raise PgServerError(f"PostgreSQL in {cluster.folder} did not stop within {timeout_s:g} s: {done.stderr.strip()}")
     return True
@@ -174,8 +175,9 @@ class _Cluster:
         if (self.data / "PG_VERSION").exists():
             owner = pwd.getpwuid(self.data.stat().st_uid)
             if owner.pw_uid == 0:
-                raise PgServerError(f"{self.data} belongs to root, and PostgreSQL does not run as root: "
-                                    f"chown -R {SERVER_USER}: {self.folder}")
+                raise PgServerError(
+                    f"{self.data} belongs to root, and PostgreSQL does not run as root: chown -R {SERVER_USER}: {self.folder}"
+                )
             return owner
         try:
             return pwd.getpwnam(SERVER_USER)
@@ -186,8 +188,10 @@ class _Cluster:
             subprocess.run(command, check=True, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as exc:
             detail = exc.stderr.strip() if isinstance(exc, subprocess.CalledProcessError) else exc
-            raise PgServerError(f"PostgreSQL does not run as root, and the system user {SERVER_USER!r} to run it as "
-                                f"could not be made ({' '.join(command)}: {detail})") from exc
+            raise PgServerError(
+                f"PostgreSQL does not run as root, and the system user {SERVER_USER!r} to run it as "
+                f"could not be made ({' '.join(command)}: {detail})"
+            ) from exc
         return pwd.getpwnam(SERVER_USER)
 
     def _check_reachable(self, path: Path, what: str) -> None:
@@ -196,8 +200,7 @@ class _Cluster:
         groups = set(os.getgrouplist(self.account.pw_name, self.account.pw_gid))
         for parent in reversed(path.parents):
             info = parent.stat()
-            bit = (stat.S_IXUSR if info.st_uid == self.account.pw_uid
-                   else stat.S_IXGRP if info.st_gid in groups else stat.S_IXOTH)
+            bit = stat.S_IXUSR if info.st_uid == self.account.pw_uid else stat.S_IXGRP if info.st_gid in groups else stat.S_IXOTH
             if not info.st_mode & bit:
                 raise PgServerError(
                     f"PostgreSQL runs as the system user {self.account.pw_name!r} (it refuses root), which cannot enter "
@@ -209,19 +212,31 @@ class _Cluster:
         """One of PostgreSQL's programs, as the server's user, bounded."""
         as_user: dict[str, Any] = {}
         if self.account is not None:
-            as_user = {"user": self.account.pw_uid, "group": self.account.pw_gid,
-                       "extra_groups": os.getgrouplist(self.account.pw_name, self.account.pw_gid)}
+            as_user = {
+                "user": self.account.pw_uid,
+                "group": self.account.pw_gid,
+                "extra_groups": os.getgrouplist(self.account.pw_name, self.account.pw_gid),
+            }
         try:
-            return subprocess.run([str(self.bin / program), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                  cwd=self.folder, timeout=timeout_s, **as_user)
+            return subprocess.run(
+                [str(self.bin / program), *args],
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                cwd=self.folder,
+                timeout=timeout_s,
+                **as_user,
+            )
         except subprocess.TimeoutExpired as exc:
             raise PgServerError(f"{program} {' '.join(args)} did not finish within {timeout_s:g} s; {self.log_tail()}") from exc
 
     def initdb(self, timeout_s: float) -> None:
         """A new cluster in a new or empty folder: a generated password, SCRAM for every client."""
         if self.folder.exists() and any(self.folder.iterdir()):
-            raise PgServerError(f"{self.folder} is not empty and holds no car-rag PostgreSQL (no {DATA_DIR}/PG_VERSION): "
-                                "give a new or empty folder")
+            raise PgServerError(
+                f"{self.folder} is not empty and holds no car-rag PostgreSQL (no {DATA_DIR}/PG_VERSION): "
+                "give a new or empty folder"
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         if self.account is not None:
             self._check_reachable(self.folder, "the folder")
@@ -233,8 +248,18 @@ class _Cluster:
         if self.account is not None:
             for path in (self.folder, password):
                 os.chown(path, self.account.pw_uid, self.account.pw_gid)
-        done = self.run("initdb", "-D", str(self.data), "-U", SUPERUSER, f"--pwfile={password}", "--auth=scram-sha-256",
-                        "--no-locale", "--encoding=UTF8", timeout_s=timeout_s)
+        done = self.run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            SUPERUSER,
+            f"--pwfile={password}",
+            "--auth=scram-sha-256",
+            "--no-locale",
+            "--encoding=UTF8",
+            timeout_s=timeout_s,
+        )
         if done.returncode != 0:
             shutil.rmtree(self.data, ignore_errors=True)
             password.unlink()  # the folder is empty again: a fixed cause can simply start again
@@ -244,8 +269,20 @@ class _Cluster:
     def pg_ctl_start(self, host: str, port: int, timeout_s: float) -> None:
         """Start the server detached (pg_ctl puts it in a session of its own) and wait until it is ready."""
         options = shlex.join(["-h", host, "-p", str(port), "-k", ""])  # -k '': no Unix socket
-        done = self.run("pg_ctl", "start", "-D", str(self.data), "-l", str(self.folder / LOG_FILE), "-o", options,
-                        "-w", "-t", str(math.ceil(timeout_s)), timeout_s=timeout_s + 10)
+        done = self.run(
+            "pg_ctl",
+            "start",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.folder / LOG_FILE),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            str(math.ceil(timeout_s)),
+            timeout_s=timeout_s + 10,
+        )
         if done.returncode != 0:
             raise PgServerError(
                 f"PostgreSQL in {self.folder} did not start on {host}:{port} ({done.stderr.strip()}); {self.log_tail()}"

@@ -41,8 +41,14 @@ class PgVectorChannel(VectorChannel):
     re-sorted by distance, then id), ``strict_order``, or ``off`` (HNSW's first candidates only,
     what the exact scan makes up for)."""
 
-    def __init__(self, log: PostgresRecordLog, *, ef_search: int, iterative_scan: str = "relaxed_order",
-                 exact_limit: int = EXACT_SEARCH_LIMIT):
+    def __init__(
+        self,
+        log: PostgresRecordLog,
+        *,
+        ef_search: int,
+        iterative_scan: str = "relaxed_order",
+        exact_limit: int = EXACT_SEARCH_LIMIT,
+    ):
         super().__init__(exact_limit=exact_limit)
         self.log, self.ef_search, self.iterative_scan = log, ef_search, iterative_scan
         self.exact_scans = 0
@@ -66,9 +72,11 @@ class PgVectorChannel(VectorChannel):
                 # estimate grows with ef_search: at ef_search 200 the planner chose an exact sequential
                 # scan over 20k records (70 ms instead of 4, evals/serve/pgvector.py); a search HNSW
                 # leaves short gets that exact scan anyway (_nearest).
-                conn.execute("SELECT '[0]'::vector, set_config('hnsw.ef_search', %s, false), "
-                             "set_config('hnsw.iterative_scan', %s, false), set_config('enable_seqscan', 'off', false)",
-                             (str(self.ef_search), self.iterative_scan))
+                conn.execute(
+                    "SELECT '[0]'::vector, set_config('hnsw.ef_search', %s, false), "
+                    "set_config('hnsw.iterative_scan', %s, false), set_config('enable_seqscan', 'off', false)",
+                    (str(self.ef_search), self.iterative_scan),
+                )
             yield conn
         except BaseException:
             if conn is not None:
@@ -83,9 +91,13 @@ class PgVectorChannel(VectorChannel):
         sql = self._sql
         search = "SELECT doc_id, embedding <=> %s::vector AS distance FROM {records} WHERE {condition} ORDER BY distance"
         with self._connection() as conn:
-            rows = conn.execute(sql.SQL(f"WITH nearest AS MATERIALIZED ({search} LIMIT %s) "
-                                        "SELECT doc_id, distance FROM nearest ORDER BY distance, doc_id")
-                                .format(records=self._records, condition=condition), [query, *params, k]).fetchall()
+            rows = conn.execute(
+                sql.SQL(
+                    f"WITH nearest AS MATERIALIZED ({search} LIMIT %s) "
+                    "SELECT doc_id, distance FROM nearest ORDER BY distance, doc_id"
+                ).format(records=self._records, condition=condition),
+                [query, *params, k],
+            ).fetchall()
             if len(rows) < k and self._count(conn, condition, params, k) > len(rows):
                 with self._lock:
                     self.exact_scans += 1
@@ -93,8 +105,10 @@ class PgVectorChannel(VectorChannel):
                 with conn.transaction():
                     conn.execute("SET LOCAL enable_indexscan = off")
                     conn.execute("SET LOCAL enable_seqscan = on")
-                    rows = conn.execute(sql.SQL(f"{search}, doc_id LIMIT %s").format(records=self._records, condition=condition),
-                                        [query, *params, k]).fetchall()
+                    rows = conn.execute(
+                        sql.SQL(f"{search}, doc_id LIMIT %s").format(records=self._records, condition=condition),
+                        [query, *params, k],
+                    ).fetchall()
         return [ChannelHit(doc_id, 1.0 - float(distance), rank) for rank, (doc_id, distance) in enumerate(rows, 1)]
 
     def _count(self, conn: Any, condition: Any, params: list[Any], up_to: int) -> int:
@@ -105,8 +119,12 @@ class PgVectorChannel(VectorChannel):
     def _matching(self, where: Mapping[str, Any]) -> list[str]:
         condition, params = self._condition(where)
         with self._connection() as conn:
-            found = conn.execute(self._sql.SQL("SELECT doc_id FROM {records} WHERE {condition}")
-                                 .format(records=self._records, condition=condition), params)
+            found = conn.execute(
+                self._sql.SQL("SELECT doc_id FROM {records} WHERE {condition}").format(
+                    records=self._records, condition=condition
+                ),
+                params,
+            )
             return [doc_id for (doc_id,) in found.fetchall()]
 
     def _condition(self, where: Mapping[str, Any] | None) -> tuple[Any, list[Any]]:
@@ -126,8 +144,7 @@ class PgVectorChannel(VectorChannel):
             return joined, [param for _, params in parts for param in params]
         column = GATE_COLUMNS.get(key)
         if column is None:
-            raise ValueError(f"the pgvector engine filters on the caller gate's fields ({', '.join(GATE_COLUMNS)}), "
-                             f"not {key!r}")
+            raise ValueError(f"the pgvector engine filters on the caller gate's fields ({', '.join(GATE_COLUMNS)}), not {key!r}")
         operator, operand = next(iter(value.items())) if isinstance(value, dict) and len(value) == 1 else ("$eq", value)
         forms = {"$eq": "{} = %s", "$in": "{} = ANY(%s)"} if column != "readers" else {"$contains": "{} @> ARRAY[%s]::text[]"}
         if operator not in forms or (operator == "$in") != isinstance(operand, list):

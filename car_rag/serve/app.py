@@ -33,8 +33,11 @@ _RECORDS_BODY = {
     "requestBody": {
         "required": True,
         "description": "one record, or a list of them, in the neutral format (README, Records)",
-        "content": {"application/json": {"schema": {"anyOf": [
-            Record.model_json_schema(), {"type": "array", "items": Record.model_json_schema()}]}}},
+        "content": {
+            "application/json": {
+                "schema": {"anyOf": [Record.model_json_schema(), {"type": "array", "items": Record.model_json_schema()}]}
+            }
+        },
     }
 }
 
@@ -71,9 +74,11 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
         service.close()
 
     app = FastAPI(
-        title="car-rag", version=__version__, lifespan=lifespan,
+        title="car-rag",
+        version=__version__,
+        lifespan=lifespan,
         description="Controlling Authority Retrieval: the records a question is about, the ones that void them, "
-                    "and which control.",
+        "and which control.",
     )
     app.state.service = service
 
@@ -91,25 +96,42 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
     async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, 403)
 
-    @app.post("/retrieve", response_model=RetrieveResponse, responses={
-        400: {"description": "a caller in the body of a server with API keys"}, 401: {"description": "no or unknown key"},
-        503: {"description": "not ready, or no answer within the deadline"}})
+    @app.post(
+        "/retrieve",
+        response_model=RetrieveResponse,
+        responses={
+            400: {"description": "a caller in the body of a server with API keys"},
+            401: {"description": "no or unknown key"},
+            503: {"description": "not ready, or no answer within the deadline"},
+        },
+    )
     async def retrieve(body: RetrieveRequest, key: Key) -> RetrieveResponse:
         """Rank the controlling records for a question: candidates, the final ranking, the evidence, diagnostics."""
         if key is not None and body.caller is not None:
             raise HTTPException(400, "this server takes the caller from the API key: leave 'caller' out of the body")
-        caller = key.caller if key is not None else (
-            None if body.caller is None else CallerContext(body.caller.tenant, frozenset(body.caller.principals)))
+        caller = (
+            key.caller
+            if key is not None
+            else (None if body.caller is None else CallerContext(body.caller.tenant, frozenset(body.caller.principals)))
+        )
         try:
             with anyio.fail_after(service.timeout_s):
                 return await anyio.to_thread.run_sync(service.answer, body, caller, abandon_on_cancel=True)
         except TimeoutError:
             raise HTTPException(503, f"no answer within {service.timeout_s * 1000:.0f} ms: the store is busy") from None
 
-    @app.post("/records", response_model=RecordsResponse, openapi_extra=_RECORDS_BODY, responses={
-        401: {"description": "no or unknown key"}, 403: {"description": "the key may not write these records"},
-        413: {"description": "body too large"}, 422: {"model": RecordsRejected, "description": "nothing was stored"},
-        503: {"description": "the store did not take the batch; nothing was stored"}})
+    @app.post(
+        "/records",
+        response_model=RecordsResponse,
+        openapi_extra=_RECORDS_BODY,
+        responses={
+            401: {"description": "no or unknown key"},
+            403: {"description": "the key may not write these records"},
+            413: {"description": "body too large"},
+            422: {"model": RecordsRejected, "description": "nothing was stored"},
+            503: {"description": "the store did not take the batch; nothing was stored"},
+        },
+    )
     async def records(request: Request, key: Key) -> Any:
         """Add or replace records (idempotent by doc_id), all or none; says what they voided."""
         if key is not None and not key.write:
@@ -125,8 +147,11 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
             for number, item in enumerate(items, start=1):
                 if not isinstance(item, dict) or item.get("tenant") != key.tenant:
                     doc_id = item.get("doc_id") if isinstance(item, dict) else None
-                    raise HTTPException(403, f"key {key.name!r} writes records of tenant {key.tenant!r} only: record {number} "
-                                             f"({doc_id!r}) is not one; nothing was stored")
+                    raise HTTPException(
+                        403,
+                        f"key {key.name!r} writes records of tenant {key.tenant!r} only: record {number} "
+                        f"({doc_id!r}) is not one; nothing was stored",
+                    )
         outcome = await anyio.to_thread.run_sync(service.insert, items, key)
         if isinstance(outcome, RecordsRejected):
             return JSONResponse(outcome.model_dump(), 422)
@@ -142,8 +167,13 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
         """The store is open, the retriever (with its model) is loaded and, for a shared store, its
         database answers."""
         reason = service.readiness()
-        body: dict[str, Any] = {"ready": reason is None, "records": len(service.store), "anchors": service.anchors,
-                                "auth": "api-keys" if service.api_keys is not None else "none", "head": service.store.head}
+        body: dict[str, Any] = {
+            "ready": reason is None,
+            "records": len(service.store),
+            "anchors": service.anchors,
+            "auth": "api-keys" if service.api_keys is not None else "none",
+            "head": service.store.head,
+        }
         if reason:
             body["reason"] = reason
         return JSONResponse(body, 200 if reason is None else 503)

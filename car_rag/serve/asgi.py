@@ -36,8 +36,9 @@ class RequestEdge:
     def __init__(self, app: Any, metrics: Metrics, max_body: int):
         self.app, self.metrics, self.max_body = app, metrics, max_body
 
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(
+        self, scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+    ) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -93,4 +94,3 @@ class RequestEdge:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
-

@@ -104,8 +104,9 @@ class Inserts:
     def _store_together(self, group: list[_Insert]) -> bool:
         """Ingest the group's records at once and answer each request its part; False: nothing was stored."""
         try:
-            report = self.store.ingest([r for p in group for r in p.records], progress=False, atomic=True,
-                                       may_replace=_Owners(group))
+            report = self.store.ingest(
+                [r for p in group for r in p.records], progress=False, atomic=True, may_replace=_Owners(group)
+            )
         except Exception as exc:
             log.info("a group of %d inserts was not stored together (%s); storing each alone", len(group), type(exc).__name__)
             return False
@@ -115,8 +116,9 @@ class Inserts:
         for n, pending in enumerate(group):
             pending.warnings += [w for w in report.warnings if w not in pending.warnings]  # the outbox's concern all
             mine = {r.doc_id for r in pending.records}
-            pending.answer = self._answer(pending, [d for d in report.added if d in mine],
-                                          [d for d in report.updated if d in mine], edges[n])
+            pending.answer = self._answer(
+                pending, [d for d in report.added if d in mine], [d for d in report.updated if d in mine], edges[n]
+            )
         return True
 
     def _store_alone(self, pending: _Insert) -> None:
@@ -128,13 +130,16 @@ class Inserts:
             log.warning("insert failed: %s: %s", type(exc).__name__, exc)
             self.metrics.ingested.labels("failed").inc(len(pending.records))
             pending.error = Unavailable(
-                f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry")
+                f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry"
+            )
             return
         if owners.refused:
             number, doc_id = owners.refused[0]
             assert pending.key is not None
-            pending.error = Forbidden(f"key {pending.key.name!r} may not replace record {number} ({doc_id!r}): "
-                                      "the doc_id is taken by a record this key does not own; nothing was stored")
+            pending.error = Forbidden(
+                f"key {pending.key.name!r} may not replace record {number} ({doc_id!r}): "
+                "the doc_id is taken by a record this key does not own; nothing was stored"
+            )
         elif report.errors:
             pending.answer = self._rejected(report.errors, len(pending.records))
         else:
@@ -149,11 +154,14 @@ class Inserts:
         key = pending.key
         with self.store.lock.read():
             records = self.store.records
-            readable: Callable[[str], bool] = (lambda _d: True) if key is None else (
-                lambda d: d in records and key.caller.can_read(records[d]))
+            readable: Callable[[str], bool] = (
+                (lambda _d: True) if key is None else (lambda d: d in records and key.caller.can_read(records[d]))
+            )
             shown = [e for e in edges if readable(e.superseder) and readable(e.target)]
         return RecordsResponse(
-            added=added, updated=updated, unchanged=unchanged,
+            added=added,
+            updated=updated,
+            unchanged=unchanged,
             newly_superseded=sorted({e.target for e in shown}),
             new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in shown],
             warnings=pending.warnings,
@@ -201,4 +209,3 @@ def _edges_by_request(group: list[_Insert], report: IngestReport) -> list[list[E
         _, n = max(made_by[d] for d in (edge.superseder, edge.target) if d in made_by)
         edges[n].append(edge)
     return edges
-

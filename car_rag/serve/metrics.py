@@ -32,16 +32,27 @@ class Metrics:
         self.store = store
         self.registry = CollectorRegistry()
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-        self.requests = Histogram("car_rag_http_request_seconds", "HTTP requests by path and status", ["path", "status"],
-                                  buckets=_SECONDS, registry=self.registry)
-        self.stages = Histogram("car_rag_retrieve_stage_seconds", "Time per /retrieve stage", ["stage"],
-                                buckets=_SECONDS, registry=self.registry)
-        self.degraded = Counter("car_rag_degraded_answers", "Answers that left a channel out", ["channel"],
-                                registry=self.registry)
+        self.requests = Histogram(
+            "car_rag_http_request_seconds",
+            "HTTP requests by path and status",
+            ["path", "status"],
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+        self.stages = Histogram(
+            "car_rag_retrieve_stage_seconds", "Time per /retrieve stage", ["stage"], buckets=_SECONDS, registry=self.registry
+        )
+        self.degraded = Counter(
+            "car_rag_degraded_answers", "Answers that left a channel out", ["channel"], registry=self.registry
+        )
         self.ingested = Counter("car_rag_records_ingested", "Records posted, by outcome", ["outcome"], registry=self.registry)
-        self.feed_delay = Histogram("car_rag_change_feed_delay_seconds",
-                                    "From a change's write (another process's, in its transaction) to this process applying it",
-                                    buckets=_SECONDS, registry=self.registry)
+        self.feed_delay = Histogram(
+            "car_rag_change_feed_delay_seconds",
+            "From a change's write (another process's, in its transaction) to this process applying it",
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+
         def gauge(name: str, text: str) -> Gauge:
             return Gauge(name, text, registry=self.registry, multiprocess_mode="liveall")
 
@@ -81,4 +92,3 @@ class Metrics:
             multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
             return generate_latest(merged)
         return generate_latest(self.registry)
-

@@ -11,9 +11,23 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from car_rag.evidence import EvidencePacket
 
 __all__ = [
-    "Format", "Caller", "RetrieveRequest", "ChannelEvidence", "Candidate", "Link", "Stage1", "RankedRecord",
-    "EvidencePack", "ScopeProbability", "Diagnostics", "RetrieveResponse", "EdgeOut", "RecordsResponse", "RecordProblem",
-    "RecordsRejected", "MAX_QUERY_CHARS",
+    "Format",
+    "Caller",
+    "RetrieveRequest",
+    "ChannelEvidence",
+    "Candidate",
+    "Link",
+    "Stage1",
+    "RankedRecord",
+    "EvidencePack",
+    "ScopeProbability",
+    "Diagnostics",
+    "RetrieveResponse",
+    "EdgeOut",
+    "RecordsResponse",
+    "RecordProblem",
+    "RecordsRejected",
+    "MAX_QUERY_CHARS",
 ]
 
 Format = Literal["json", "plain", "reader", "audit", "xml"]

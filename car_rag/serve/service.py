@@ -154,10 +154,14 @@ class Service:
         anchors = {h.doc_id for h in result.anchors}
         candidates = [
             Candidate(
-                doc_id=hit.doc_id, rank=hit.rank, score=hit.score, anchor=hit.doc_id in anchors,
+                doc_id=hit.doc_id,
+                rank=hit.rank,
+                score=hit.score,
+                anchor=hit.doc_id in anchors,
                 channels={
-                    name: ChannelEvidence(score=score, rank=hit.channel_ranks[name],
-                                          contribution=hit.channel_contributions.get(name))
+                    name: ChannelEvidence(
+                        score=score, rank=hit.channel_ranks[name], contribution=hit.channel_contributions.get(name)
+                    )
                     for name, score in hit.channel_scores.items()
                 },
             )
@@ -221,4 +225,3 @@ def _timed(
 ) -> tuple[dict[str, list[ChannelHit]], float]:
     tick = time.perf_counter()
     return run(query, caller, channels=channels), (time.perf_counter() - tick) * 1000
-

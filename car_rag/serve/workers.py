@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from car_rag.retriever import AnchorMode
+
 __all__ = ["WorkerSettings", "worker_app", "run_workers", "SETTINGS_ENV"]
 
 SETTINGS_ENV = "CAR_RAG_SERVE_WORKER"
@@ -37,7 +39,7 @@ class WorkerSettings(BaseModel):
     api_keys: str | None = None
     timeout_ms: float = 2000
     insert_window_ms: float = 2.0
-    anchors: str = "hybrid"
+    anchors: AnchorMode = "hybrid"
     retriever_options: dict[str, Any] = {}
     max_body_bytes: int = 16 * 2**20
     chroma_timeout_s: float | None = None
@@ -64,11 +66,22 @@ def worker_app() -> Any:
 
     _thread_lock_for_progress_bars()
     settings = WorkerSettings.model_validate_json(os.environ[SETTINGS_ENV])
-    store = CARStore.open(settings.store, authority_url=settings.authority_url, authority_schema=settings.authority_schema,
-                          chroma_timeout_s=settings.chroma_timeout_s)
+    store = CARStore.open(
+        settings.store,
+        authority_url=settings.authority_url,
+        authority_schema=settings.authority_schema,
+        chroma_timeout_s=settings.chroma_timeout_s,
+    )
     keys = load_api_keys(settings.api_keys) if settings.api_keys else None
-    service = Service(store, api_keys=keys, timeout_ms=settings.timeout_ms, insert_window_ms=settings.insert_window_ms,
-                      anchors=settings.anchors, owns_store=True, **settings.retriever_options)  # type: ignore[arg-type]
+    service = Service(
+        store,
+        api_keys=keys,
+        timeout_ms=settings.timeout_ms,
+        insert_window_ms=settings.insert_window_ms,
+        anchors=settings.anchors,
+        owns_store=True,
+        **settings.retriever_options,
+    )
     return create_app(service, max_body_bytes=settings.max_body_bytes)
 
 
@@ -81,7 +94,6 @@ def run_workers(settings: WorkerSettings, *, host: str, port: int, workers: int,
     os.environ[SETTINGS_ENV] = json.dumps(settings.model_dump())
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
     try:
-        uvicorn.run("car_rag.serve.workers:worker_app", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level)
+        uvicorn.run("car_rag.serve.workers:worker_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
     finally:
         shutil.rmtree(metrics, ignore_errors=True)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from car_rag.channels import DenseChannel, LexicalIndex, VectorChannel
 from car_rag.embedding import DEFAULT_MODEL, Embedder
@@ -99,8 +99,9 @@ class CARStore:
             shared.use_vector_column(vector_column(config))
             return None, PgVectorChannel(shared, ef_search=config["hnsw"]["ef_search"])
         if shared is not None and not config.get("chroma_url"):
-            raise StoreError(f"store {shared.location} has no Chroma server: the processes sharing it cannot share "
-                             "an embedded vector database")
+            raise StoreError(
+                f"store {shared.location} has no Chroma server: the processes sharing it cannot share an embedded vector database"
+            )
         connect = partial(chroma.connect, self.path, config.get("chroma_url"), self.chroma_timeout_s)
         if shared is not None and chroma_client is None:
             # Its vectors are in the log too: the store opens, and answers, while Chroma is down.
@@ -126,7 +127,7 @@ class CARStore:
         authority_schema: str | None = None,
         vector_store: str | None = None,
         follow: bool = True,
-    ) -> CARStore:
+    ) -> Self:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
 
         ``chroma_url`` (``http://host:port``) keeps the vectors in a Chroma server instead of
@@ -161,8 +162,9 @@ class CARStore:
                 raise StoreError(f"no car-rag store at {where}: pass a policy to create one")
             embedder = embedder or Embedder(DEFAULT_MODEL, encoder=encoder)
             path.mkdir(parents=True, exist_ok=True)
-            config = new_config(wanted, embedder, vector_store=vector_store, bm25_backend=bm25_backend, hnsw=hnsw,
-                                chroma_url=chroma_url)
+            config = new_config(
+                wanted, embedder, vector_store=vector_store, bm25_backend=bm25_backend, hnsw=hnsw, chroma_url=chroma_url
+            )
             if shared is None:
                 try:
                     store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s)  # connect before pinning
@@ -172,9 +174,11 @@ class CARStore:
                 log.info("created store %s (policy %r, vectors in %s)", path, wanted.name, vectors_at(config))
                 return store
             if not chroma_url and vector_store != "pgvector":
-                raise StoreError(f"a store on PostgreSQL ({where}) keeps its vectors where every process reaches them: "
-                                 "pass chroma_url (--chroma-url) of a Chroma server, or vector_store='pgvector' "
-                                 "(--vector-store pgvector) to keep them in that database")
+                raise StoreError(
+                    f"a store on PostgreSQL ({where}) keeps its vectors where every process reaches them: "
+                    "pass chroma_url (--chroma-url) of a Chroma server, or vector_store='pgvector' "
+                    "(--vector-store pgvector) to keep them in that database"
+                )
             pgvector = vector_column(config) if vector_store == "pgvector" else None
             stored = shared.setup(config, vectors=pgvector)  # ours, or the one another process stored first
             assert stored is not None
@@ -202,8 +206,10 @@ class CARStore:
         next; otherwise it must be rebuilt."""
         if blocking := pairing_rules(added, self.policy, wanted, self.records.values()):
             self.close()
-            raise StoreError(f"store {self.location} holds records with levels or types that the rules {blocking} of the "
-                             f"policy {wanted.name!r} now pair: ingest into a new store")
+            raise StoreError(
+                f"store {self.location} holds records with levels or types that the rules {blocking} of the "
+                f"policy {wanted.name!r} now pair: ingest into a new store"
+            )
         self.config = {**self.config, "policy": json.loads(wanted.model_dump_json())}
         self.policy = self.graph.policy = wanted
         if isinstance(self.log, PostgresRecordLog):
@@ -226,7 +232,7 @@ class CARStore:
             self.dense.close()
             self.log.close()
 
-    def __enter__(self) -> CARStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -306,8 +312,17 @@ class CARStore:
         In a store shared through PostgreSQL each chunk is one transaction in this process's turn
         among the writers; its vectors reach the Chroma server after the commit (the outbox).
         """
-        return self._ingest.run(source, self.policy, self.extractor, progress=progress, embeddings=embeddings,
-                                strict=strict, atomic=atomic, chunk_size=chunk_size, may_replace=may_replace)
+        return self._ingest.run(
+            source,
+            self.policy,
+            self.extractor,
+            progress=progress,
+            embeddings=embeddings,
+            strict=strict,
+            atomic=atomic,
+            chunk_size=chunk_size,
+            may_replace=may_replace,
+        )
 
     def flush(self) -> None:
         """Save the BM25 index and the exact-search vectors. Records are durable as soon as

@@ -22,8 +22,16 @@ from car_rag.layout import CAR_PREFIX, LAYOUT_KEYS, RecordLayout
 from car_rag.records import Record
 from car_rag.store.config import DEFAULT_HNSW, StoreError
 
-__all__ = ["RESERVED_METADATA", "SHARED_CHROMA_TIMEOUT_S", "Deferred", "chroma_metadata", "collection", "connect",
-           "reserved_by", "write"]
+__all__ = [
+    "RESERVED_METADATA",
+    "SHARED_CHROMA_TIMEOUT_S",
+    "Deferred",
+    "chroma_metadata",
+    "collection",
+    "connect",
+    "reserved_by",
+    "write",
+]
 
 log = logging.getLogger(__package__)  # car_rag.store: one logger for all the store says, whichever module
 
@@ -70,8 +78,7 @@ def connect(folder: Path, url: str | None, timeout_s: float | None) -> Any:
         import httpx
 
         httpx.get(f"{url.rstrip('/')}/api/v2/heartbeat", timeout=timeout_s).raise_for_status()
-    client = chromadb.HttpClient(host=parsed.hostname, port=parsed.port or 8000, ssl=parsed.scheme == "https",
-                                 settings=settings)
+    client = chromadb.HttpClient(host=parsed.hostname, port=parsed.port or 8000, ssl=parsed.scheme == "https", settings=settings)
     if timeout_s is not None:
         _bound_http_calls(client, timeout_s)
     return client
@@ -80,15 +87,23 @@ def connect(folder: Path, url: str | None, timeout_s: float | None) -> Any:
 def collection(client: Any, config: Mapping[str, Any]) -> Any:
     """The store's Chroma collection (made on first use)."""
     return client.get_or_create_collection(
-        config["collection"], embedding_function=None, configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)},
+        config["collection"],
+        embedding_function=None,
+        configuration={"hnsw": config.get("hnsw", DEFAULT_HNSW)},
     )
 
 
 def write(dense: DenseChannel, client: Any, records: Sequence[Record], vectors: np.ndarray, **options: Any) -> None:
     """Upsert ``records`` with their ``vectors``, texts and metadata, in batches the client takes
     (``options``: :meth:`~car_rag.channels.DenseChannel.upsert`'s)."""
-    dense.upsert([r.doc_id for r in records], vectors, [r.text for r in records], [chroma_metadata(r) for r in records],
-                 client.get_max_batch_size(), **options)
+    dense.upsert(
+        [r.doc_id for r in records],
+        vectors,
+        [r.text for r in records],
+        [chroma_metadata(r) for r in records],
+        client.get_max_batch_size(),
+        **options,
+    )
 
 
 class Deferred:

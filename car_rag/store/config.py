@@ -13,22 +13,39 @@ import json
 import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from car_rag.embedding import Embedder
 from car_rag.policy import Policy, Rule
 from car_rag.postgres import VectorColumn
 from car_rag.records import Record
 
+if TYPE_CHECKING:  # chromadb is the [store] extra's; the settings are Chroma's own, typed as it types them
+    from chromadb.api.collection_configuration import CreateHNSWConfiguration
+
 __all__ = [
-    "CONFIG_FILE", "DEFAULT_HNSW", "DEFAULT_PGVECTOR_HNSW", "FORMAT_VERSION", "StoreError", "VECTOR_STORES",
-    "added_rules", "built_encoder", "check_options", "checked", "new_config", "pairing_rules", "read_config",
-    "vector_column", "vector_store_of", "vectors_at", "write_config",
+    "CONFIG_FILE",
+    "DEFAULT_HNSW",
+    "DEFAULT_PGVECTOR_HNSW",
+    "FORMAT_VERSION",
+    "StoreError",
+    "VECTOR_STORES",
+    "added_rules",
+    "built_encoder",
+    "check_options",
+    "checked",
+    "new_config",
+    "pairing_rules",
+    "read_config",
+    "vector_column",
+    "vector_store_of",
+    "vectors_at",
+    "write_config",
 ]
 
 CONFIG_FILE = "car-store.json"
 FORMAT_VERSION = 1
-DEFAULT_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}
+DEFAULT_HNSW: CreateHNSWConfiguration = {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}
 """Chroma's defaults (ef 100, M 16) lose up to 9 of the exact top 10 on templated corpora with
 duplicate texts (measured on ghsa-freeform); these keep search near exact at ~0.3 ms/query."""
 VECTOR_STORES = ("chroma", "pgvector")
@@ -71,8 +88,12 @@ def built_encoder(config: Mapping[str, Any]) -> str:
 
 
 def check_options(
-    embedder: Embedder | None, encoder: str | None, vector_store: str | None, chroma_url: str | None,
-    authority_url: str | None, authority_schema: str | None,
+    embedder: Embedder | None,
+    encoder: str | None,
+    vector_store: str | None,
+    chroma_url: str | None,
+    authority_url: str | None,
+    authority_schema: str | None,
 ) -> None:
     """Refuse options of :meth:`~car_rag.store.CARStore.open` that contradict each other, before anything is made."""
     if embedder is not None and encoder is not None and embedder.encoder != encoder:
@@ -80,8 +101,10 @@ def check_options(
     if vector_store not in (None, *VECTOR_STORES):
         raise ValueError(f"vector_store must be one of {', '.join(VECTOR_STORES)}, got {vector_store!r}")
     if vector_store == "pgvector" and (chroma_url is not None or authority_url is None):
-        raise ValueError("vector_store='pgvector' keeps the vectors beside the records of a store on PostgreSQL: "
-                         "pass authority_url (--authority-url), and no chroma_url")
+        raise ValueError(
+            "vector_store='pgvector' keeps the vectors beside the records of a store on PostgreSQL: "
+            "pass authority_url (--authority-url), and no chroma_url"
+        )
     if authority_schema is not None and authority_url is None:
         raise ValueError("authority_schema names a schema of the PostgreSQL store: pass authority_url too")
 
@@ -97,7 +120,12 @@ def write_config(folder: Path, config: Mapping[str, Any]) -> None:
 
 
 def new_config(
-    policy: Policy, embedder: Embedder, *, vector_store: str | None, bm25_backend: str, hnsw: dict[str, Any] | None,
+    policy: Policy,
+    embedder: Embedder,
+    *,
+    vector_store: str | None,
+    bm25_backend: str,
+    hnsw: dict[str, Any] | None,
     chroma_url: str | None,
 ) -> dict[str, Any]:
     """The configuration of a new store (a new Chroma collection's name, where its vectors are in Chroma)."""
@@ -143,8 +171,10 @@ def checked(
             # extractors; the stored policy is left as built.
             config = {**config, "policy": json.loads(wanted.model_dump_json())}
     if vector_store is not None and vector_store != vector_store_of(config):
-        raise StoreError(f"store {where} uses {vectors_at(config)}, not {vector_store}: a store keeps the vector "
-                         "store it was made with (ingest into a new store to change it)")
+        raise StoreError(
+            f"store {where} uses {vectors_at(config)}, not {vector_store}: a store keeps the vector "
+            "store it was made with (ingest into a new store to change it)"
+        )
     if chroma_url is not None and chroma_url != config.get("chroma_url"):
         raise StoreError(f"store {where} uses {vectors_at(config)}, not Chroma at {chroma_url}")
     return config, added
@@ -154,8 +184,9 @@ def added_rules(built: Policy, wanted: Policy) -> tuple[Rule, ...]:
     """The rules (with exception revocations) ``wanted`` adds to ``built``, where it changes
     nothing else that decides edges beyond the hierarchies they read; empty otherwise."""
     names = {r.name for r in built.rules}
-    narrowed = wanted.model_copy(update={"rules": tuple(r for r in wanted.rules if r.name in names),
-                                         "hierarchies": built.hierarchies})
+    narrowed = wanted.model_copy(
+        update={"rules": tuple(r for r in wanted.rules if r.name in names), "hierarchies": built.hierarchies}
+    )
     kept = all(wanted.hierarchies.get(name) == h for name, h in built.hierarchies.items())
     if not kept or _resolution_differences(built, narrowed):
         return ()

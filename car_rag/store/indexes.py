@@ -73,8 +73,11 @@ class Indexes:
         if vectors != len(records):
             self.orphans = set(chroma.ids()) - set(self.graph.records)
             if self.orphans:
-                log.warning("%s: %d vectors have no stored record (an ingest was cut off); re-ingesting them clears them",
-                            self.folder, len(self.orphans))
+                log.warning(
+                    "%s: %d vectors have no stored record (an ingest was cut off); re-ingesting them clears them",
+                    self.folder,
+                    len(self.orphans),
+                )
         # exact search up to EXACT_SEARCH_LIMIT records: same ranking every build
         chroma.load(ordered, vectors, copy=self.folder / DENSE_COPY, stamp=self._stamp())
         bm25_dir = self.folder / "bm25"

@@ -99,8 +99,16 @@ class Ingest:
     come from, the Chroma ``client`` of a store whose vectors are in Chroma, and the ``replica`` of
     a store on a shared log; ``location`` is what messages call the store."""
 
-    def __init__(self, indexes: Indexes, log: RecordLog, lock: ReadWriteLock, embedder: Embedder, client: Any,
-                 replica: Replica | None, location: str):
+    def __init__(
+        self,
+        indexes: Indexes,
+        log: RecordLog,
+        lock: ReadWriteLock,
+        embedder: Embedder,
+        client: Any,
+        replica: Replica | None,
+        location: str,
+    ):
         self.indexes, self.log, self.lock, self.embedder = indexes, log, lock, embedder
         self.client, self.replica, self.location = client, replica, location
 
@@ -219,12 +227,16 @@ class Ingest:
                     if self.log.shared and not tx.committed:
                         # Nothing of this chunk is durable and the graph alone took it in: take it back
                         # out (re-reading the log needs the database, which may be what failed).
-                        log.warning("%s: ingest of %s failed; nothing of its last chunk was stored (chunks "
-                                    "committed before stay)", self.location, label)
+                        log.warning(
+                            "%s: ingest of %s failed; nothing of its last chunk was stored (chunks committed before stay)",
+                            self.location,
+                            label,
+                        )
                         self._undo(accepted, replaced, part)
                     else:
-                        log.warning("%s: ingest of %s failed; re-reading the store (chunks committed before stay)",
-                                    self.location, label)
+                        log.warning(
+                            "%s: ingest of %s failed; re-reading the store (chunks committed before stay)", self.location, label
+                        )
                         held.reload()  # the graph may be ahead of what was written: re-read the log
                     raise
         if self.replica is not None and self.replica.outbox and accepted:
@@ -247,13 +259,15 @@ class Ingest:
     def _log(self, label: str, report: IngestReport) -> None:
         log.info("%s: ingested %s: %s; %d records held", self.location, label, report.summary(), len(self.indexes.graph))
         if report.new_edges:  # counts only: a log line is read by people who may not read every record
-            log.debug("%s: %d new supersession edges; %d records newly superseded", self.location, len(report.new_edges),
-                      len(report.newly_superseded))
+            log.debug(
+                "%s: %d new supersession edges; %d records newly superseded",
+                self.location,
+                len(report.new_edges),
+                len(report.newly_superseded),
+            )
         log.debug("%s: ingest timings (s): %s", self.location, ", ".join(f"{k} {v:.3f}" for k, v in report.timings_s.items()))
 
-    def vectors(
-        self, records: Sequence[Record], given: Mapping[str, Sequence[float]] | None, report: IngestReport
-    ) -> np.ndarray:
+    def vectors(self, records: Sequence[Record], given: Mapping[str, Sequence[float]] | None, report: IngestReport) -> np.ndarray:
         """The vectors of ``records``: ``given`` ones, the others encoded."""
         tick = time.perf_counter()
         given = given or {}
@@ -269,8 +283,7 @@ class Ingest:
         report.timings_s["embed"] = time.perf_counter() - tick
         return vectors
 
-    def _write(self, tx: LogWriter, records: Sequence[Record], vectors: np.ndarray, replaces: bool,
-               report: IngestReport) -> None:
+    def _write(self, tx: LogWriter, records: Sequence[Record], vectors: np.ndarray, replaces: bool, report: IngestReport) -> None:
         """Make ``records`` (already in the graph) durable, then searchable. Into a log one process
         owns, vectors go first (a crash before the records' commit leaves orphan vectors, healed by
         re-ingesting); into a shared log, the records' vectors commit with them and a Chroma server
@@ -287,8 +300,7 @@ class Ingest:
         edges = {(e.superseder, e.target): e for d in ids for e in graph.superseders(d) + graph.superseded_by(d)}
         # A disputed pair's two claims: over each record, and its own over the other.
         claims = [
-            c for d in ids for e in graph.disputes(d)
-            for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
+            c for d in ids for e in graph.disputes(d) for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
         ]
         disputed = {(c.superseder, c.target): c for c in claims}
         head = tx.write(records, edges.values(), disputed.values(), vectors if self.log.keeps_vectors else None)

@@ -55,8 +55,11 @@ class Replica:
             try:
                 held.graph.add(change.record)
             except SupersessionCycleError:
-                log.error("%s: change %d closes a cycle in this process's graph, which its writer's did not: "
-                          "re-reading the store", self.log.location, change.number)
+                log.error(
+                    "%s: change %d closes a cycle in this process's graph, which its writer's did not: re-reading the store",
+                    self.log.location,
+                    change.number,
+                )
                 held.reload()
                 return fresh
         vectors = {c.record.doc_id: c.vector for c in fresh if c.vector is not None}
@@ -96,10 +99,17 @@ class Replica:
             self.drain_outbox(doc_ids)
         except Exception as exc:
             waiting = self.log.count_pending()
-            log.warning("%s: vector store failed (%s: %s); %d vectors wait in the outbox", self.log.location,
-                        type(exc).__name__, exc, waiting)
-            return (f"{waiting} vectors wait in the outbox: the vector store failed ({type(exc).__name__}); "
-                    "they are written when it answers")
+            log.warning(
+                "%s: vector store failed (%s: %s); %d vectors wait in the outbox",
+                self.log.location,
+                type(exc).__name__,
+                exc,
+                waiting,
+            )
+            return (
+                f"{waiting} vectors wait in the outbox: the vector store failed ({type(exc).__name__}); "
+                "they are written when it answers"
+            )
         return None
 
     def _hand_over(self, pending: Outbox) -> int:

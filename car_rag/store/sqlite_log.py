@@ -113,4 +113,3 @@ def _fingerprints(db: sqlite3.Connection, doc_ids: Sequence[str]) -> dict[str, s
         marks = ",".join("?" * len(part))
         found.update(db.execute(f"SELECT doc_id, fingerprint FROM records WHERE doc_id IN ({marks})", part))
     return found
-

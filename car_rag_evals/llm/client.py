@@ -40,8 +40,10 @@ class ChatClient:
         self.cache_hits = 0
         self._lock = threading.Lock()
         self.client = openai.OpenAI(
-            base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "sk-local",
-            timeout=timeout, max_retries=max_retries,
+            base_url=base_url,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "sk-local",
+            timeout=timeout,
+            max_retries=max_retries,
         )
 
     def complete(self, messages: Sequence[dict[str, str]]) -> str:
@@ -55,7 +57,10 @@ class ChatClient:
         with self._lock:
             self.calls += 1
         response = self.client.chat.completions.create(
-            model=self.model, messages=list(messages), temperature=0, max_tokens=self.max_tokens,
+            model=self.model,
+            messages=list(messages),
+            temperature=0,
+            max_tokens=self.max_tokens,
         )
         answer = response.choices[0].message.content or ""
         if self.cache is not None:

@@ -16,26 +16,46 @@ from typing import Any
 
 from car_rag.deprecation import warn_renamed
 from car_rag.eval.answers import suite_kind
-from car_rag.evidence import EvidenceForm, approx_tokens, build_packets, render
+from car_rag.evidence import EvidenceForm, SupersededMode, approx_tokens, build_packets, render
 from car_rag.evidence.plain import clip_text, oldest_first
 from car_rag.guard import GuardEvidence, scope_evidence, seen_evidence
 from car_rag.prompts import answer_messages, plain_messages, reader_messages
 from car_rag.queries import load_queries
-from car_rag.retriever import ControllingAuthorityRetriever
+from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag_evals.suites import open_suite_store
 
 __all__ = [
-    "AS_ASKED", "CONDITIONS", "CONDITION_FORMS", "DEFAULT_CONDITIONS", "QUESTION_SUFFIX", "RENAMED_CONDITIONS", "Job",
-    "build_jobs", "condition_name",
+    "AS_ASKED",
+    "CONDITIONS",
+    "CONDITION_FORMS",
+    "DEFAULT_CONDITIONS",
+    "QUESTION_SUFFIX",
+    "RENAMED_CONDITIONS",
+    "Job",
+    "build_jobs",
+    "condition_name",
 ]
 
 CONDITIONS = (
-    "dense", "car-plain", "fresh-plain", "car-audit", "car-audit-omit", "car-reader", "car-reader-repair", "closed-book",
+    "dense",
+    "car-plain",
+    "fresh-plain",
+    "car-audit",
+    "car-audit-omit",
+    "car-reader",
+    "car-reader-repair",
+    "closed-book",
 )
 DEFAULT_CONDITIONS = ("dense", "car-plain", "fresh-plain", "car-audit", "car-reader", "car-reader-repair")
 CONDITION_FORMS: dict[str, EvidenceForm | None] = {
-    "dense": "plain", "car-plain": "plain", "fresh-plain": "plain", "car-audit": "audit", "car-audit-omit": "audit",
-    "car-reader": "reader", "car-reader-repair": "reader", "closed-book": None,
+    "dense": "plain",
+    "car-plain": "plain",
+    "fresh-plain": "plain",
+    "car-audit": "audit",
+    "car-audit-omit": "audit",
+    "car-reader": "reader",
+    "car-reader-repair": "reader",
+    "closed-book": None,
 }
 """The evidence form each condition shows (None: no evidence)."""
 RENAMED_CONDITIONS = {"car-xml": "car-audit", "car-xml-omit": "car-audit-omit"}
@@ -87,7 +107,7 @@ def build_jobs(
     stores_dir: Path = Path(".car-stores"),
     limit: int | None = None,
     query_ids: Sequence[str] | None = None,
-    anchors: str = "hybrid",
+    anchors: AnchorMode = "hybrid",
     k1: int = 10,
     max_doc_chars: int | None = None,
     evidence_budget: float | None = 1500,
@@ -149,11 +169,13 @@ def build_jobs(
                 messages = [{"role": "system", "content": CLOSED_SYSTEM}, {"role": "user", "content": question}]
                 ids: list[str] = []
             elif cond == "dense":
+                assert store is not None  # every condition but closed-book has one
                 hits = store.dense.search(store.embedder.encode([q.query])[0], k)
                 ids = [h.doc_id for h in hits]
                 context = render([store.records[d] for d in ids], "plain", token_budget=evidence_budget, max_chars=max_doc_chars)
                 messages = plain_messages(question, context)
             elif cond in ("car-plain", "fresh-plain"):
+                assert result is not None
                 records = [r.record for r in result.top(k)]
                 ids = [r.doc_id for r in records]
                 dated = cond == "fresh-plain"
@@ -162,16 +184,25 @@ def build_jobs(
                 if dated:  # numbered as shown: oldest first
                     seen["shown"] = [r.doc_id for r in oldest_first(records)]
             elif cond == "car-reader":
+                assert store is not None and result is not None
                 context = render(result, "reader", policy=store.policy, k=k, token_budget=evidence_budget, query_id=q.query_id)
                 ids = [r.doc_id for r in result.top(k)]
                 messages = reader_messages(question, context)
                 seen.update(numbers=[r.rank for r in result.top(k)], provenance=True)
             else:
-                mode = "omit" if cond == "car-audit-omit" else "include"
+                assert store is not None and result is not None
+                mode: SupersededMode = "omit" if cond == "car-audit-omit" else "include"
                 packets = _clipped_packets(result, store.policy, k, audit_chars)
                 # Retrieval scores and matched terms say nothing about the answer: left out.
-                context = render(packets, "audit", superseded=mode, token_budget=evidence_budget, query_id=q.query_id,
-                                 rationale=False, compact=audit_layout == "compact")
+                context = render(
+                    packets,
+                    "audit",
+                    superseded=mode,
+                    token_budget=evidence_budget,
+                    query_id=q.query_id,
+                    rationale=False,
+                    compact=audit_layout == "compact",
+                )
                 shown = [r for r in result.top(k) if mode == "include" or r.status == "active"]
                 ids = [r.doc_id for r in shown]
                 messages = answer_messages(question, context)
@@ -197,5 +228,14 @@ def _guard_evidence(
     form = CONDITION_FORMS[condition]
     if form is None:
         return scope_evidence(result, store.graph, store.policy, k=k)
-    return seen_evidence(store.graph, ids, store.policy, form=form, text=context,
-                         ambiguity=result.ambiguity, subject=result, query=result.query, **seen)
+    return seen_evidence(
+        store.graph,
+        ids,
+        store.policy,
+        form=form,
+        text=context,
+        ambiguity=result.ambiguity,
+        subject=result,
+        query=result.query,
+        **seen,
+    )

@@ -55,9 +55,7 @@ class Expansions:
         return {"calls": self.calls, "cached": self.cached, "failed": len(failures), "failures": failures}
 
 
-def expand(
-    kind: str, queries: Sequence[Any], client: ChatClient, *, concurrency: int = 4, progress: bool = True
-) -> Expansions:
+def expand(kind: str, queries: Sequence[Any], client: ChatClient, *, concurrency: int = 4, progress: bool = True) -> Expansions:
     """``kind``'s text for every query (``query_id``, ``query``)."""
     out = Expansions(kind)
     jobs = [Job(q.query_id, kind, expansion_messages(kind, q.query)) for q in queries]

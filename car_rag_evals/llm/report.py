@@ -42,7 +42,9 @@ def read_answers(path: str | Path) -> list[dict[str, Any]]:
 
 
 def classify_rows(
-    rows: Sequence[dict[str, Any]], suite_name: str, gold: dict[str, GoldAnswer],
+    rows: Sequence[dict[str, Any]],
+    suite_name: str,
+    gold: dict[str, GoldAnswer],
     classifier: Callable[[str, str, GoldAnswer], Classification] = classify,
 ) -> list[dict[str, Any]]:
     unknown = sorted({r["query_id"] for r in rows} - set(gold))
@@ -54,8 +56,16 @@ def classify_rows(
         extra = {k: v for k, v in r.items() if k not in ("query_id", "condition", "answer", "label", "reason")}
         if isinstance(r.get("original_answer"), str):
             extra["original_label"] = classifier(r["original_answer"], suite_name, gold[r["query_id"]]).label
-        out.append({"query_id": r["query_id"], "condition": r["condition"], "answer": r["answer"], "label": c.label,
-                    "reason": c.reason, **extra})
+        out.append(
+            {
+                "query_id": r["query_id"],
+                "condition": r["condition"],
+                "answer": r["answer"],
+                "label": c.label,
+                "reason": c.reason,
+                **extra,
+            }
+        )
     return out
 
 
@@ -76,7 +86,8 @@ def report(labelled: Sequence[dict[str, Any]], suite_name: str) -> dict[str, Any
                 sub = [r for r in known if r["controlling_in_context"] is flag]
                 c = collections.Counter(r["label"] for r in sub)
                 table["in_context" if flag else "not_in_context"] = {
-                    "n": len(sub), "counts": {lab: c[lab] for lab in labels},
+                    "n": len(sub),
+                    "counts": {lab: c[lab] for lab in labels},
                     "rates": {lab: Rate(c[lab], len(sub)).to_dict() for lab in labels},
                 }
             entry["by_retrieval"] = table
@@ -89,14 +100,21 @@ def report(labelled: Sequence[dict[str, Any]], suite_name: str) -> dict[str, Any
             kinds = collections.Counter(f["kind"] for r in judged for f in r["guard"]["findings"])
             flagged = [r for r in judged if r["guard"]["flagged"]]
             entry["guard"] = {
-                "judged": len(judged), "not_judged": sum(isinstance(r.get("guard"), dict) for r in rows) - len(judged),
+                "judged": len(judged),
+                "not_judged": sum(isinstance(r.get("guard"), dict) for r in rows) - len(judged),
                 "flagged": Rate(len(flagged), len(judged)).to_dict() if judged else None,
                 "findings": dict(sorted(kinds.items())),
                 "flagged_by_label": dict(collections.Counter(r["label"] for r in flagged)),
             }
         conditions[cond] = entry
-    out = {"suite": suite_name, "labels": list(labels), "conditions": conditions, "paired": paired(labelled),
-           "paired_correct": paired(labelled, "correct"), "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out = {
+        "suite": suite_name,
+        "labels": list(labels),
+        "conditions": conditions,
+        "paired": paired(labelled),
+        "paired_correct": paired(labelled, "correct"),
+        "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     repaired = [r for r in labelled if r.get("repaired") is True]
     if any("original_label" in r for r in labelled):
         out["repair"] = {
@@ -104,16 +122,31 @@ def report(labelled: Sequence[dict[str, Any]], suite_name: str) -> dict[str, Any
             "repaired": len(repaired),
             "transitions": dict(collections.Counter(f"{r['original_label']} -> {r['label']}" for r in repaired)),
             "correct_broken": sum(r["original_label"] == "correct" and r["label"] != "correct" for r in repaired),
-            "queries": [{"query_id": r["query_id"], "before": r["original_label"], "after": r["label"],
-                         "findings": [f["kind"] for f in r.get("repair_findings", [])]} for r in repaired],
+            "queries": [
+                {
+                    "query_id": r["query_id"],
+                    "before": r["original_label"],
+                    "after": r["label"],
+                    "findings": [f["kind"] for f in r.get("repair_findings", [])],
+                }
+                for r in repaired
+            ],
         }
     return out
 
 
 PAIRS = (
-    ("dense", "car-audit"), ("car-plain", "car-audit"), ("dense", "car-plain"), ("car-audit", "car-audit-omit"),
-    ("car-plain", "car-reader"), ("fresh-plain", "car-reader"), ("car-audit", "car-reader"), ("dense", "car-reader"),
-    ("car-reader", "car-reader-repair"), ("dense", "car-reader-repair"), ("car-plain", "fresh-plain"),
+    ("dense", "car-audit"),
+    ("car-plain", "car-audit"),
+    ("dense", "car-plain"),
+    ("car-audit", "car-audit-omit"),
+    ("car-plain", "car-reader"),
+    ("fresh-plain", "car-reader"),
+    ("car-audit", "car-reader"),
+    ("dense", "car-reader"),
+    ("car-reader", "car-reader-repair"),
+    ("dense", "car-reader-repair"),
+    ("car-plain", "fresh-plain"),
 )
 """Condition pairs compared query by query: retrieval, the evidence forms against each
 other and against plain text, and the guard's repair."""
@@ -139,12 +172,21 @@ def paired(
         in_a = {q for q in shared if by[a][q] == label}
         in_b = {q for q in shared if by[b][q] == label}
         only_a, only_b = len(in_a - in_b), len(in_b - in_a)
-        out.append({
-            "a": a, "b": b, "label": label, "n": len(shared), "a_count": len(in_a), "b_count": len(in_b),
-            "only_a": only_a, "only_b": only_b, "both": len(in_a & in_b),
-            "ratio_b_to_a": round(len(in_b) / len(in_a), 4) if in_a else None,
-            "mcnemar_p": round(mcnemar_exact(only_a, only_b), 6),
-        })
+        out.append(
+            {
+                "a": a,
+                "b": b,
+                "label": label,
+                "n": len(shared),
+                "a_count": len(in_a),
+                "b_count": len(in_b),
+                "only_a": only_a,
+                "only_b": only_b,
+                "both": len(in_a & in_b),
+                "ratio_b_to_a": round(len(in_b) / len(in_a), 4) if in_a else None,
+                "mcnemar_p": round(mcnemar_exact(only_a, only_b), 6),
+            }
+        )
     return out
 
 
@@ -154,13 +196,19 @@ def _cell(rate: dict) -> str:
 
 
 def _paired_table(pairs: list[dict[str, Any]], what: str) -> list[str]:
-    lines = ["", f"{what}, condition against condition on the same queries (exact McNemar test):", "",
-             f"| A | B | queries | {what.lower()} under A | under B | B / A | A only | B only | p |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"{what}, condition against condition on the same queries (exact McNemar test):",
+        "",
+        f"| A | B | queries | {what.lower()} under A | under B | B / A | A only | B only | p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in pairs:
         ratio = "–" if p["ratio_b_to_a"] is None else f"{p['ratio_b_to_a']:.2f}"
-        lines.append(f"| {p['a']} | {p['b']} | {p['n']} | {p['a_count']} | {p['b_count']} | {ratio} | {p['only_a']} | "
-                     f"{p['only_b']} | {p['mcnemar_p']:.3g} |")
+        lines.append(
+            f"| {p['a']} | {p['b']} | {p['n']} | {p['a_count']} | {p['b_count']} | {ratio} | {p['only_a']} | "
+            f"{p['only_b']} | {p['mcnemar_p']:.3g} |"
+        )
     return lines
 
 
@@ -179,35 +227,49 @@ def markdown(rep: dict[str, Any], command: str) -> str:
         ctx = _cell(e["controlling_in_context"]) if "controlling_in_context" in e else "–"
         lines.append(f"| {cond} | {e['n']} | {ctx} | " + " | ".join(_cell(e["rates"][lab]) for lab in labels) + " |")
     if any("context_tokens" in e or "guard" in e for e in rep["conditions"].values()):
-        lines += ["", "Context size (median tokens: evidence by `approx_tokens`, whole prompt as the server counted it) and the "
-                  "authority guard's verdict on each answer, judged against car-rag's result for the query:", "",
-                  "| condition | evidence tokens | prompt tokens | guard flagged | not judged | findings "
-                  "| flagged answers by label |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Context size (median tokens: evidence by `approx_tokens`, whole prompt as the server counted it) and the "
+            "authority guard's verdict on each answer, judged against car-rag's result for the query:",
+            "",
+            "| condition | evidence tokens | prompt tokens | guard flagged | not judged | findings | flagged answers by label |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for cond, e in rep["conditions"].items():
             g = e.get("guard") or {}
             flagged = _cell(g["flagged"]) if g.get("flagged") else "–"
             findings = ", ".join(f"{k} {v}" for k, v in g.get("findings", {}).items()) or "–"
             by_label = ", ".join(f"{k} {v}" for k, v in g.get("flagged_by_label", {}).items()) or "–"
-            lines.append(f"| {cond} | {e.get('context_tokens', {}).get('median', '–')} | "
-                         f"{e.get('prompt_tokens', {}).get('median', '–')} | "
-                         f"{flagged} | {g.get('not_judged', '–')} | {findings} | {by_label} |")
+            lines.append(
+                f"| {cond} | {e.get('context_tokens', {}).get('median', '–')} | "
+                f"{e.get('prompt_tokens', {}).get('median', '–')} | "
+                f"{flagged} | {g.get('not_judged', '–')} | {findings} | {by_label} |"
+            )
     if rep.get("paired"):
         lines += _paired_table(rep["paired"], "Confident-wrong answers")
     if rep.get("paired_correct"):
         lines += _paired_table(rep["paired_correct"], "Correct answers")
     if rep.get("repair"):
         rp = rep["repair"]
-        lines += ["", f"Repair (car-reader-repair): {rp['repaired']} of {rp['answers']} car-reader answers flagged by the guard "
-                  f"and answered again; correct answers the repair turned into something else: {rp['correct_broken']}.", ""]
+        lines += [
+            "",
+            f"Repair (car-reader-repair): {rp['repaired']} of {rp['answers']} car-reader answers flagged by the guard "
+            f"and answered again; correct answers the repair turned into something else: {rp['correct_broken']}.",
+            "",
+        ]
         if rp["transitions"]:
             lines += ["| before -> after | answers |", "|---|---|"]
             lines += [f"| {t} | {n} |" for t, n in sorted(rp["transitions"].items(), key=lambda kv: -kv[1])]
             lines += ["", "| query | before | after | findings |", "|---|---|---|---|"]
             lines += [f"| {q['query_id']} | {q['before']} | {q['after']} | {', '.join(q['findings'])} |" for q in rp["queries"]]
     if any("by_retrieval" in e for e in rep["conditions"].values()):
-        lines += ["", "Label counts by retrieval success (controlling record in the context or not):", "",
-                  "| condition | retrieval | n | " + " | ".join(labels) + " |", "|---|---|---|" + "---|" * len(labels)]
+        lines += [
+            "",
+            "Label counts by retrieval success (controlling record in the context or not):",
+            "",
+            "| condition | retrieval | n | " + " | ".join(labels) + " |",
+            "|---|---|---|" + "---|" * len(labels),
+        ]
         for cond, e in rep["conditions"].items():
             for key, t in e.get("by_retrieval", {}).items():
                 counts = " | ".join(str(t["counts"][lab]) for lab in labels)

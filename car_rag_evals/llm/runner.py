@@ -37,6 +37,7 @@ def answer_jobs(
     A job whose call still fails after the client's retries is reported (``on_error``, or a
     line on stderr) and left out; its answer is not cached, so a re-run tries it again.
     """
+
     def one(job: Job) -> str | None:
         try:
             return client.complete(job.messages)
@@ -60,17 +61,33 @@ def answer_jobs(
         for i, answer in tqdm(calls, total=len(order), desc="answers", unit="call", disable=None if progress else True):
             if answer is not None:
                 answered[i] = answer
-    rows = {i: {"query_id": jobs[i].query_id, "condition": jobs[i].condition, "answer": answered[group[0]], "model": client.model,
-                **jobs[i].meta, **client.usage(jobs[i].messages)}
-            for group in same.values() if group[0] in answered for i in group}
+    rows = {
+        i: {
+            "query_id": jobs[i].query_id,
+            "condition": jobs[i].condition,
+            "answer": answered[group[0]],
+            "model": client.model,
+            **jobs[i].meta,
+            **client.usage(jobs[i].messages),
+        }
+        for group in same.values()
+        if group[0] in answered
+        for i in group
+    }
     return [rows[i] for i in sorted(rows)]
 
 
 # --------------------------------------------------------------------------- guard + repair
 
+
 def repair_rows(
-    rows: Sequence[dict[str, Any]], jobs: Sequence[Job], client: ChatClient, policy: Any, *,
-    concurrency: int = 1, progress: bool = True,
+    rows: Sequence[dict[str, Any]],
+    jobs: Sequence[Job],
+    client: ChatClient,
+    policy: Any,
+    *,
+    concurrency: int = 1,
+    progress: bool = True,
 ) -> list[dict[str, Any]]:
     """``car-reader-repair`` rows: every ``car-reader`` answer checked by the guard against
     the evidence it was generated from (its job's ``evidence``); a flagged one is sent back to
@@ -87,12 +104,20 @@ def repair_rows(
         if job.evidence is None:
             raise ValueError(f"{job.query_id}/car-reader: the job carries no evidence for the guard")
         verdict = check_answer(r["answer"], job.evidence, policy)
-        out.append({**r, "condition": "car-reader-repair", "original_answer": r["answer"], "repaired": False,
-                    "repair_findings": [f.to_dict() for f in verdict.findings]})
+        out.append(
+            {
+                **r,
+                "condition": "car-reader-repair",
+                "original_answer": r["answer"],
+                "repaired": False,
+                "repair_findings": [f.to_dict() for f in verdict.findings],
+            }
+        )
         if verdict.flagged:
             messages = repair_messages(job.messages, r["answer"], verdict)
-            fixes.append((len(out) - 1, Job(r["query_id"], "car-reader-repair", messages, dict(job.meta), job.result,
-                                            job.evidence)))
+            fixes.append(
+                (len(out) - 1, Job(r["query_id"], "car-reader-repair", messages, dict(job.meta), job.result, job.evidence))
+            )
     answered = {a["query_id"]: a for a in answer_jobs([j for _, j in fixes], client, concurrency=concurrency, progress=progress)}
     for i, job in fixes:
         if job.query_id in answered:
@@ -139,7 +164,11 @@ def run_eval_llm(
         out_dir.mkdir(parents=True, exist_ok=True)
         cache = AnswerCache(options.pop("cache", None) or out_dir / "cache.jsonl")
         client = ChatClient(
-            base_url, model, cache=cache, timeout=options.pop("timeout", 120.0), max_retries=options.pop("max_retries", 4),
+            base_url,
+            model,
+            cache=cache,
+            timeout=options.pop("timeout", 120.0),
+            max_retries=options.pop("max_retries", 4),
             max_tokens=options.pop("max_tokens", 512),
         )
         concurrency = options.pop("concurrency", 4)

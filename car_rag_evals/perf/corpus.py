@@ -47,30 +47,78 @@ if TYPE_CHECKING:
 __all__ = ["SOURCES", "Corpus", "Query", "arrivals", "generalised_policy", "generate", "gist_vectors"]
 
 ATTACKS = [  # (attack, components it shows up in, impact, how a user asks about it)
-    ("prototype pollution", ["object merge helper", "query string parser", "config loader", "deep clone utility"],
-     "inject properties into every object in the process", "poisoned object keys"),
-    ("path traversal", ["archive extraction routine", "static file server", "upload handler", "template resolver"],
-     "write files outside the target directory", "directory escape"),
-    ("cross-site scripting", ["template renderer", "markdown converter", "error page", "admin dashboard"],
-     "run script in a victim's browser", "script injection into pages"),
-    ("SQL injection", ["query builder", "search endpoint", "ORM filter", "reporting module"],
-     "read or alter arbitrary database rows", "tampering with database queries"),
-    ("regular expression denial of service", ["input parser", "email validator", "user agent matcher", "URL router"],
-     "stall the event loop with a crafted string", "catastrophic backtracking"),
-    ("server-side request forgery", ["URL fetcher", "webhook sender", "image proxy", "OAuth callback"],
-     "reach internal services from the server", "forged internal requests"),
-    ("heap buffer overflow", ["image decoder", "font renderer", "compression codec", "packet parser"],
-     "crash the process or execute code", "memory corruption on malformed input"),
-    ("authentication bypass", ["session middleware", "token verifier", "password reset flow", "SSO connector"],
-     "act as another user without a password", "logging in as someone else"),
-    ("XML external entity injection", ["XML loader", "SVG sanitizer", "SOAP client", "feed reader"],
-     "read local files through entity expansion", "entity expansion reading files"),
-    ("unsafe deserialization", ["object loader", "cache backend", "job queue worker", "session store"],
-     "execute code by sending a crafted payload", "code execution from untrusted payloads"),
-    ("open redirect", ["login handler", "logout endpoint", "link shortener", "payment return page"],
-     "send users to an attacker's site after login", "redirecting users to hostile sites"),
-    ("information disclosure", ["error reporter", "debug endpoint", "log formatter", "metrics exporter"],
-     "leak secrets in verbose error pages", "secrets showing up in error output"),
+    (
+        "prototype pollution",
+        ["object merge helper", "query string parser", "config loader", "deep clone utility"],
+        "inject properties into every object in the process",
+        "poisoned object keys",
+    ),
+    (
+        "path traversal",
+        ["archive extraction routine", "static file server", "upload handler", "template resolver"],
+        "write files outside the target directory",
+        "directory escape",
+    ),
+    (
+        "cross-site scripting",
+        ["template renderer", "markdown converter", "error page", "admin dashboard"],
+        "run script in a victim's browser",
+        "script injection into pages",
+    ),
+    (
+        "SQL injection",
+        ["query builder", "search endpoint", "ORM filter", "reporting module"],
+        "read or alter arbitrary database rows",
+        "tampering with database queries",
+    ),
+    (
+        "regular expression denial of service",
+        ["input parser", "email validator", "user agent matcher", "URL router"],
+        "stall the event loop with a crafted string",
+        "catastrophic backtracking",
+    ),
+    (
+        "server-side request forgery",
+        ["URL fetcher", "webhook sender", "image proxy", "OAuth callback"],
+        "reach internal services from the server",
+        "forged internal requests",
+    ),
+    (
+        "heap buffer overflow",
+        ["image decoder", "font renderer", "compression codec", "packet parser"],
+        "crash the process or execute code",
+        "memory corruption on malformed input",
+    ),
+    (
+        "authentication bypass",
+        ["session middleware", "token verifier", "password reset flow", "SSO connector"],
+        "act as another user without a password",
+        "logging in as someone else",
+    ),
+    (
+        "XML external entity injection",
+        ["XML loader", "SVG sanitizer", "SOAP client", "feed reader"],
+        "read local files through entity expansion",
+        "entity expansion reading files",
+    ),
+    (
+        "unsafe deserialization",
+        ["object loader", "cache backend", "job queue worker", "session store"],
+        "execute code by sending a crafted payload",
+        "code execution from untrusted payloads",
+    ),
+    (
+        "open redirect",
+        ["login handler", "logout endpoint", "link shortener", "payment return page"],
+        "send users to an attacker's site after login",
+        "redirecting users to hostile sites",
+    ),
+    (
+        "information disclosure",
+        ["error reporter", "debug endpoint", "log formatter", "metrics exporter"],
+        "leak secrets in verbose error pages",
+        "secrets showing up in error output",
+    ),
 ]
 SEVERITIES = ["low", "moderate", "high", "critical"]
 DISCLOSURE = [
@@ -82,11 +130,20 @@ DISCLOSURE = [
     "Exploitation lets an attacker {impact}. Workarounds: none known.",
 ]
 CHANGES = [
-    "tightened handling of untrusted input in the core module", "refreshed documentation and examples",
-    "upgraded bundled dependencies", "faster startup on large projects", "dropped support for end-of-life runtimes",
-    "new configuration option for strict mode", "reduced memory use when streaming", "improved type annotations",
-    "hardened defaults for production deployments", "fixed a rare race in the cache layer", "clearer log messages",
-    "build now reproducible across platforms", "internal refactoring of the plugin loader", "test suite ported to CI matrix",
+    "tightened handling of untrusted input in the core module",
+    "refreshed documentation and examples",
+    "upgraded bundled dependencies",
+    "faster startup on large projects",
+    "dropped support for end-of-life runtimes",
+    "new configuration option for strict mode",
+    "reduced memory use when streaming",
+    "improved type annotations",
+    "hardened defaults for production deployments",
+    "fixed a rare race in the cache layer",
+    "clearer log messages",
+    "build now reproducible across platforms",
+    "internal refactoring of the plugin loader",
+    "test suite ported to CI matrix",
 ]
 RELEASE = [
     "{package} {version} release notes. Changes: {c1}; {c2}; {c3}. Upgrading is recommended for all users.",
@@ -98,8 +155,26 @@ QUESTION = [  # users name the version they run, not the CVE
     "Can attackers still exploit {package} {affected} through {short} in its {component}?",
     "We run {package} {affected}: has a fix shipped for the {short} issue in the {component}?",
 ]
-_SYLLABLES = ["ka", "lo", "mi", "zen", "tor", "vex", "qui", "ra", "dash", "io", "fy", "plex", "nu", "gro", "sta", "lyn", "bo",
-              "chi"]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "zen",
+    "tor",
+    "vex",
+    "qui",
+    "ra",
+    "dash",
+    "io",
+    "fy",
+    "plex",
+    "nu",
+    "gro",
+    "sta",
+    "lyn",
+    "bo",
+    "chi",
+]
 _BASE = datetime(2019, 1, 1, tzinfo=UTC)
 
 
@@ -152,8 +227,18 @@ def _iter_records(n: int, rng: random.Random, packages: list[str]) -> Iterator[t
             v = _version(rng)
             c = rng.sample(CHANGES, 3)
             text = rng.choice(RELEASE).format(package=package, version=_fmt(v), c1=c[0], c2=c[1], c3=c[2])
-            yield ({"doc_id": f"rel:{serial}", "text": text, "doc_type": "maintenance_release", "scope": {"package": package},
-                    "published_at": day.isoformat(), "version": _fmt(v)}, f"{package} release notes", None)
+            yield (
+                {
+                    "doc_id": f"rel:{serial}",
+                    "text": text,
+                    "doc_type": "maintenance_release",
+                    "scope": {"package": package},
+                    "published_at": day.isoformat(),
+                    "version": _fmt(v),
+                },
+                f"{package} release notes",
+                None,
+            )
             made += 1
             continue
         attack, components, impact, short = rng.choice(ATTACKS)
@@ -163,11 +248,22 @@ def _iter_records(n: int, rng: random.Random, packages: list[str]) -> Iterator[t
         fixed = (affected[0], affected[1], affected[2] + 1)
         disclosure_id = f"vuln:{serial}"
         text = rng.choice(DISCLOSURE).format(
-            cve=cve, attack=attack, component=component, package=package, fixed=_fmt(fixed), affected=_fmt(affected),
-            impact=impact, severity=rng.choice(SEVERITIES),
+            cve=cve,
+            attack=attack,
+            component=component,
+            package=package,
+            fixed=_fmt(fixed),
+            affected=_fmt(affected),
+            impact=impact,
+            severity=rng.choice(SEVERITIES),
         )
-        disclosure = {"doc_id": disclosure_id, "text": text, "doc_type": "vulnerability_disclosure",
-                      "scope": {"package": package, "cve_id": cve}, "published_at": day.isoformat()}
+        disclosure = {
+            "doc_id": disclosure_id,
+            "text": text,
+            "doc_type": "vulnerability_disclosure",
+            "scope": {"package": package, "cve_id": cve},
+            "published_at": day.isoformat(),
+        }
         gist = f"{attack} in the {component} of {package}"
         if roll < 0.65:  # an unpatched disclosure: a distractor
             yield disclosure, gist, None
@@ -179,12 +275,26 @@ def _iter_records(n: int, rng: random.Random, packages: list[str]) -> Iterator[t
         for hop in range(depth):
             day += timedelta(days=rng.randrange(3, 90))
             c = rng.sample(CHANGES, 3)
-            patches.append({"doc_id": f"fix:{serial}:{hop}", "text": rng.choice(RELEASE).format(
-                package=package, version=_fmt(version), c1=c[0], c2=c[1], c3=c[2]), "doc_type": "patch_release",
-                "scope": {"package": package, "cve_id": cve}, "published_at": day.isoformat(), "version": _fmt(version)})
+            patches.append(
+                {
+                    "doc_id": f"fix:{serial}:{hop}",
+                    "text": rng.choice(RELEASE).format(package=package, version=_fmt(version), c1=c[0], c2=c[1], c3=c[2]),
+                    "doc_type": "patch_release",
+                    "scope": {"package": package, "cve_id": cve},
+                    "published_at": day.isoformat(),
+                    "version": _fmt(version),
+                }
+            )
             version = (version[0], version[1], version[2] + 1)
-        info = {"package": package, "component": component, "short": short, "affected": _fmt(affected),
-                "gold": patches[-1]["doc_id"], "depth": depth, "anchor": disclosure_id}
+        info = {
+            "package": package,
+            "component": component,
+            "short": short,
+            "affected": _fmt(affected),
+            "gold": patches[-1]["doc_id"],
+            "depth": depth,
+            "anchor": disclosure_id,
+        }
         yield disclosure, gist, info
         for patch in patches:
             yield patch, f"{package} release notes", None
@@ -215,10 +325,7 @@ def generate(n: int, *, seed: int = 7, queries: int = 200) -> Corpus:
     present = {r["doc_id"] for r in records}
     chains = [c for c in chains if c["gold"] in present]
     picked = rng.sample(chains, min(queries, len(chains)))
-    qs = [
-        Query(f"q{i}", rng.choice(QUESTION).format(**c), [c["gold"]], [c["anchor"]], c["depth"])
-        for i, c in enumerate(picked)
-    ]
+    qs = [Query(f"q{i}", rng.choice(QUESTION).format(**c), [c["gold"]], [c["anchor"]], c["depth"]) for i, c in enumerate(picked)]
     return Corpus(records, gists, qs)
 
 
@@ -245,17 +352,28 @@ def arrivals(store: CARStore, count: int, seed: int) -> list[tuple[dict, str]]:
     out = []
     for i in range(count):
         target = store.records[rng.choice(disclosures)]
-        when = target.published_at.replace(year=target.published_at.year + 8).isoformat()
+        published = target.published_at
+        assert published is not None  # every generated record is dated
+        when = published.replace(year=published.year + 8).isoformat()
         package = target.scope["package"]
         if i % 2 == 0:
-            record = {"doc_id": f"stream:fix:{seed}:{i}", "doc_type": "patch_release", "scope": dict(target.scope),
-                      "text": f"{package} {90 + i}.0.0 release notes. Changes: upgraded bundled dependencies.",
-                      "published_at": when, "version": f"{90 + i}.0.0"}
+            record = {
+                "doc_id": f"stream:fix:{seed}:{i}",
+                "doc_type": "patch_release",
+                "scope": dict(target.scope),
+                "text": f"{package} {90 + i}.0.0 release notes. Changes: upgraded bundled dependencies.",
+                "published_at": when,
+                "version": f"{90 + i}.0.0",
+            }
         else:
             cve = f"CVE-2030-{500000 + seed * 10000 + i}"
-            record = {"doc_id": f"stream:vuln:{seed}:{i}", "doc_type": "vulnerability_disclosure",
-                      "scope": {"package": package, "cve_id": cve},
-                      "text": f"{cve}: heap buffer overflow in the image decoder of {package}.", "published_at": when}
+            record = {
+                "doc_id": f"stream:vuln:{seed}:{i}",
+                "doc_type": "vulnerability_disclosure",
+                "scope": {"package": package, "cve_id": cve},
+                "text": f"{cve}: heap buffer overflow in the image decoder of {package}.",
+                "published_at": when,
+            }
         out.append((record, target.doc_id))
     return out
 
@@ -268,8 +386,22 @@ def generalised_policy() -> Policy:
     """``security-advisory`` with the release-source hierarchy and an uncertain fix rule."""
     base = load_policy("security-advisory").model_dump()
     rules = [{**r, "confidence": 0.8} if r["name"] == "patch_fixes_disclosure" else r for r in base["rules"]]
-    rules.append({"name": "higher_source", "trigger": "patch_release", "target": "patch_release",
-                  "within": ["package", "cve_id"], "order": "level_then_later", "hierarchy": "source",
-                  "description": "A release from a higher source binds a lower one's."})
-    return Policy.model_validate({**base, "name": "security-advisory-generalised", "rules": rules,
-                                  "hierarchies": {"source": {"levels": SOURCES, "field": "source_level"}}})
+    rules.append(
+        {
+            "name": "higher_source",
+            "trigger": "patch_release",
+            "target": "patch_release",
+            "within": ["package", "cve_id"],
+            "order": "level_then_later",
+            "hierarchy": "source",
+            "description": "A release from a higher source binds a lower one's.",
+        }
+    )
+    return Policy.model_validate(
+        {
+            **base,
+            "name": "security-advisory-generalised",
+            "rules": rules,
+            "hierarchies": {"source": {"levels": SOURCES, "field": "source_level"}},
+        }
+    )

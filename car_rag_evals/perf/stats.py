@@ -11,8 +11,13 @@ import numpy as np
 def percentiles(values_ms: list[float]) -> dict[str, float]:
     """Count, p50, p95, p99 (numpy's linear interpolation) and mean of ``values_ms``."""
     v = np.asarray(values_ms)
-    return {"n": len(v), "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
-            "p99": float(np.percentile(v, 99)), "mean": float(v.mean())}
+    return {
+        "n": len(v),
+        "p50": float(np.percentile(v, 50)),
+        "p95": float(np.percentile(v, 95)),
+        "p99": float(np.percentile(v, 99)),
+        "mean": float(v.mean()),
+    }
 
 
 def proc_status_mb(field: str) -> float:

@@ -34,17 +34,31 @@ def overview(run: Run) -> dict[str, Any]:
         rows = []
         for name, entry in run.bench["systems"].items():
             s = entry.get("summary", {})
-            rows.append([entry.get("label", name), _rate(s.get("tca")), _rate(s.get("hit")), _rate(s.get("anchor_recall")),
-                         *(f"{s[m]:.3f}" if isinstance(s.get(m), (int, float)) else "–" for m in ("mrr", "lvr", "orr", "crr")),
-                         f"{entry.get('latency_ms', {}).get('p50', float('nan')):.2f}"])
+            rows.append(
+                [
+                    entry.get("label", name),
+                    _rate(s.get("tca")),
+                    _rate(s.get("hit")),
+                    _rate(s.get("anchor_recall")),
+                    *(f"{s[m]:.3f}" if isinstance(s.get(m), (int, float)) else "–" for m in ("mrr", "lvr", "orr", "crr")),
+                    f"{entry.get('latency_ms', {}).get('p50', float('nan')):.2f}",
+                ]
+            )
         paper = run.bench.get("reference") or {}
         note = "Paper (TCA@5): " + "; ".join(f"{n} {v:.3f}" for n, v in paper.items()) if paper else ""
         return {"head": head, "rows": rows, "note": note}
     if run.kind == "llm" and run.llm_report:
         labels = run.llm_report.get("labels", [])
         head = ["condition", "n", *labels, "controlling in context"]
-        rows = [[cond, str(entry.get("n", "")), *(_rate(entry.get("rates", {}).get(lab)) for lab in labels),
-                 _rate(entry.get("controlling_in_context"))] for cond, entry in run.llm_report.get("conditions", {}).items()]
+        rows = [
+            [
+                cond,
+                str(entry.get("n", "")),
+                *(_rate(entry.get("rates", {}).get(lab)) for lab in labels),
+                _rate(entry.get("controlling_in_context")),
+            ]
+            for cond, entry in run.llm_report.get("conditions", {}).items()
+        ]
         return {"head": head, "rows": rows, "note": ""}
     return {"head": [], "rows": [], "note": ""}
 
@@ -91,18 +105,28 @@ def build_report(
     if suite is not None:
         kind = None if _classified(suite) else AS_ASKED
         if kind is not None:
-            problems.append(f"suite {suite.name!r} has no answer classifier (a corpus of your own): no answer is "
-                            "classified, and the evidence is shown for each question as asked")
-        queries, records, columns = drilldown(run, suite, stores_dir=stores_dir, evidence=evidence, problems=problems,
-                                              kind=kind)
-    meta = (run.bench or run.llm_report or {})
+            problems.append(
+                f"suite {suite.name!r} has no answer classifier (a corpus of your own): no answer is "
+                "classified, and the evidence is shown for each question as asked"
+            )
+        queries, records, columns = drilldown(run, suite, stores_dir=stores_dir, evidence=evidence, problems=problems, kind=kind)
+    meta = run.bench or run.llm_report or {}
     data = {
-        "kind": run.kind, "suite": run.suite, "source": str(path), "command": meta.get("command"),
-        "generated": meta.get("generated"), "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "k": (run.bench or {}).get("k", 5), "description": (run.bench or {}).get("description"),
+        "kind": run.kind,
+        "suite": run.suite,
+        "source": str(path),
+        "command": meta.get("command"),
+        "generated": meta.get("generated"),
+        "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "k": (run.bench or {}).get("k", 5),
+        "description": (run.bench or {}).get("description"),
         "labels": (run.llm_report or {}).get("labels") or sorted({str(a.get("label")) for a in run.answers}),
-        "overview": overview(run), "images": run.images, "problems": problems,
-        "columns": columns, "queries": queries, "records": records,
+        "overview": overview(run),
+        "images": run.images,
+        "problems": problems,
+        "columns": columns,
+        "queries": queries,
+        "records": records,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_page(data, f"car-rag report: {run.suite or path.name} ({run.kind})"), encoding="utf-8")

@@ -72,8 +72,12 @@ def _eval_llm_options(command: str | None) -> tuple[dict[str, Any], str | None]:
         return {}, f"the run's command is not known ({command!r}): evidence rendered with eval-llm's defaults"
     # A command recorded before the audit conditions' rename says --xml-form.
     layout = getattr(args, "audit_layout", None) or getattr(args, "xml_form", None) or "compact"
-    return {"k": args.k, "max_doc_chars": args.max_doc_chars, "evidence_budget": args.evidence_budget,
-            "audit_layout": layout}, None
+    return {
+        "k": args.k,
+        "max_doc_chars": args.max_doc_chars,
+        "evidence_budget": args.evidence_budget,
+        "audit_layout": layout,
+    }, None
 
 
 def _contexts(
@@ -119,7 +123,10 @@ def _bench_systems(run: Run, ids: Iterable[str], problems: list[str]) -> tuple[d
         for row in rows:
             if row.get("query_id") in by_query:
                 by_query[row["query_id"]][name] = {
-                    "top": row.get("top"), "tca": row.get("tca"), "rank": row.get("gold_rank"), "ignored": row.get("ignored", []),
+                    "top": row.get("top"),
+                    "tca": row.get("tca"),
+                    "rank": row.get("gold_rank"),
+                    "ignored": row.get("ignored", []),
                 }
     return by_query, systems
 
@@ -129,10 +136,13 @@ def _answers(run: Run) -> dict[str, dict[str, Any]]:
     for row in run.answers:
         guard = row.get("guard") or {}
         out.setdefault(row["query_id"], {})[row["condition"]] = {
-            "answer": row.get("answer", ""), "label": row.get("label"), "reason": row.get("reason"),
+            "answer": row.get("answer", ""),
+            "label": row.get("label"),
+            "reason": row.get("reason"),
             "ctx": row.get("context_doc_ids", []),
             "guard": {"flagged": guard.get("flagged"), "reason": guard.get("reason"), "findings": guard.get("findings", [])}
-            if guard else None,
+            if guard
+            else None,
         }
     return out
 
@@ -165,11 +175,20 @@ def drilldown(
         shown.update(d for d, _ in chain["nodes"])
         shown.update(d for s in per_system.values() for d in s["top"] or ())
         shown.update(d for a in per_answer.values() for d in a["ctx"])
-        rows.append({
-            "id": q.query_id, "q": q.query, "hop": q.hop_type, "gold_answer": q.answer,
-            "gold": q.gold_doc_ids, "anchors": q.anchor_doc_ids, "chain": chain,
-            "systems": per_system, "answers": per_answer, "evidence": contexts.get(q.query_id, {}),
-        })
+        rows.append(
+            {
+                "id": q.query_id,
+                "q": q.query,
+                "hop": q.hop_type,
+                "gold_answer": q.answer,
+                "gold": q.gold_doc_ids,
+                "anchors": q.anchor_doc_ids,
+                "chain": chain,
+                "systems": per_system,
+                "answers": per_answer,
+                "evidence": contexts.get(q.query_id, {}),
+            }
+        )
     records = {d: record_entry(store.records[d], graph) for d in sorted(shown) if d in store.records}
     unknown = sorted(shown - set(records))
     if unknown:

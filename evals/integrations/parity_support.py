@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-PAPER_STAGE1 = {"fusion": "rrf", "latent_scope": False}
+PAPER_STAGE1: dict[str, Any] = {"fusion": "rrf", "latent_scope": False}
 """The core's Stage 1 as a single-channel retriever a framework wraps: the top k1 fused hits,
 no latent-scope step (a framework's CARRetriever resolves the anchors its own retriever
 gives). End-to-end columns then compare like with like; the same-anchors column never

@@ -30,8 +30,14 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("w") as fh:
             for i, a in enumerate(rows):
-                item = {"item": f"{split}-{i:02d}", "suite": "finsuperqa", "query_id": a["query_id"], "condition": a["condition"],
-                        "question": questions[a["query_id"]], "answer": a["answer"]}
+                item = {
+                    "item": f"{split}-{i:02d}",
+                    "suite": "finsuperqa",
+                    "query_id": a["query_id"],
+                    "condition": a["condition"],
+                    "question": questions[a["query_id"]],
+                    "answer": a["answer"],
+                }
                 fh.write(json.dumps(item) + "\n")
         print(f"{len(rows)} answers -> {out}")
 

@@ -33,7 +33,9 @@ def _draw(name: str, pool: list[dict], n: int) -> list[str]:
 
 
 def _write(name: str, ids: list[str], why: str) -> None:
-    (HERE / f"queries-{name}.txt").write_text(f"# {why}\n# python evals/labels/draw_queries.py (seed {SEED})\n" + "\n".join(ids) + "\n")
+    (HERE / f"queries-{name}.txt").write_text(
+        f"# {why}\n# python evals/labels/draw_queries.py (seed {SEED})\n" + "\n".join(ids) + "\n"
+    )
     print(name, len(ids))
 
 
@@ -43,17 +45,26 @@ def main() -> None:
     ids = []
     for answer in ("good_law", "overruled"):
         ids += _draw(f"legal-{answer}", [q for q in template if q["answer"] == answer], 20)
-    _write("legal-template", sorted(ids, key=[q["query_id"] for q in template].index),
-           "legalprecedentqa template questions for legal classifier labels: 20 good_law, 20 overruled")
+    _write(
+        "legal-template",
+        sorted(ids, key=[q["query_id"] for q in template].index),
+        "legalprecedentqa template questions for legal classifier labels: 20 good_law, 20 overruled",
+    )
     outside = set(plan["outside_sample"]["legalprecedentqa-freeform"])
-    _write("legal-freeform", _draw("legal-freeform", [q for q in _queries("legalprecedentqa-freeform") if q["query_id"] in outside], 20),
-           "legalprecedentqa-freeform questions outside the held-out sample, for legal classifier labels")
+    _write(
+        "legal-freeform",
+        _draw("legal-freeform", [q for q in _queries("legalprecedentqa-freeform") if q["query_id"] in outside], 20),
+        "legalprecedentqa-freeform questions outside the held-out sample, for legal classifier labels",
+    )
     fin = _queries("finsuperqa")
     ids = []
     for answer in ("active", "compliant", "non_compliant"):
         ids += _draw(f"compliance-{answer}", [q for q in fin if q["answer"] == answer], 10)
-    _write("compliance", sorted(ids, key=[q["query_id"] for q in fin].index),
-           "finsuperqa questions for compliance classifier labels: 10 per answer")
+    _write(
+        "compliance",
+        sorted(ids, key=[q["query_id"] for q in fin].index),
+        "finsuperqa questions for compliance classifier labels: 10 per answer",
+    )
 
 
 if __name__ == "__main__":

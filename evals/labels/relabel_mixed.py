@@ -30,16 +30,31 @@ FILES = ("qwen_ghsa_tuning.labels.jsonl", "legal/tuning-freeform.labels.jsonl", 
 _BOTH_IN_NOTE = re.compile(r"^first claim: '[^']*' \((?:then|later)\b")
 
 READ = {
-    ("qwen_ghsa_tuning.labels.jsonl", "GHSA-p9ff-h696-f583", "car-xml"):
-        "read: 'No, the vulnerability is not patched' then 'The vulnerability was fixed in [EP-1]'",
-    ("qwen_ghsa_tuning.labels.jsonl", "GHSA-48ch-p4gq-x46x", "car-xml"):
-        "read: 'No, the vulnerability is not patched' then 'The vulnerability was fixed in [EP-1]'",
-    ("qwen_ghsa_tuning.labels.jsonl", "GHSA-48ch-p4gq-x46x", "car-xml-omit"):
-        "read: 'No, the vulnerability is not patched' then 'The latest version that fixes it is [GHSA-…]'",
-    ("legal/tuning-freeform.labels.jsonl", "leg-t1-0047", "dense"):
-        "read: 'has been modified by subsequent court decisions' then 'This is the controlling precedent'",
-    ("legal/tuning-freeform.labels.jsonl", "leg-t1-0167", "dense"):
-        "read: 'has been modified by subsequent court decisions' then 'This is the controlling precedent'",
+    (
+        "qwen_ghsa_tuning.labels.jsonl",
+        "GHSA-p9ff-h696-f583",
+        "car-xml",
+    ): "read: 'No, the vulnerability is not patched' then 'The vulnerability was fixed in [EP-1]'",
+    (
+        "qwen_ghsa_tuning.labels.jsonl",
+        "GHSA-48ch-p4gq-x46x",
+        "car-xml",
+    ): "read: 'No, the vulnerability is not patched' then 'The vulnerability was fixed in [EP-1]'",
+    (
+        "qwen_ghsa_tuning.labels.jsonl",
+        "GHSA-48ch-p4gq-x46x",
+        "car-xml-omit",
+    ): "read: 'No, the vulnerability is not patched' then 'The latest version that fixes it is [GHSA-…]'",
+    (
+        "legal/tuning-freeform.labels.jsonl",
+        "leg-t1-0047",
+        "dense",
+    ): "read: 'has been modified by subsequent court decisions' then 'This is the controlling precedent'",
+    (
+        "legal/tuning-freeform.labels.jsonl",
+        "leg-t1-0167",
+        "dense",
+    ): "read: 'has been modified by subsequent court decisions' then 'This is the controlling precedent'",
 }
 """Tuning rows relabelled on reading the answer: (file, query id, condition) -> why."""
 

@@ -57,28 +57,78 @@ SERVE_TENANCY = (
     "tests/integration/test_serve.py::test_a_bad_request_gets_a_clear_4xx_echoes_nothing_and_changes_nothing_stored",
 )
 TARGETS: dict[str, Target] = {
-    "car_rag/graph.py": Target(tuple(UNIT + t for t in (
-        "test_stage2_bounds.py", "test_graph_reading.py", "test_graph.py", "test_confidence.py", "test_multi_authority.py",
-        "test_graph_properties.py", "test_policy.py", "test_lookup.py", "test_fanin.py", "test_latent_scope.py"))),
-    "car_rag/resolution.py": Target(tuple(UNIT + t for t in (
-        "test_stage2_bounds.py", "test_retrieval_result.py", "test_confidence.py", "test_multi_authority.py",
-        "test_latent_scope.py", "test_graph_properties.py", "test_fanin.py", "test_plain_evidence.py",
-        "test_reader_evidence.py"))),
+    "car_rag/graph.py": Target(
+        tuple(
+            UNIT + t
+            for t in (
+                "test_stage2_bounds.py",
+                "test_graph_reading.py",
+                "test_graph.py",
+                "test_confidence.py",
+                "test_multi_authority.py",
+                "test_graph_properties.py",
+                "test_policy.py",
+                "test_lookup.py",
+                "test_fanin.py",
+                "test_latent_scope.py",
+            )
+        )
+    ),
+    "car_rag/resolution.py": Target(
+        tuple(
+            UNIT + t
+            for t in (
+                "test_stage2_bounds.py",
+                "test_retrieval_result.py",
+                "test_confidence.py",
+                "test_multi_authority.py",
+                "test_latent_scope.py",
+                "test_graph_properties.py",
+                "test_fanin.py",
+                "test_plain_evidence.py",
+                "test_reader_evidence.py",
+            )
+        )
+    ),
     # who may read what: decided in memory (unit) and as Chroma's filter over stored metadata (integration)
-    "car_rag/eligibility.py": Target((
-        *(UNIT + t for t in ("test_stage2_bounds.py", "test_serve_keys.py", "test_latent_scope.py", "test_plain_evidence.py")),
-        "tests/integration/test_eligibility.py")),
-    "car_rag/claims.py": Target(tuple(UNIT + t for t in (
-        "test_claims_mutation.py", "test_claim_reader.py", "test_claims.py", "test_guard.py", "test_classifier_agreement.py",
-        "test_extras.py"))),
+    "car_rag/eligibility.py": Target(
+        (
+            *(
+                UNIT + t
+                for t in ("test_stage2_bounds.py", "test_serve_keys.py", "test_latent_scope.py", "test_plain_evidence.py")
+            ),
+            "tests/integration/test_eligibility.py",
+        )
+    ),
+    "car_rag/claims.py": Target(
+        tuple(
+            UNIT + t
+            for t in (
+                "test_claims_mutation.py",
+                "test_claim_reader.py",
+                "test_claims.py",
+                "test_guard.py",
+                "test_classifier_agreement.py",
+                "test_extras.py",
+            )
+        )
+    ),
     # the serve tenancy checks: who may replace a record, what an insert's answer shows, the route's tenant check
     "car_rag/serve/inserts.py": Target(SERVE_TENANCY, frozenset({"_Owners.__call__", "Inserts._answer"})),
     "car_rag/serve/app.py": Target(SERVE_TENANCY, frozenset({"create_app.records"})),
 }
 
 _FLIP: dict[type, type] = {
-    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-    ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
 }
 _LOG_CALLS = {"debug", "info", "warning", "error", "exception", "critical"}
 
@@ -165,15 +215,21 @@ class Mutator(ast.NodeTransformer):
             if isinstance(bound, ast.UnaryOp) and isinstance(bound.op, ast.USub):
                 bound = bound.operand
             if self._site(node, "[a:] -> [:a]" if node.lower is not None else "[:a] -> [a:]"):
-                return ast.copy_location(ast.Slice(lower=None if node.lower is not None else bound,
-                                                   upper=bound if node.lower is not None else None), node)
+                return ast.copy_location(
+                    ast.Slice(lower=None if node.lower is not None else bound, upper=bound if node.lower is not None else None),
+                    node,
+                )
         return node
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        if (len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args) and name not in _LOG_CALLS
-                and self._site(node, f"{name}(...) without its last positional argument")):
+        if (
+            len(node.args) >= 2
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+            and name not in _LOG_CALLS
+            and self._site(node, f"{name}(...) without its last positional argument")
+        ):
             node.args = node.args[:-1]
         return node
 
@@ -205,9 +261,16 @@ def copy_tree(into: Path) -> None:
 
 def run_tests(tree: Path, tests: tuple[str, ...], limit_s: float) -> tuple[str, str]:
     """(outcome, detail): killed (a test failed, or the mutant would not import), survived, or timeout."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False",
-           "CAR_PROPERTY_EXAMPLES": os.environ.get("CAR_PROPERTY_EXAMPLES", "100")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "ANONYMIZED_TELEMETRY": "False",
+        "CAR_PROPERTY_EXAMPLES": os.environ.get("CAR_PROPERTY_EXAMPLES", "100"),
+    }
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "timeout=120", "-rf", *tests]
     try:
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=limit_s)
@@ -252,10 +315,19 @@ def check_module(module: str, target: Target, tree: Path, log, earlier: dict | N
         shutil.copy2(ROOT / module, path)
     survived = [r for r in results if r["outcome"] == "survived"]
     timeouts = [r for r in results if r["outcome"] == "timeout"]
-    return {"module": module, "tests": list(target.tests), "functions": sorted(target.functions), "mutants": len(results),
-            "killed": len(results) - len(survived) - len(timeouts), "timeout": len(timeouts), "survived": len(survived),
-            "survival_rate": round(len(survived) / len(results), 4) if results else 0.0, "baseline_s": round(baseline_s, 1),
-            "rerun_survivors_of_an_earlier_run": bool(before), "results": results}
+    return {
+        "module": module,
+        "tests": list(target.tests),
+        "functions": sorted(target.functions),
+        "mutants": len(results),
+        "killed": len(results) - len(survived) - len(timeouts),
+        "timeout": len(timeouts),
+        "survived": len(survived),
+        "survival_rate": round(len(survived) / len(results), 4) if results else 0.0,
+        "baseline_s": round(baseline_s, 1),
+        "rerun_survivors_of_an_earlier_run": bool(before),
+        "results": results,
+    }
 
 
 def write_summary(out: Path) -> Path:
@@ -266,12 +338,19 @@ def write_summary(out: Path) -> Path:
         total += report["mutants"]
         survived += report["survived"]
         scope = f" ({', '.join(report['functions'])})" if report["functions"] else ""
-        rows.append(f"| `{report['module']}`{scope} | {report['mutants']} | {report['killed']} | {report.get('timeout', 0)} "
-                    f"| {report['survived']} | {100 * report['survival_rate']:.1f}% | {len(report['tests'])} files |")
-    lines = ["# Mutation check (evals/mutation/mutate.py)", "",
-             "| module | mutants | killed | timed out | survived | survival | killing tests |",
-             "|---|---:|---:|---:|---:|---:|---|", *rows,
-             f"| all | {total} | | | {survived} | {100 * survived / max(total, 1):.1f}% | |", ""]
+        rows.append(
+            f"| `{report['module']}`{scope} | {report['mutants']} | {report['killed']} | {report.get('timeout', 0)} "
+            f"| {report['survived']} | {100 * report['survival_rate']:.1f}% | {len(report['tests'])} files |"
+        )
+    lines = [
+        "# Mutation check (evals/mutation/mutate.py)",
+        "",
+        "| module | mutants | killed | timed out | survived | survival | killing tests |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        *rows,
+        f"| all | {total} | | | {survived} | {100 * survived / max(total, 1):.1f}% | |",
+        "",
+    ]
     summary = out / "summary.md"
     summary.write_text("\n".join(lines), encoding="utf-8")
     return summary
@@ -283,8 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summary", action="store_true", help="only rewrite summary.md from the results in --out")
-    parser.add_argument("--survivors", action="store_true",
-                        help="run only the mutants that survived the module's report in --out (after adding tests)")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the mutants that survived the module's report in --out (after adding tests)",
+    )
     args = parser.parse_args(argv)
     if args.summary:
         print(write_summary(args.out).read_text(encoding="utf-8"))
@@ -305,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         for module in args.modules:
             name = module.removeprefix("car_rag/").removesuffix(".py").replace("/", ".")
             with (args.out / f"{name}.log").open("a" if args.survivors else "w", encoding="utf-8") as log_file:
+
                 def log(line: str) -> None:
                     print(line, flush=True)
                     log_file.write(line + "\n")

@@ -45,9 +45,15 @@ def main() -> None:
         retriever.retrieve_many(queries)
         seconds["retrieve_many"].append(time.perf_counter() - tick)
     median = {way: float(np.median(s)) for way, s in seconds.items()}
-    result = {"size": args.size, "encoder": store.embedder.encoder, "queries": len(queries), "median_s": median,
-              "ratio": median["retrieve_many"] / median["one at a time"], "load_1_5_15": os.getloadavg(),
-              "command": "python evals/perf/batch_queries.py " + " ".join(sys.argv[1:])}
+    result = {
+        "size": args.size,
+        "encoder": store.embedder.encoder,
+        "queries": len(queries),
+        "median_s": median,
+        "ratio": median["retrieve_many"] / median["one at a time"],
+        "load_1_5_15": os.getloadavg(),
+        "command": "python evals/perf/batch_queries.py " + " ".join(sys.argv[1:]),
+    }
     store.close()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"batch-{args.size}-{result['encoder']}.json").write_text(json.dumps(result, indent=1) + "\n")

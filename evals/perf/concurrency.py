@@ -54,15 +54,19 @@ def main() -> None:
         pending = pool.submit(dense, i)
         return bm25(i), pending.result()
 
-    ways = {"BM25 alone": bm25, "dense alone": dense, "both, one after the other": sequential,
-            "both at once (dense on a worker thread)": concurrent}
+    ways = {
+        "BM25 alone": bm25,
+        "dense alone": dense,
+        "both, one after the other": sequential,
+        "both at once (dense on a worker thread)": concurrent,
+    }
     for i in range(min(10, len(queries))):  # warm up every path
         for fn in ways.values():
             fn(i)
     times: dict[str, list[float]] = {name: [] for name in ways}
     names = list(ways)
     for i in range(len(queries)):
-        for name in names[i % len(names):] + names[: i % len(names)]:  # rotate who goes first
+        for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate who goes first
             tick = time.perf_counter()
             ways[name](i)
             times[name].append((time.perf_counter() - tick) * 1000)
@@ -70,10 +74,15 @@ def main() -> None:
     store.close()
     p50 = {name: float(np.median(v)) for name, v in times.items()}
     result = {
-        "size": args.size, "store": str(args.store), "dense_search": "exact (in memory)" if store.dense.exact else "Chroma HNSW",
-        "lexical": store.config["bm25_backend"], "queries": len(queries), "load_1_5_15": os.getloadavg(),
+        "size": args.size,
+        "store": str(args.store),
+        "dense_search": "exact (in memory)" if store.dense.exact else "Chroma HNSW",
+        "lexical": store.config["bm25_backend"],
+        "queries": len(queries),
+        "load_1_5_15": os.getloadavg(),
         "command": "python evals/perf/concurrency.py " + " ".join(sys.argv[1:]),
-        "p50_ms": p50, "p95_ms": {name: float(np.percentile(v, 95)) for name, v in times.items()},
+        "p50_ms": p50,
+        "p95_ms": {name: float(np.percentile(v, 95)) for name, v in times.items()},
         "at_once_over_one_after_the_other": p50["both at once (dense on a worker thread)"] / p50["both, one after the other"],
     }
     args.out.mkdir(parents=True, exist_ok=True)

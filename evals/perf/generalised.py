@@ -57,8 +57,12 @@ def main() -> None:
         times.append((time.perf_counter() - tick) * 1000)
     times.sort()
     result = {
-        "policy": policy.name, "size": args.size, "queries": len(times), "graph_build_s": round(build_s, 1),
-        "edges": len(graph.edges()), "disputed_edges": len(graph.disputed_edges()),
+        "policy": policy.name,
+        "size": args.size,
+        "queries": len(times),
+        "graph_build_s": round(build_s, 1),
+        "edges": len(graph.edges()),
+        "disputed_edges": len(graph.disputed_edges()),
         "stage23_ms": {"p50": times[len(times) // 2], "p99": times[min(len(times) - 1, int(len(times) * 0.99))]},
         "load_average_at_start": load,
         "command": " ".join(["python evals/perf/generalised.py", *sys.argv[1:]]),

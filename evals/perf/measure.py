@@ -20,16 +20,20 @@ and 1,000, with precomputed vectors (embedding excluded).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.channels import DenseChannel
 from car_rag.graph import AuthorityGraph
 from car_rag_evals.perf.corpus import arrivals, generate, gist_vectors
 from car_rag_evals.perf.stats import percentiles, proc_status_mb
@@ -47,6 +51,7 @@ def _du(path: Path) -> int:
 
 
 # --------------------------------------------------------------------------- build
+
 
 def _vector_cache(args: argparse.Namespace) -> Path:
     """Where a real-embedding build leaves its vectors (in corpus order) for ``--embed cached``."""
@@ -94,6 +99,7 @@ def build(args: argparse.Namespace) -> dict:
     if args.embed == "real":  # the same vectors for a later run against a Chroma server
         ids = [r["doc_id"] for r in corpus.records]
         rows = []
+        assert isinstance(store.dense, DenseChannel)  # the scale stores keep their vectors in Chroma
         for start in range(0, len(ids), 5000):
             got = store.dense.collection.get(ids=ids[start : start + 5000], include=["embeddings"])
             by_id = dict(zip(got["ids"], got["embeddings"]))
@@ -115,14 +121,21 @@ def build(args: argparse.Namespace) -> dict:
 
     store_path = Path(args.store)
     return {
-        "size": args.size, "embedding": args.embed, "encoder": embedder.encoder,
-        "chroma": "server" if args.chroma_url else "embedded", "records": len(records), "edges": len(edges),
+        "size": args.size,
+        "embedding": args.embed,
+        "encoder": embedder.encoder,
+        "chroma": "server" if args.chroma_url else "embedded",
+        "records": len(records),
+        "edges": len(edges),
         "doc_types": {t: sum(r.doc_type == t for r in records) for t in sorted({r.doc_type for r in records})},
         "raw_encode_per_s": encode_rate,
-        "ingest_s": ingest_s, "ingest_per_s": len(corpus) / ingest_s, "ingest_steps_s": steps,
+        "ingest_s": ingest_s,
+        "ingest_per_s": len(corpus) / ingest_s,
+        "ingest_steps_s": steps,
         "precompute_vectors_s": precompute_s,
         "ingest_per_s_note": "embedding included" if args.embed == "real" else "precomputed vectors: embedding excluded",
-        "authority_index_bytes": index_bytes, "authority_index_bytes_per_record": index_bytes / len(records),
+        "authority_index_bytes": index_bytes,
+        "authority_index_bytes_per_record": index_bytes / len(records),
         "peak_rss_ingest_mb": peak_ingest_mb,
         "disk_bytes": _du(store_path),
         "disk_bytes_by_part": {p.name: _du(p) if p.is_dir() else p.stat().st_size for p in store_path.iterdir()},
@@ -131,7 +144,16 @@ def build(args: argparse.Namespace) -> dict:
 
 # --------------------------------------------------------------------------- query
 
-def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, frameworks: bool) -> dict:
+
+def _framework_doc_ids(retrieve: Callable[[str], Any], query: str) -> list[str]:
+    from car_rag.eval.audit import doc_ids_of
+
+    return doc_ids_of(retrieve(query))
+
+
+def _systems(
+    store: CARStore, retriever: ControllingAuthorityRetriever, frameworks: bool
+) -> tuple[dict[str, Callable[[str], list[str]]], dict[str, dict[str, float]]]:
     from car_rag.channels import make_lexical_index
 
     floor_index = make_lexical_index("bm25s")
@@ -140,37 +162,44 @@ def _systems(store: CARStore, retriever: ControllingAuthorityRetriever, framewor
     runs: dict[str, dict] = {}
     previous = ControllingAuthorityRetriever(store, anchors="hybrid", k1=K1, depth=DEPTH, fusion="rrf", latent_scope=False)
 
-    def stage23(q: str):
+    def stage23(q: str) -> list[str]:
         if q not in runs:  # the channels' hits, computed untimed on first use (the warm-up)
             runs[q] = retriever.channel_runs(q)
         return retriever.resolve_runs(q, runs[q]).doc_ids()
 
-    systems = {
+    systems: dict[str, Callable[[str], list[str]]] = {
         "floor: query embedding + bm25s": lambda q: (embed([q]), [h.doc_id for h in floor_index.search(q, DEPTH)])[1],
         "car-rag Stage 1 (hybrid)": lambda q: [h.doc_id for h in retriever.stage1(q)],
         "car-rag Stage 2+3": stage23,  # with fusion and the latent-scope step, given the channels' hits
         "car-rag whole retriever": lambda q: retriever.retrieve(q).doc_ids(),
         "car-rag whole retriever, RRF without latent scope (before)": lambda q: previous.retrieve(q).doc_ids(),
     }
-    memory = {}
+    memory: dict[str, dict[str, float]] = {}
     if frameworks:
-        from car_rag.eval.audit import doc_ids_of
         from car_rag_evals.framework_systems import langchain_ensemble_retriever, llamaindex_fusion_retriever
 
         encoder = {"onnx": "ONNX Runtime", "torch": "PyTorch"}[store.embedder.encoder]
         for name, make, call, embedding in (
-            (f"{LLAMA}, its default embedding (HuggingFaceEmbedding, PyTorch)", llamaindex_fusion_retriever, "retrieve",
-             "framework"),
+            (
+                f"{LLAMA}, its default embedding (HuggingFaceEmbedding, PyTorch)",
+                llamaindex_fusion_retriever,
+                "retrieve",
+                "framework",
+            ),
             (f"{LLAMA}, car-rag's encoder ({encoder})", llamaindex_fusion_retriever, "retrieve", "store"),
-            (f"{LANG}, its default embedding (HuggingFaceEmbeddings, PyTorch)", langchain_ensemble_retriever, "invoke",
-             "framework"),
+            (
+                f"{LANG}, its default embedding (HuggingFaceEmbeddings, PyTorch)",
+                langchain_ensemble_retriever,
+                "invoke",
+                "framework",
+            ),
             (f"{LANG}, car-rag's encoder ({encoder})", langchain_ensemble_retriever, "invoke", "store"),
         ):
             before = proc_status_mb("VmRSS")
             tick = time.perf_counter()
             method = getattr(make(store, DEPTH, embedding), call)
             memory[name] = {"build_s": time.perf_counter() - tick, "rss_added_mb": proc_status_mb("VmRSS") - before}
-            systems[name] = lambda q, m=method: doc_ids_of(m(q))
+            systems[name] = functools.partial(_framework_doc_ids, method)
     return systems, memory
 
 
@@ -204,16 +233,19 @@ def query(args: argparse.Namespace) -> dict:
     hits: dict[str, int] = {n: 0 for n in names}
     from tqdm.auto import tqdm
 
-    for i, q in enumerate(tqdm(corpus.queries, desc=f"queries {args.size:,}", disable=args.quiet)):
+    for i, asked in enumerate(tqdm(corpus.queries, desc=f"queries {args.size:,}", disable=args.quiet)):
         for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate who goes first
             tick = time.perf_counter()
-            got = systems[name](q.query)
+            got = systems[name](asked.query)
             times[name].append((time.perf_counter() - tick) * 1000)
-            hits[name] += bool(set(q.gold_doc_ids) & set(got[:K]))
+            hits[name] += bool(set(asked.gold_doc_ids) & set(got[:K]))
     store.close()
     return {
-        "size": args.size, "chroma": "server" if store.config.get("chroma_url") else "embedded",
-        "encoder": store.embedder.encoder, "queries": len(queries), "open_s": open_s,
+        "size": args.size,
+        "chroma": "server" if store.config.get("chroma_url") else "embedded",
+        "encoder": store.embedder.encoder,
+        "queries": len(queries),
+        "open_s": open_s,
         "rss_mb": {"process_start": rss_start, "after_open": rss_open, "loaded_and_queried": rss_loaded},
         "latency_ms": {n: percentiles(v) for n, v in times.items()},
         "gold_in_top5": {n: hits[n] / len(queries) for n in names if not n.startswith(("floor", "car-rag Stage 1"))},
@@ -222,6 +254,7 @@ def query(args: argparse.Namespace) -> dict:
 
 
 # --------------------------------------------------------------------------- stream
+
 
 def stream(args: argparse.Namespace) -> dict:
     store = CARStore.open(args.store)
@@ -241,9 +274,13 @@ def stream(args: argparse.Namespace) -> dict:
             voided += len(report.newly_superseded)
             for step, seconds in report.timings_s.items():
                 steps.setdefault(step, []).append(seconds * 1000 / len(batch))
-        return {"records": sum(map(len, batches)), "batch_size": len(batches[0]), "newly_superseded": voided,
-                "per_record_ms": percentiles(wall),
-                "mean_per_record_ms_by_step": {s: statistics.fmean(v) for s, v in steps.items()}}
+        return {
+            "records": sum(map(len, batches)),
+            "batch_size": len(batches[0]),
+            "newly_superseded": voided,
+            "per_record_ms": percentiles(wall),
+            "mean_per_record_ms_by_step": {s: statistics.fmean(v) for s, v in steps.items()},
+        }
 
     by_batch = {
         str(size): run([[r for r, _ in batch[i : i + size]] for i in range(0, len(batch), size)])
@@ -258,8 +295,11 @@ def stream(args: argparse.Namespace) -> dict:
             retrieved += 1
             superseded += found.status == "superseded"
     store.close()
-    return {"size": args.size, "by_batch_size": by_batch,
-            "after_inserts": {"queries": 50, "voided_target_retrieved": retrieved, "reported_superseded": superseded}}
+    return {
+        "size": args.size,
+        "by_batch_size": by_batch,
+        "after_inserts": {"queries": 50, "voided_target_retrieved": retrieved, "reported_superseded": superseded},
+    }
 
 
 def main() -> None:
@@ -269,8 +309,12 @@ def main() -> None:
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--chroma-url")
-    parser.add_argument("--embed", choices=["real", "gist", "cached"], default="real",
-                        help="MiniLM on every text; gist vectors (car_rag_evals.perf.corpus); or the vectors a real build saved")
+    parser.add_argument(
+        "--embed",
+        choices=["real", "gist", "cached"],
+        default="real",
+        help="MiniLM on every text; gist vectors (car_rag_evals.perf.corpus); or the vectors a real build saved",
+    )
     parser.add_argument("--encoder", choices=["onnx", "torch"], default="onnx", help="MiniLM encoder of the store built")
     parser.add_argument("--chunk", type=int, default=10_000)
     parser.add_argument("--frameworks", action="store_true")

@@ -21,6 +21,7 @@ from pathlib import Path
 from measure import DEPTH, K1, SEED  # the phase script beside this one
 
 from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.channels import DenseChannel
 from car_rag_evals.perf.corpus import arrivals, generate
 
 
@@ -39,8 +40,10 @@ def _profile(label: str, fn, runs: list, top: int = 30) -> str:
     wall, cpu = time.perf_counter() - wall, _cpu() - cpu
     buf = io.StringIO()
     pstats.Stats(profiler, stream=buf).sort_stats("cumulative").print_stats(top)
-    return (f"== {label}: {len(runs)} calls, {1000 * wall / len(runs):.2f} ms wall and {1000 * cpu / len(runs):.2f} ms CPU "
-            f"per call (under the profiler)\n{buf.getvalue()}\n")
+    return (
+        f"== {label}: {len(runs)} calls, {1000 * wall / len(runs):.2f} ms wall and {1000 * cpu / len(runs):.2f} ms CPU "
+        f"per call (under the profiler)\n{buf.getvalue()}\n"
+    )
 
 
 def main() -> None:
@@ -70,17 +73,23 @@ def main() -> None:
 
     arriving = [r for r, _ in arrivals(store, args.inserts, seed=99)]
     vectors = dict(zip([r["doc_id"] for r in arriving], store.embedder.encode([r["text"] for r in arriving])))
-    inserts = _profile("store.ingest, one record per call (vectors given)",
-                       lambda r: store.ingest([r], progress=False, embeddings={r["doc_id"]: vectors[r["doc_id"]]}), arriving)
+    inserts = _profile(
+        "store.ingest, one record per call (vectors given)",
+        lambda r: store.ingest([r], progress=False, embeddings={r["doc_id"]: vectors[r["doc_id"]]}),
+        arriving,
+    )
     # Chroma's own write, outside car-rag: wall-clock against CPU time of this process.
     probe = [(f"probe:{i}", vectors[arriving[i % len(arriving)]["doc_id"]]) for i in range(50)]
+    assert isinstance(store.dense, DenseChannel)  # the scale stores keep their vectors in Chroma
     wall, cpu = time.perf_counter(), _cpu()
     for doc_id, vector in probe:
         store.dense.collection.add(ids=[doc_id], embeddings=[vector], documents=["probe"], metadatas=[{"doc_id": doc_id}])
     wall, cpu = time.perf_counter() - wall, _cpu() - cpu
     store.dense.collection.delete(ids=[d for d, _ in probe])
-    chroma = (f"== Chroma collection.add of one record, called directly: {1000 * wall / len(probe):.2f} ms wall, "
-              f"{1000 * cpu / len(probe):.2f} ms CPU (all threads of this process) per call\n")
+    chroma = (
+        f"== Chroma collection.add of one record, called directly: {1000 * wall / len(probe):.2f} ms wall, "
+        f"{1000 * cpu / len(probe):.2f} ms CPU (all threads of this process) per call\n"
+    )
     (args.out / f"profile-insert-{args.size}.txt").write_text(chroma + "\n" + inserts)
     store.close()
     print("wrote", args.out / f"profile-query-{args.size}.txt", args.out / f"profile-insert-{args.size}.txt")

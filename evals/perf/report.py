@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 FLOOR = "floor: query embedding + bm25s"
 WHOLE = "car-rag whole retriever"
@@ -68,20 +67,35 @@ def goals(results: dict) -> list[tuple[str, str, str]]:
             continue
         lat, at = run["query"]["latency_ms"], f"at {_size(size)}, {ENCODER_LABEL[run['encoder']]}"
         ratio = lat[WHOLE]["p50"] / lat[FLOOR]["p50"]
-        out.append((f"whole-retriever p50 {at} ≤ 1.2× floor (query embedding + bm25s, same encoder)",
-                    f"{lat[WHOLE]['p50']:.2f} ms vs {lat[FLOOR]['p50']:.2f} ms = {ratio:.2f}×", "met" if ratio <= 1.2 else "missed"))
+        out.append(
+            (
+                f"whole-retriever p50 {at} ≤ 1.2× floor (query embedding + bm25s, same encoder)",
+                f"{lat[WHOLE]['p50']:.2f} ms vs {lat[FLOOR]['p50']:.2f} ms = {ratio:.2f}×",
+                "met" if ratio <= 1.2 else "missed",
+            )
+        )
         for prefix in (LLAMA, LANG):
             name = _framework(lat, prefix, default_embedding=True)
             if name:
                 r = lat[WHOLE]["p50"] / lat[name]["p50"]
-                out.append((f"whole-retriever p50 {at} ≤ 0.5× {name}",
-                            f"{lat[WHOLE]['p50']:.2f} ms vs {lat[name]['p50']:.2f} ms = {r:.2f}×", "met" if r <= 0.5 else "missed"))
+                out.append(
+                    (
+                        f"whole-retriever p50 {at} ≤ 0.5× {name}",
+                        f"{lat[WHOLE]['p50']:.2f} ms vs {lat[name]['p50']:.2f} ms = {r:.2f}×",
+                        "met" if r <= 0.5 else "missed",
+                    )
+                )
         before = _find(results, size, encoder="torch")
         if before and before["build"]["embedding"] == run["build"]["embedding"] == "real":
             gain = run["build"]["ingest_per_s"] / before["build"]["ingest_per_s"]
-            out.append((f"ingest throughput at {_size(size)} (embedding included) ≥ 1.5× PyTorch's",
-                        f"{run['build']['ingest_per_s']:.1f} records/s ({run['when']}) vs {before['build']['ingest_per_s']:.1f} "
-                        f"({before['when']}) = {gain:.2f}×", "met" if gain >= 1.5 else "missed"))
+            out.append(
+                (
+                    f"ingest throughput at {_size(size)} (embedding included) ≥ 1.5× PyTorch's",
+                    f"{run['build']['ingest_per_s']:.1f} records/s ({run['when']}) vs {before['build']['ingest_per_s']:.1f} "
+                    f"({before['when']}) = {gain:.2f}×",
+                    "met" if gain >= 1.5 else "missed",
+                )
+            )
     r1m = _find(results, 1_000_000) or _find(results, 1_000_000, encoder="torch")
     if r1m:
         p99 = r1m["query"]["latency_ms"][STAGE23]["p99"]
@@ -97,71 +111,111 @@ def goals(results: dict) -> list[tuple[str, str, str]]:
             index[size] = steps.get("graph", 0) + steps.get("bm25", 0)
         best = min(whole.values())
         verdict = "met" if best < 1 else "missed; met by the authority index" if max(index.values()) < 1 else "missed"
-        out.append((f"streaming insert < 1 ms amortized, excl. embedding ({_label(run)})",
-                    "whole insert per record by records per call: " + ", ".join(f"{b}: {v:.2f} ms" for b, v in whole.items())
-                    + "; authority index alone (graph + BM25): " + ", ".join(f"{v:.3f}" for v in index.values()) + " ms",
-                    verdict))
+        out.append(
+            (
+                f"streaming insert < 1 ms amortized, excl. embedding ({_label(run)})",
+                "whole insert per record by records per call: "
+                + ", ".join(f"{b}: {v:.2f} ms" for b, v in whole.items())
+                + "; authority index alone (graph + BM25): "
+                + ", ".join(f"{v:.3f}" for v in index.values())
+                + " ms",
+                verdict,
+            )
+        )
     for run in _runs(results, "embedded"):
         b = run["build"]
         ratio = _ingest_vs_encode(b)
         if ratio is not None:
             encode = b["ingest_per_s"] / ratio
-            out.append((f"ingest ≥ 80% of raw MiniLM encode throughput ({_label(run)})",
-                        f"{b['ingest_per_s']:.1f} records/s against {encode:.1f} for its own encode calls = "
-                        f"{100 * ratio:.0f}% (a separate 2,000-text encode sample: {b['raw_encode_per_s']:.1f}/s)",
-                        "met" if ratio >= 0.8 else "missed"))
+            out.append(
+                (
+                    f"ingest ≥ 80% of raw MiniLM encode throughput ({_label(run)})",
+                    f"{b['ingest_per_s']:.1f} records/s against {encode:.1f} for its own encode calls = "
+                    f"{100 * ratio:.0f}% (a separate 2,000-text encode sample: {b['raw_encode_per_s']:.1f}/s)",
+                    "met" if ratio >= 0.8 else "missed",
+                )
+            )
     per = sorted({r["size"]: r["build"]["authority_index_bytes_per_record"] for r in _runs(results, "embedded")}.items())
     if len(per) >= 2:
         spread = max(b for _, b in per) / min(b for _, b in per)
-        out.append(("authority index memory per record stated, linear in records",
-                    ", ".join(f"{_size(n)}: {b:.0f} B" for n, b in per) + f" (max/min {spread:.2f})",
-                    "met" if spread <= 1.25 else "missed"))
+        out.append(
+            (
+                "authority index memory per record stated, linear in records",
+                ", ".join(f"{_size(n)}: {b:.0f} B" for n, b in per) + f" (max/min {spread:.2f})",
+                "met" if spread <= 1.25 else "missed",
+            )
+        )
     return out
 
 
 def markdown(results: dict) -> str:
-    lines = ["# Scale benchmark", "",
-             "Seeded security-advisory corpora (`car_rag_evals/perf/corpus.py`): chains of depth 1–4, vocabulary-disjoint "
-             "release notes as superseders, shared package scopes, unpatched disclosures and maintenance releases as "
-             "distractors. The systems of a size were timed side by side in one run per size and encoder; runs of "
-             "different encoders or sizes were made at different times, under the load listed with each command "
-             f"(machine: {results.get('machine', {}).get('cpus')} CPUs, OMP_NUM_THREADS={results.get('machine', {}).get('omp_num_threads')}). "
-             "Commands are listed with each run.", ""]
+    lines = [
+        "# Scale benchmark",
+        "",
+        "Seeded security-advisory corpora (`car_rag_evals/perf/corpus.py`): chains of depth 1–4, vocabulary-disjoint "
+        "release notes as superseders, shared package scopes, unpatched disclosures and maintenance releases as "
+        "distractors. The systems of a size were timed side by side in one run per size and encoder; runs of "
+        "different encoders or sizes were made at different times, under the load listed with each command "
+        f"(machine: {results.get('machine', {}).get('cpus')} CPUs, "
+        f"OMP_NUM_THREADS={results.get('machine', {}).get('omp_num_threads')}). "
+        "Commands are listed with each run.",
+        "",
+    ]
     lines += ["## Goals", "", "| goal | measured | verdict |", "|---|---|---|"]
     lines += [f"| {g} | {m} | **{v}** |" for g, m, v in goals(results)]
 
-    lines += ["", "## Ingest", "",
-              "| size | Chroma | encoder | vectors | records | edges | ingest rec/s | encode sample rec/s | ingest / its encode | "
-              + " | ".join(f"{s} %" for s in STEPS) + " | disk MB | disk B/rec | authority index B/rec | peak RSS MB |",
-              "|---|---|---|---|---|---|---|---|---|" + "---|" * len(STEPS) + "---|---|---|---|"]
+    lines += [
+        "",
+        "## Ingest",
+        "",
+        "| size | Chroma | encoder | vectors | records | edges | ingest rec/s | encode sample rec/s | ingest / its encode | "
+        + " | ".join(f"{s} %" for s in STEPS)
+        + " | disk MB | disk B/rec | authority index B/rec | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|" + "---|" * len(STEPS) + "---|---|---|---|",
+    ]
     for run in _runs(results):
         b = run["build"]
         total = sum(b["ingest_steps_s"].values()) or 1
-        ratio = f"{100 * _ingest_vs_encode(b):.0f}%" if _ingest_vs_encode(b) is not None else "–"
+        share = _ingest_vs_encode(b)
+        ratio = f"{100 * share:.0f}%" if share is not None else "–"
         vectors = {"real": "MiniLM", "gist": "precomputed (gist)", "cached": "precomputed (MiniLM, saved)"}[b["embedding"]]
         lines.append(
-            f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {vectors} | {b['records']:,} | {b['edges']:,} | {b['ingest_per_s']:.1f} | "
-            f"{b['raw_encode_per_s']:.1f} | {ratio} | " + " | ".join(f"{100 * b['ingest_steps_s'].get(s, 0) / total:.1f}" for s in STEPS)
-            + f" | {b['disk_bytes'] / 2**20:.0f} | {b['disk_bytes'] / b['records']:.0f} | {b['authority_index_bytes_per_record']:.0f} | "
-            f"{b['peak_rss_ingest_mb']:.0f} |")
+            f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {vectors} | {b['records']:,} | {b['edges']:,} | "
+            f"{b['ingest_per_s']:.1f} | {b['raw_encode_per_s']:.1f} | {ratio} | "
+            + " | ".join(f"{100 * b['ingest_steps_s'].get(s, 0) / total:.1f}" for s in STEPS)
+            + f" | {b['disk_bytes'] / 2**20:.0f} | {b['disk_bytes'] / b['records']:.0f} | "
+            f"{b['authority_index_bytes_per_record']:.0f} | {b['peak_rss_ingest_mb']:.0f} |"
+        )
 
-    lines += ["", "## Query latency (ms; same queries, systems interleaved query by query)", "",
-              "| size | Chroma | encoder | measured | system | p50 | p95 | p99 | gold in top 5 | p50 / floor |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Query latency (ms; same queries, systems interleaved query by query)",
+        "",
+        "| size | Chroma | encoder | measured | system | p50 | p95 | p99 | gold in top 5 | p50 / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in _runs(results):
         q = run["query"]
         floor = q["latency_ms"][FLOOR]["p50"]
         for name, lat in q["latency_ms"].items():
             gold = q["gold_in_top5"].get(name)
-            lines.append(f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {run['when'][:10]} | {name} | {lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p99']:.2f} | "
-                         f"{'–' if gold is None else f'{gold:.3f}'} | {lat['p50'] / floor:.2f} |")
+            lines.append(
+                f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {run['when'][:10]} | {name} | "
+                f"{lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p99']:.2f} | "
+                f"{'–' if gold is None else f'{gold:.3f}'} | {lat['p50'] / floor:.2f} |"
+            )
 
-    lines += ["", "## Memory of a loaded store", "",
-              "RSS includes the MiniLM model and the Python runtime (~0.5 GB at any size); the marginal cost of a "
-              "record is the RSS difference to the next smaller size over the records added.", "",
-              "| size | Chroma | encoder | open s | RSS after open MB | RSS after queries MB | marginal B per record | "
-              "framework retrievers added MB |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Memory of a loaded store",
+        "",
+        "RSS includes the MiniLM model and the Python runtime (~0.5 GB at any size); the marginal cost of a "
+        "record is the RSS difference to the next smaller size over the records added.",
+        "",
+        "| size | Chroma | encoder | open s | RSS after open MB | RSS after queries MB | marginal B per record | "
+        "framework retrievers added MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for mode, encoder in [(m, e) for m in ("embedded", "server") for e in ENCODER_LABEL]:
         previous = None
         for run in _runs(results, mode, encoder):
@@ -169,13 +223,20 @@ def markdown(results: dict) -> str:
             rss = q["rss_mb"]
             marginal = _marginal(previous, run)
             fw = ", ".join(f"{_short(n)} {m['rss_added_mb']:.0f}" for n, m in q.get("frameworks", {}).items()) or "–"
-            lines.append(f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {q['open_s']:.1f} | {rss['after_open']:.0f} | "
-                         f"{rss['loaded_and_queried']:.0f} | {'–' if marginal is None else f'{marginal:.0f}'} | {fw} |")
+            lines.append(
+                f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {q['open_s']:.1f} | {rss['after_open']:.0f} | "
+                f"{rss['loaded_and_queried']:.0f} | {'–' if marginal is None else f'{marginal:.0f}'} | {fw} |"
+            )
             previous = run
 
-    lines += ["", "## Streaming inserts (precomputed vectors: embedding excluded)", "",
-              "| size | Chroma | encoder | arrival | records | newly superseded | per record mean ms | p50 | p99 | graph | BM25 | Chroma | records table | after-insert queries |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Streaming inserts (precomputed vectors: embedding excluded)",
+        "",
+        "| size | Chroma | encoder | arrival | records | newly superseded | per record mean ms | p50 | p99 "
+        "| graph | BM25 | Chroma | records table | after-insert queries |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in _runs(results):
         s = run.get("stream")
         if not s:
@@ -186,9 +247,11 @@ def markdown(results: dict) -> str:
             arrival = "one at a time" if size == "1" else f"batches of {size}"
             lines.append(
                 f"| {_size(run['size'])} | {run['chroma']} | {run['encoder']} | {arrival} | "
-                f"{e['records']} | {e['newly_superseded']} | {e['per_record_ms']['mean']:.3f} | {e['per_record_ms']['p50']:.3f} | "
-                f"{e['per_record_ms']['p99']:.3f} | {st.get('graph', 0):.3f} | {st.get('bm25', 0):.3f} | {st.get('chroma', 0):.3f} | "
-                f"{st.get('records', 0):.3f} | {after['reported_superseded']}/{after['voided_target_retrieved']} voided targets reported superseded |")
+                f"{e['records']} | {e['newly_superseded']} | {e['per_record_ms']['mean']:.3f} | "
+                f"{e['per_record_ms']['p50']:.3f} | {e['per_record_ms']['p99']:.3f} | "
+                f"{st.get('graph', 0):.3f} | {st.get('bm25', 0):.3f} | {st.get('chroma', 0):.3f} | {st.get('records', 0):.3f} | "
+                f"{after['reported_superseded']}/{after['voided_target_retrieved']} voided targets reported superseded |"
+            )
     lines += ["", "## Commands", ""]
     for run in _runs(results):
         load = f"; load {' / '.join(f'{x:.2f}' for x in run['load'])} (1/5/15 min) at its start" if run.get("load") else ""
@@ -240,13 +303,20 @@ def _plots(results: dict, out: Path) -> list[Path]:
             vals = np.array([1000 * r["build"]["ingest_steps_s"].get(step, 0) / r["build"]["records"] for r in runs])
             left.bar(range(len(runs)), vals, bottom=bottom, label=step)
             bottom += vals
-        left.set_xticks(range(len(runs)), [f"{_label(r)}\n({'MiniLM' if r['build']['embedding'] == 'real' else 'precomputed'})" for r in runs])
+        left.set_xticks(
+            range(len(runs)), [f"{_label(r)}\n({'MiniLM' if r['build']['embedding'] == 'real' else 'precomputed'})" for r in runs]
+        )
         left.set_ylabel("ms per record")
         left.set_title("Ingest time per record, by step")
         left.legend(fontsize=8)
         runs = _runs(results, "embedded", "torch") or runs  # one encoder: memory per record is the encoder's difference otherwise
         sizes = [r["size"] for r in runs]
-        right.plot(sizes, [r["build"]["authority_index_bytes_per_record"] for r in runs], "o-", label="authority index (entity index + graph)")
+        right.plot(
+            sizes,
+            [r["build"]["authority_index_bytes_per_record"] for r in runs],
+            "o-",
+            label="authority index (entity index + graph)",
+        )
         if len(runs) > 1:
             right.plot(sizes[1:], [_marginal(a, b) for a, b in zip(runs, runs[1:])], "s-", label="loaded store, marginal RSS")
         right.plot(sizes, [r["build"]["disk_bytes"] / r["build"]["records"] for r in runs], "^-", label="on disk")

@@ -35,7 +35,18 @@ HERE = Path(__file__).resolve().parent
 
 
 def _phase(phase: str, size: int, store: Path, out: Path, extra: list[str]) -> dict:
-    command = [sys.executable, str(HERE / "measure.py"), phase, "--size", str(size), "--store", str(store), "--out", str(out), *extra]
+    command = [
+        sys.executable,
+        str(HERE / "measure.py"),
+        phase,
+        "--size",
+        str(size),
+        "--store",
+        str(store),
+        "--out",
+        str(out),
+        *extra,
+    ]
     print("+", " ".join(command[1:]), flush=True)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
@@ -72,8 +83,14 @@ def main() -> None:
                 store = args.stores / f"{mode}-{size}-{args.encoder}"
                 parts = args.stores / f"{mode}-{size}-{args.encoder}.parts"
                 parts.mkdir(parents=True, exist_ok=True)
-                run: dict = {"size": size, "chroma": mode, "encoder": args.encoder, "command": command,
-                             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()}
+                run: dict = {
+                    "size": size,
+                    "chroma": mode,
+                    "encoder": args.encoder,
+                    "command": command,
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "load": os.getloadavg(),
+                }
                 streamed = parts / "streamed"  # the stream phase adds records: such a store is not reused
                 if not (args.reuse and (parts / "build.json").is_file() and not streamed.exists()):
                     streamed.unlink(missing_ok=True)
@@ -82,17 +99,25 @@ def main() -> None:
                     if args.server and (args.stores / f"vectors-{size}.npy").is_file():
                         embed = "cached"  # the embedded run's own MiniLM vectors: like for like
                     extra = ["--embed", embed, "--encoder", args.encoder, "--quiet"]
-                    run["build"] = _phase("build", size, store, parts / "build.json", extra + (["--chroma-url", server.url] if server else []))
+                    run["build"] = _phase(
+                        "build", size, store, parts / "build.json", extra + (["--chroma-url", server.url] if server else [])
+                    )
                 else:
                     run["build"] = json.loads((parts / "build.json").read_text())
                 extra = ["--queries", str(args.queries), "--quiet"] + (["--frameworks"] if size <= args.frameworks_upto else [])
                 run["query"] = _phase("query", size, store, parts / "query.json", extra)
                 if not args.no_stream:
                     streamed.touch()
-                    run["stream"] = _phase("stream", size, store, parts / "stream.json", ["--inserts", str(args.inserts), "--quiet"])
+                    run["stream"] = _phase(
+                        "stream", size, store, parts / "stream.json", ["--inserts", str(args.inserts), "--quiet"]
+                    )
                 results["runs"][f"{mode}-{size}-{args.encoder}"] = run
-                results["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                                      "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+                results["machine"] = {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                }
                 results_file.write_text(json.dumps(results, indent=1) + "\n")
         finally:
             if server:

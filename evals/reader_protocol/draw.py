@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 SEED = 20261123
 SIZE = 120
@@ -32,12 +33,14 @@ def draw(suite: str) -> tuple[list[str], list[str]]:
 
 
 def main() -> None:
-    plan = {"seed": SEED, "size": SIZE, "dev": "ghsa-freeform", "heldout": {}, "outside_sample": {}}
+    plan: dict[str, Any] = {"seed": SEED, "size": SIZE, "dev": "ghsa-freeform", "heldout": {}, "outside_sample": {}}
     for suite in HELDOUT_SUITES:
         plan["heldout"][suite], plan["outside_sample"][suite] = draw(suite)
     (HERE / "plan.json").write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
     for suite, ids in plan["heldout"].items():  # the form `car-rag eval-llm --query-ids` reads
-        (HERE / f"heldout-{suite}.txt").write_text(f"# held-out sample of {suite} (plan.json, seed {SEED})\n" + "\n".join(ids) + "\n")
+        (HERE / f"heldout-{suite}.txt").write_text(
+            f"# held-out sample of {suite} (plan.json, seed {SEED})\n" + "\n".join(ids) + "\n"
+        )
     print({s: len(v) for s, v in plan["heldout"].items()})
 
 

@@ -26,8 +26,10 @@ from car_rag.retriever import ControllingAuthorityRetriever
 
 
 def main(run_dir: Path) -> None:
-    labels = {(r["query_id"], r["condition"]): r["label"]
-              for r in map(json.loads, (run_dir / "answers.labelled.jsonl").read_text().splitlines())}
+    labels = {
+        (r["query_id"], r["condition"]): r["label"]
+        for r in map(json.loads, (run_dir / "answers.labelled.jsonl").read_text().splitlines())
+    }
     ids = sorted({q for q, c in labels if c == "car-reader"})
     suite = load_suite("legalprecedentqa-freeform", None)
     store = open_suite_store(suite, Path(".car-stores"), False)
@@ -41,17 +43,34 @@ def main(run_dir: Path) -> None:
         digest = re.search(r"<digest>(.*?)</digest>", context, re.S)
         lines = digest.group(1).strip().splitlines() if digest else []
         shown = {r.doc_id for r in result.top(5)}
-        says = ("overruled" if any(": overruled." in ln or "no longer good law" in ln for ln in lines)
-                else "good law only" if any("good law" in ln for ln in lines) else "no state")
-        rows.append({"query_id": qid, "digest": lines, "digest_says": says,
-                     "controlling_shown": bool(set(q.gold_doc_ids) & shown),
-                     "car-reader": labels[(qid, "car-reader")], "car-plain": labels[(qid, "car-plain")]})
+        says = (
+            "overruled"
+            if any(": overruled." in ln or "no longer good law" in ln for ln in lines)
+            else "good law only"
+            if any("good law" in ln for ln in lines)
+            else "no state"
+        )
+        rows.append(
+            {
+                "query_id": qid,
+                "digest": lines,
+                "digest_says": says,
+                "controlling_shown": bool(set(q.gold_doc_ids) & shown),
+                "car-reader": labels[(qid, "car-reader")],
+                "car-plain": labels[(qid, "car-plain")],
+            }
+        )
     with (run_dir / "digest_diagnosis.jsonl").open("w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     table = collections.Counter((r["digest_says"], r["car-reader"]) for r in rows)
-    out = ["# car-reader on held-out legal: what the digest said, against the reader's label", "",
-           "Made after scoring, by `evals/reader_protocol/legal_digest_diagnosis.py` (a diagnosis; nothing was chosen from it).",
-           "", "| digest says | car-reader correct | confident wrong | uncertain |", "|---|---|---|---|"]
+    out = [
+        "# car-reader on held-out legal: what the digest said, against the reader's label",
+        "",
+        "Made after scoring, by `evals/reader_protocol/legal_digest_diagnosis.py` (a diagnosis; nothing was chosen from it).",
+        "",
+        "| digest says | car-reader correct | confident wrong | uncertain |",
+        "|---|---|---|---|",
+    ]
     for says in ("overruled", "good law only", "no state"):
         out.append(f"| {says} | {table[(says, 'correct')]} | {table[(says, 'confident_wrong')]} | {table[(says, 'uncertain')]} |")
     (run_dir / "digest_diagnosis.md").write_text("\n".join(out) + "\n")

@@ -91,8 +91,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="questions")
     parser.add_argument("--rounds", type=int, default=3, help="timed passes over the questions (after one untimed)")
     parser.add_argument("--ef", type=int, nargs="+", default=[100, 200, 400, 800], help="pgvector ef_search values swept")
-    parser.add_argument("--default-build", action="store_true",
-                        help="also pgvector's default index (m 16, ef_construction 64), built by CREATE INDEX afterwards")
+    parser.add_argument(
+        "--default-build",
+        action="store_true",
+        help="also pgvector's default index (m 16, ef_construction 64), built by CREATE INDEX afterwards",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     load = os.getloadavg()
@@ -106,10 +109,13 @@ def main() -> None:
     work.chmod(0o755)  # under root the server runs as the pgserver user, which must enter it
     with throwaway_postgres(work / "pg") as server, ChromaServer(work / "chroma-data") as chroma:
         urls = [server.new_database() for _ in range(2)]
-        pg = CARStore.open(work / "pg-cache", POLICY, embedder=embedder, authority_url=urls[0], vector_store="pgvector",
-                           follow=False)
-        ch = CARStore.open(work / "ch-cache", POLICY, embedder=embedder, authority_url=urls[1], chroma_url=chroma.url,
-                           follow=False)
+        pg = CARStore.open(
+            work / "pg-cache", POLICY, embedder=embedder, authority_url=urls[0], vector_store="pgvector", follow=False
+        )
+        assert pg.replica is not None  # its records are in PostgreSQL: the log the pgvector channels read
+        ch = CARStore.open(
+            work / "ch-cache", POLICY, embedder=embedder, authority_url=urls[1], chroma_url=chroma.url, follow=False
+        )
         builds = {"pgvector": build(pg, corpus, vectors), "Chroma server": build(ch, corpus, vectors)}
         for store in (pg, ch):
             store.dense.exact_limit = 0  # below the limit (20k) exact search would answer: measure the engine
@@ -117,21 +123,28 @@ def main() -> None:
         channels: dict[str, VectorChannel] = {chroma_name: ch.dense}
         m, efc = DEFAULT_PGVECTOR_HNSW["max_neighbors"], DEFAULT_PGVECTOR_HNSW["ef_construction"]
         for ef in args.ef:
-            channels[f"pgvector (ef {ef}, m {m}, ef_construction {efc})"] = PgVectorChannel(pg.replica.log, ef_search=ef,
-                                                                                             exact_limit=0)
+            channels[f"pgvector (ef {ef}, m {m}, ef_construction {efc})"] = PgVectorChannel(
+                pg.replica.log, ef_search=ef, exact_limit=0
+            )
         rows = measure(channels, questions, truth, args.rounds)
         default_build = None
         if args.default_build:
             with pg.replica.log.connect() as conn:
                 conn.execute("DROP INDEX car_rag.records_embedding")
                 tick = time.perf_counter()
-                conn.execute("CREATE INDEX records_embedding ON car_rag.records USING hnsw (embedding vector_cosine_ops) "
-                             "WITH (m = 16, ef_construction = 64)")
+                conn.execute(
+                    "CREATE INDEX records_embedding ON car_rag.records USING hnsw (embedding vector_cosine_ops) "
+                    "WITH (m = 16, ef_construction = 64)"
+                )
                 default_build = time.perf_counter() - tick
             for channel in channels.values():
                 channel.close()
-            channels = {f"pgvector (ef {ef}, m 16, ef_construction 64: CREATE INDEX)":
-                        PgVectorChannel(pg.replica.log, ef_search=ef, exact_limit=0) for ef in args.ef}
+            channels = {
+                f"pgvector (ef {ef}, m 16, ef_construction 64: CREATE INDEX)": PgVectorChannel(
+                    pg.replica.log, ef_search=ef, exact_limit=0
+                )
+                for ef in args.ef
+            }
             rows += measure(channels, questions, truth, args.rounds)
         for channel in channels.values():
             channel.close()
@@ -166,44 +179,70 @@ def measure(channels: dict[str, VectorChannel], questions: np.ndarray, truth: li
                 hits = [h.doc_id for h in timed(channel.search, sink_plain, question, DEPTH)]
                 timed(channel.search, sink_gated, question, DEPTH, where=GATE)
                 if round_ == 0:
-                    recall[name].append((len(set(hits[:K]) & set(truth[i][:K])) / K,
-                                         len(set(hits) & set(truth[i])) / DEPTH))
-    return [{"engine": n, "p50": statistics.median(plain[n]), "p99": pct(plain[n], 0.99),
-             "gated_p50": statistics.median(gated[n]), "gated_p99": pct(gated[n], 0.99),
-             "recall10": statistics.fmean(r for r, _ in recall[n]), "min10": min(r for r, _ in recall[n]),
-             "below10": sum(r < 1 for r, _ in recall[n]), "recall50": statistics.fmean(r for _, r in recall[n]),
-             "exact_scans": getattr(channels[n], "exact_scans", None)} for n in names]
+                    recall[name].append((len(set(hits[:K]) & set(truth[i][:K])) / K, len(set(hits) & set(truth[i])) / DEPTH))
+    return [
+        {
+            "engine": n,
+            "p50": statistics.median(plain[n]),
+            "p99": pct(plain[n], 0.99),
+            "gated_p50": statistics.median(gated[n]),
+            "gated_p99": pct(gated[n], 0.99),
+            "recall10": statistics.fmean(r for r, _ in recall[n]),
+            "min10": min(r for r, _ in recall[n]),
+            "below10": sum(r < 1 for r, _ in recall[n]),
+            "recall50": statistics.fmean(r for _, r in recall[n]),
+            "exact_scans": getattr(channels[n], "exact_scans", None),
+        }
+        for n in names
+    ]
 
 
 def write(args, load, builds, rows, default_build, sizes, chroma_mb, buffers) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     lines = [
-        f"# Vector engine of a shared store: pgvector vs a Chroma server ({args.size:,} records)", "",
+        f"# Vector engine of a shared store: pgvector vs a Chroma server ({args.size:,} records)",
+        "",
         f"`python evals/serve/pgvector.py --size {args.size}{' --default-build' * args.default_build} --out {args.out}`; "
         f"{args.queries} questions, {args.rounds} timed rounds; load average before: {', '.join(f'{x:.2f}' for x in load)} "
-        f"on {os.cpu_count()} CPUs; commit {commit}; PostgreSQL (car_rag.postgres.server) with shared_buffers {buffers}", "",
+        f"on {os.cpu_count()} CPUs; commit {commit}; PostgreSQL (car_rag.postgres.server) with shared_buffers {buffers}",
+        "",
         f"`store.dense.search(vector, {DEPTH})`, the query already embedded; gated: with a caller gate every record passes. "
-        f"Recall against exact search over the same vectors.", "",
+        f"Recall against exact search over the same vectors.",
+        "",
         "| engine | p50 ms | p99 ms | gated p50 ms | gated p99 ms | recall@10 | min recall@10 | questions < 1 | recall@50 "
         "| exact scans |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         scans = "" if r["exact_scans"] is None else str(r["exact_scans"])
-        lines.append(f"| {r['engine']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['gated_p50']:.2f} | {r['gated_p99']:.2f} | "
-                     f"{r['recall10']:.3f} | {r['min10']:.1f} | {r['below10']} | {r['recall50']:.3f} | {scans} |")
-    lines += ["", "Building (ingest in chunks of 10,000, vectors given; seconds by the store's own report):", "",
-              "| engine | total s | records/s | records (PostgreSQL; pgvector: with the HNSW inserts) s "
-              "| chroma (outbox drain) s | bm25 s |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['engine']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['gated_p50']:.2f} | {r['gated_p99']:.2f} | "
+            f"{r['recall10']:.3f} | {r['min10']:.1f} | {r['below10']} | {r['recall50']:.3f} | {scans} |"
+        )
+    lines += [
+        "",
+        "Building (ingest in chunks of 10,000, vectors given; seconds by the store's own report):",
+        "",
+        "| engine | total s | records/s | records (PostgreSQL; pgvector: with the HNSW inserts) s "
+        "| chroma (outbox drain) s | bm25 s |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, steps in builds.items():
-        lines.append(f"| {name} | {steps['total']:.0f} | {args.size / steps['total']:.0f} | {steps.get('records', 0):.0f} | "
-                     f"{steps.get('chroma', 0):.0f} | {steps.get('bm25', 0):.0f} |")
-    lines += ["", f"On disk: the records table with its indexes {sizes['pgvector'] / 2**20:.0f} MB (pgvector) and "
-              f"{sizes['Chroma server'] / 2**20:.0f} MB (Chroma store), the Chroma server's folder {chroma_mb:.0f} MB."]
+        lines.append(
+            f"| {name} | {steps['total']:.0f} | {args.size / steps['total']:.0f} | {steps.get('records', 0):.0f} | "
+            f"{steps.get('chroma', 0):.0f} | {steps.get('bm25', 0):.0f} |"
+        )
+    lines += [
+        "",
+        f"On disk: the records table with its indexes {sizes['pgvector'] / 2**20:.0f} MB (pgvector) and "
+        f"{sizes['Chroma server'] / 2**20:.0f} MB (Chroma store), the Chroma server's folder {chroma_mb:.0f} MB.",
+    ]
     if default_build is not None:
-        lines += ["", f"pgvector's default index (m 16, ef_construction 64) built by CREATE INDEX over the {args.size:,} rows "
-                  f"in {default_build:.0f} s."]
+        lines += [
+            "",
+            f"pgvector's default index (m 16, ef_construction 64) built by CREATE INDEX over the {args.size:,} rows "
+            f"in {default_build:.0f} s.",
+        ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

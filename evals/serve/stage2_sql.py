@@ -32,6 +32,7 @@ data under ``--work`` (default ``.perf-stores/stage2``) and stops both at the en
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -42,7 +43,7 @@ import sys
 import time
 import tracemalloc
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa
 from car_rag.channels import make_lexical_index  # noqa: E402
 from car_rag.channels.fusion import FusedHit  # noqa: E402
 from car_rag.graph import AuthorityGraph, Edge  # noqa: E402
+from car_rag.latent_scope import QuestionScope  # noqa: E402
 from car_rag.layout import RecordLayout  # noqa: E402
 from car_rag.lookup import AuthorityClosure, AuthorityStore, ScopeQuery, StoredItem, resolve_closure  # noqa: E402
 from car_rag.postgres import PostgresRecordLog  # noqa: E402
@@ -76,11 +78,16 @@ SINGLES, BATCHES, BATCH = 200, 20, 100
 """Change-feed phase: single inserts, then batches of ``BATCH`` records."""
 TICK = os.sysconf("SC_CLK_TCK")
 IN_MEMORY, CONTRACT, LEAN, EDGES, WHOLE = (
-    "in memory", "SQL, adapter contract", "SQL, contract without bucket query", "SQL, one recursive query",
-    "whole retriever (in memory)")
+    "in memory",
+    "SQL, adapter contract",
+    "SQL, contract without bucket query",
+    "SQL, one recursive query",
+    "whole retriever (in memory)",
+)
 
 
 # --------------------------------------------------------------------------- the SQL adapter
+
 
 class SqlAuthorityStore(AuthorityStore):
     """Stage 2 without the graph in memory: each round of a closure's queries is one SQL statement
@@ -111,8 +118,12 @@ class SqlAuthorityStore(AuthorityStore):
     def _sql(self, text: str) -> Any:
         if text not in self._composed:
             sql = self.log.psycopg.sql
-            names = {"records": self.log._table("records"), "scope_index": self.log._table("scope_index"),
-                     "edges": self.log._table("edges"), "ids": sql.Identifier(self.log.schema, "car_supersedes_ids")}
+            names = {
+                "records": self.log._table("records"),
+                "scope_index": self.log._table("scope_index"),
+                "edges": self.log._table("edges"),
+                "ids": sql.Identifier(self.log.schema, "car_supersedes_ids"),
+            }
             self._composed[text] = sql.SQL(text).format(**{k: v for k, v in names.items() if "{" + k + "}" in text})
         return self._composed[text]
 
@@ -133,10 +144,14 @@ class SqlAuthorityStore(AuthorityStore):
         if not keys:  # a global rule of some types: a scan, as no index holds doc_type
             return "SELECT doc_id FROM {records} WHERE body::jsonb ->> 'doc_type' = ANY(%s)", [list(types or ())]
         columns = ", ".join(f"v{i}" for i in range(len(keys)))
-        text = [f"SELECT s0.doc_id FROM unnest({', '.join(['%s::text[]'] * len(keys))}) AS q({columns})",
-                "JOIN {scope_index} s0 ON s0.key = %s AND s0.value = q.v0"]
-        text += [f"JOIN {{scope_index}} s{i} ON s{i}.key = %s AND s{i}.value = q.v{i} AND s{i}.doc_id = s0.doc_id"
-                 for i in range(1, len(keys))]
+        text = [
+            f"SELECT s0.doc_id FROM unnest({', '.join(['%s::text[]'] * len(keys))}) AS q({columns})",
+            "JOIN {scope_index} s0 ON s0.key = %s AND s0.value = q.v0",
+        ]
+        text += [
+            f"JOIN {{scope_index}} s{i} ON s{i}.key = %s AND s{i}.value = q.v{i} AND s{i}.doc_id = s0.doc_id"
+            for i in range(1, len(keys))
+        ]
         params: list[Any] = [list(column) for column in zip(*rows)] + list(keys)
         if types is not None:
             text.append("JOIN {records} t ON t.doc_id = s0.doc_id AND t.body::jsonb ->> 'doc_type' = ANY(%s)")
@@ -156,8 +171,9 @@ class SqlAuthorityStore(AuthorityStore):
         if naming:
             parts.append(("SELECT doc_id FROM {records} WHERE {ids}(body) && %s::text[]", [naming]))
         union = " UNION ALL ".join(text for text, _ in parts)
-        return self._items(f"SELECT doc_id, body FROM {{records}} WHERE doc_id IN ({union})",
-                           [p for _, params in parts for p in params])
+        return self._items(
+            f"SELECT doc_id, body FROM {{records}} WHERE doc_id IN ({union})", [p for _, params in parts for p in params]
+        )
 
     def by_id(self, doc_ids: Sequence[str]) -> list[StoredItem]:
         """The anchors' records (a framework's Stage 1 hands them over with its hits; car-rag's reads them)."""
@@ -177,16 +193,21 @@ class SqlAuthorityStore(AuthorityStore):
             params += more
         # Each step carries the edge it followed: the edges among the members are those (a join of the
         # members with the edges table afterwards is planned as a scan of every edge).
-        members = ("WITH RECURSIVE up(doc_id, superseder, target, rule, confidence) AS ("
-                   "SELECT doc_id, NULL::text, NULL::text, NULL::text, NULL::float8 FROM (" + " UNION ".join(seeds)
-                   + ") AS seeds(doc_id) UNION SELECT e.superseder, e.superseder, e.target, e.rule, e.confidence "
-                   "FROM {edges} e JOIN up ON e.target = up.doc_id) ")
+        members = (
+            "WITH RECURSIVE up(doc_id, superseder, target, rule, confidence) AS ("
+            "SELECT doc_id, NULL::text, NULL::text, NULL::text, NULL::float8 FROM ("
+            + " UNION ".join(seeds)
+            + ") AS seeds(doc_id) UNION SELECT e.superseder, e.superseder, e.target, e.rule, e.confidence "
+            "FROM {edges} e JOIN up ON e.target = up.doc_id) "
+        )
         tick = time.perf_counter()
         with self.conn.pipeline():
-            bodies = self.conn.execute(self._sql(members + "SELECT body FROM {records} WHERE doc_id IN (SELECT doc_id FROM up)"),
-                                       params)
-            edges = self.conn.execute(self._sql(
-                members + "SELECT DISTINCT superseder, target, rule, confidence FROM up WHERE rule IS NOT NULL"), params)
+            bodies = self.conn.execute(
+                self._sql(members + "SELECT body FROM {records} WHERE doc_id IN (SELECT doc_id FROM up)"), params
+            )
+            edges = self.conn.execute(
+                self._sql(members + "SELECT DISTINCT superseder, target, rule, confidence FROM up WHERE rule IS NOT NULL"), params
+            )
         rows, linked = bodies.fetchall(), [Edge(*row) for row in edges.fetchall()]
         tock = time.perf_counter()
         self.round_trips += 1
@@ -220,12 +241,17 @@ class NamingClosure(AuthorityClosure):
         return queries[:1] + queries[1 + (len(self._spelled(bucket)) if bucket else 0) :]
 
 
-def resolve_sql(store: SqlAuthorityStore, retriever: ControllingAuthorityRetriever, query: str,
-                hits: Sequence[FusedHit], closure_type: type[AuthorityClosure] = AuthorityClosure,
-                ) -> tuple[RetrievalResult, AuthorityClosure]:
+def resolve_sql(
+    store: SqlAuthorityStore,
+    retriever: ControllingAuthorityRetriever,
+    query: str,
+    hits: Sequence[FusedHit],
+    closure_type: type[AuthorityClosure] = AuthorityClosure,
+) -> tuple[RetrievalResult, AuthorityClosure]:
     """Stages 2+3 for Stage-1 hits through the adapter contract, as an integration runs them."""
-    closure = closure_type(retriever.store.policy, query, scope_lookup_limit=retriever.scope_lookup_limit,
-                           min_confidence=retriever.min_confidence)
+    closure = closure_type(
+        retriever.store.policy, query, scope_lookup_limit=retriever.scope_lookup_limit, min_confidence=retriever.min_confidence
+    )
     found = {item.store_id: item for item in store.by_id([h.doc_id for h in hits])}
     for hit in hits:
         if hit.doc_id in found:
@@ -233,16 +259,28 @@ def resolve_sql(store: SqlAuthorityStore, retriever: ControllingAuthorityRetriev
     return resolve_closure(closure, store), closure
 
 
-def resolve_sql_edges(store: SqlAuthorityStore, retriever: ControllingAuthorityRetriever, query: str,
-                      stage1: tuple[Sequence[FusedHit], dict[str, list[str]], Any]) -> RetrievalResult:
+def resolve_sql_edges(
+    store: SqlAuthorityStore,
+    retriever: ControllingAuthorityRetriever,
+    query: str,
+    stage1: tuple[Sequence[FusedHit], dict[str, list[str]], Any],
+) -> RetrievalResult:
     """Stages 2+3 from one recursive query over the stored edges: the rules are not re-applied per
     query, the graph is the store's own, restricted to the closure (no disputed pairs in these corpora)."""
     hits, named, posterior = stage1
     records, edges = store.closure_by_edges([h.doc_id for h in hits], named)
     graph = AuthorityGraph(retriever.store.policy)
     graph.load_edges(records, edges)
-    return resolve_authority(graph, retriever.store.policy, query, hits, scope_ids=named, posterior=posterior,
-                             scope_lookup_limit=retriever.scope_lookup_limit, min_confidence=retriever.min_confidence)
+    return resolve_authority(
+        graph,
+        retriever.store.policy,
+        query,
+        hits,
+        scope_ids=named,
+        posterior=posterior,
+        scope_lookup_limit=retriever.scope_lookup_limit,
+        min_confidence=retriever.min_confidence,
+    )
 
 
 def signature(result: RetrievalResult) -> list[tuple[Any, ...]]:
@@ -251,6 +289,7 @@ def signature(result: RetrievalResult) -> list[tuple[Any, ...]]:
 
 
 # --------------------------------------------------------------------------- servers and stores
+
 
 @contextmanager
 def servers(work: Path):
@@ -300,6 +339,7 @@ def _drop(log: PostgresRecordLog, chroma_url: str) -> None:
         from chromadb.config import Settings
 
         parsed = urlparse(chroma_url)
+        assert parsed.hostname is not None and parsed.port is not None, chroma_url
         client = chromadb.HttpClient(host=parsed.hostname, port=parsed.port, settings=Settings(anonymized_telemetry=False))
         if config["collection"] in {c.name for c in client.list_collections()}:
             client.delete_collection(config["collection"])
@@ -320,8 +360,9 @@ def open_store(name: str, work: Path, url: str, chroma_url: str, reuse: bool) ->
         _drop(log, chroma_url)
         built["load_at_start"] = os.getloadavg()
         tick = time.perf_counter()
-        with CARStore.open(work / name, policy, authority_url=url, authority_schema=_schema(name),
-                           chroma_url=chroma_url, follow=False) as store:
+        with CARStore.open(
+            work / name, policy, authority_url=url, authority_schema=_schema(name), chroma_url=chroma_url, follow=False
+        ) as store:
             if not precomputed:
                 assert not store.ingest(source, progress=False).errors
             else:
@@ -343,6 +384,7 @@ def open_store(name: str, work: Path, url: str, chroma_url: str, reuse: bool) ->
 
 # --------------------------------------------------------------------------- Stage 2+3, both ways
 
+
 def measure_stage23(store: CARStore, questions: list[tuple[str, str]], samples: int) -> dict:
     """Every path from the same Stage-1 anchors (computed once, untimed), interleaved query by query
     with the first rotating; the whole retriever beside them for scale."""
@@ -353,10 +395,17 @@ def measure_stage23(store: CARStore, questions: list[tuple[str, str]], samples: 
     for _, q in questions:  # anchors, the scope ids the query names and the posterior, as retrieve() makes them
         first = retriever.resolve_runs(q, retriever.channel_runs(q))
         stage1[q] = (first.anchors, first.scope_ids, first.scope_posterior)
-    memory = lambda q: retriever.resolve(q, stage1[q][0], scope_ids=stage1[q][1], posterior=stage1[q][2])  # noqa: E731
-    closures = {CONTRACT: AuthorityClosure, LEAN: NamingClosure}
-    systems = {IN_MEMORY: memory}
-    systems.update({n: lambda q, c=c: resolve_sql(sql, retriever, q, stage1[q][0], c)[0] for n, c in closures.items()})
+
+    def memory(q: str) -> RetrievalResult:  # the scope as retrieve() read it (with its default latent scope, always)
+        hits, named, posterior = stage1[q]
+        return retriever.resolve(q, hits, scope=None if posterior is None else QuestionScope(named, posterior))
+
+    def through_sql(closure: type[AuthorityClosure], q: str) -> RetrievalResult:
+        return resolve_sql(sql, retriever, q, stage1[q][0], closure)[0]
+
+    closures: dict[str, type[AuthorityClosure]] = {CONTRACT: AuthorityClosure, LEAN: NamingClosure}
+    systems: dict[str, Callable[[str], RetrievalResult]] = {IN_MEMORY: memory}
+    systems.update({n: functools.partial(through_sql, c) for n, c in closures.items()})
     systems.update({EDGES: lambda q: resolve_sql_edges(sql, retriever, q, stage1[q]), WHOLE: retriever.retrieve})
 
     shape: dict[str, dict[str, list[int]]] = {n: {"rounds": [], "lookups": [], "closure_records": []} for n in closures}
@@ -377,7 +426,9 @@ def measure_stage23(store: CARStore, questions: list[tuple[str, str]], samples: 
     names = list(systems)
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu = dict.fromkeys(names, 0.0)
-    over_sql = {n: {"round_trips": [], "sql_ms": [], "decode_ms": [], "backend_cpu_s": 0.0} for n in differences}
+    over_sql: dict[str, dict[str, Any]] = {
+        n: {"round_trips": [], "sql_ms": [], "decode_ms": [], "backend_cpu_s": 0.0} for n in differences
+    }
     for i in range(passes * len(questions)):
         q = questions[i % len(questions)][1]
         for name in names[i % len(names) :] + names[: i % len(names)]:
@@ -396,19 +447,29 @@ def measure_stage23(store: CARStore, questions: list[tuple[str, str]], samples: 
     timed = passes * len(questions)
     summary = lambda v: {"mean": float(np.mean(v)), "max": int(max(v)), "counts": dict(sorted(Counter(v).items()))}  # noqa: E731
     return {
-        "queries": len(questions), "passes": passes, "load_at_start": load,
+        "queries": len(questions),
+        "passes": passes,
+        "load_at_start": load,
         "latency_ms": {n: percentiles(v) for n, v in times.items()},
         "cpu_ms_per_query": {n: cpu[n] * 1000 / timed for n in names},
-        "over_sql": {n: {"round_trips": percentiles(v["round_trips"]), "sql_ms": percentiles(v["sql_ms"]),
-                         "decode_ms": percentiles(v["decode_ms"]), "backend_cpu_ms_per_query": v["backend_cpu_s"] * 1000 / timed}
-                     for n, v in over_sql.items()},
+        "over_sql": {
+            n: {
+                "round_trips": percentiles(v["round_trips"]),
+                "sql_ms": percentiles(v["sql_ms"]),
+                "decode_ms": percentiles(v["decode_ms"]),
+                "backend_cpu_ms_per_query": v["backend_cpu_s"] * 1000 / timed,
+            }
+            for n, v in over_sql.items()
+        },
         "closure_shape": {n: {k: summary(v) for k, v in kinds.items()} for n, kinds in shape.items()},
-        "agreement": {n: {"same": len(questions) - len(d), "different": len(d), "differences": d[:5]}
-                      for n, d in differences.items()},
+        "agreement": {
+            n: {"same": len(questions) - len(d), "different": len(d), "differences": d[:5]} for n, d in differences.items()
+        },
     }
 
 
 # --------------------------------------------------------------------------- what the in-memory choice costs
+
 
 def _open_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"authority_url": args.url, "authority_schema": args.schema, "chroma_url": args.chroma_url}
@@ -428,8 +489,13 @@ def child_open(args: argparse.Namespace) -> dict:
     rss["after_model"] = proc_status_mb("VmRSS")
     parts = _parts(store.log, store.policy, store.config["bm25_backend"])  # type: ignore[arg-type]
     store.close()
-    return {"records": parts.pop("records"), "seconds": seconds, "parts_s": parts, "rss_mb": rss,
-            "peak_rss_mb": proc_status_mb("VmHWM")}
+    return {
+        "records": parts.pop("records"),
+        "seconds": seconds,
+        "parts_s": parts,
+        "rss_mb": rss,
+        "peak_rss_mb": proc_status_mb("VmHWM"),
+    }
 
 
 def _rows(log: PostgresRecordLog) -> tuple[list[tuple[str, str]], list[Edge]]:
@@ -472,6 +538,7 @@ def child_trace(args: argparse.Namespace) -> dict:
     """Bytes each part of an open holds (tracemalloc, in a process of its own: it slows everything)."""
     log = PostgresRecordLog(args.url, args.schema)
     config = log.setup(None)
+    assert config is not None, f"no store in {args.schema}"
     from car_rag.policy import Policy
 
     held = _parts(log, Policy.model_validate(config["policy"]), config["bm25_backend"], trace=True)
@@ -512,8 +579,20 @@ def child_follow(args: argparse.Namespace) -> None:
 
 
 def _child(role: str, args: argparse.Namespace, name: str, **popen: Any) -> Any:
-    command = [sys.executable, __file__, "--child", role, "--folder", str(args.work / f"{name}-{role}"), "--url", args.url,
-               "--schema", _schema(name), "--chroma-url", args.chroma_url]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        role,
+        "--folder",
+        str(args.work / f"{name}-{role}"),
+        "--url",
+        args.url,
+        "--schema",
+        _schema(name),
+        "--chroma-url",
+        args.chroma_url,
+    ]
     if popen:
         return subprocess.Popen(command, text=True, **popen)
     done = subprocess.run(command, check=True, text=True, stdout=subprocess.PIPE)
@@ -577,18 +656,28 @@ def measure_feed(args: argparse.Namespace, name: str, store: CARStore) -> dict:
         per_commit = [(t - committed[head]) * 1000 for head, t in last.items()]
         # A commit whose application came after one of the follower's outbox drains began: the feed
         # thread hands vectors to Chroma between applying changes, so it applied this one late.
-        behind = [(t - committed[head]) * 1000 for head, t in last.items()
-                  if any(committed[head] < end and start < t for start, end, _ in seen["drains"])]
+        behind = [
+            (t - committed[head]) * 1000
+            for head, t in last.items()
+            if any(committed[head] < end and start < t for start, end, _ in seen["drains"])
+        ]
         out[label] = {
-            "records": count, "commits": len(heads), "pause_s": pause, "load_at_start": load,
-            "commit_to_applied_ms": percentiles(per_commit), "per_record_ms": percentiles(per_change),
+            "records": count,
+            "commits": len(heads),
+            "pause_s": pause,
+            "load_at_start": load,
+            "commit_to_applied_ms": percentiles(per_commit),
+            "per_record_ms": percentiles(per_change),
             "feed_metric_ms": percentiles([d * 1000 for d in seen["feed_delays_s"]]),
             "changes_per_step": percentiles([n for *_, n in seen["applied"]]),
             "writer_ingest_ms": percentiles(ingest_ms),
-            "follower_drains": {"count": len(seen["drains"]), "vectors": sum(n for *_, n in seen["drains"]),
-                                "ms": percentiles([(end - start) * 1000 for start, end, _ in seen["drains"]] or [0.0]),
-                                "commits_waiting_on_a_drain": len(behind),
-                                "their_commit_to_applied_ms": percentiles(behind or [0.0])},
+            "follower_drains": {
+                "count": len(seen["drains"]),
+                "vectors": sum(n for *_, n in seen["drains"]),
+                "ms": percentiles([(end - start) * 1000 for start, end, _ in seen["drains"]] or [0.0]),
+                "commits_waiting_on_a_drain": len(behind),
+                "their_commit_to_applied_ms": percentiles(behind or [0.0]),
+            },
         }
     store.log.transaction = transaction  # type: ignore[method-assign]
     follower.stdin.close()
@@ -597,6 +686,7 @@ def measure_feed(args: argparse.Namespace, name: str, store: CARStore) -> dict:
 
 
 # --------------------------------------------------------------------------- report
+
 
 def _row(cells: Sequence[Any]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
@@ -612,38 +702,70 @@ def _load(values: Sequence[float]) -> str:
 
 def write_md(results: dict, out: Path) -> None:
     lines = [
-        "# Stage 2 as indexed SQL, or the graph in memory with a change feed (issue 19)", "",
+        "# Stage 2 as indexed SQL, or the graph in memory with a change feed (issue 19)",
+        "",
         f"`{results['command']}`; {results['when']}; commit {results['commit']}; {results['machine']['cpus']} shared CPUs, "
         f"OMP_NUM_THREADS={results['machine']['omp_num_threads']}; PostgreSQL and `chroma run` on loopback on the same "
-        "machine. Load averages (1, 5, 15 min) are those at the start of each measurement.", "",
+        "machine. Load averages (1, 5, 15 min) are those at the start of each measurement.",
+        "",
     ]
     stage = results.get("stage23", {})
     if stage:
         lines += [
-            "## Stage 2+3 per query, from the same anchors", "",
+            "## Stage 2+3 per query, from the same anchors",
+            "",
             f"*{IN_MEMORY}*: `ControllingAuthorityRetriever.resolve` over the store's graph (what `retrieve` runs after "
             f"Stage 1). *{CONTRACT}*: `AuthorityClosure` rounds over `SqlAuthorityStore` (one statement per round "
             "against pg_log's tables, plus one for the anchors' records), then the same resolution. "
             f"*{LEAN}*: the same without the closure's scope-bucket query (`NamingClosure`: the store answers "
-            f"\"records naming this id\", which is all that query is for). *{EDGES}*: outside the contract, the closure "
+            f'"records naming this id", which is all that query is for). *{EDGES}*: outside the contract, the closure '
             "followed through pg_log's stored edges by one recursive query (one round trip), then `resolve_authority` "
             "over the records it returned. All are given the real retriever's Stage-1 anchors (hybrid, latent scope, "
-            "k1 10), scope ids and posterior; the paths alternate query by query, the first rotating.", "",
-            _row(["corpus", "records", "timed queries", "load",
-                  *(f"{n} p50 / p95 / p99 ms" for n in (IN_MEMORY, CONTRACT, LEAN, EDGES, WHOLE))]),
+            "k1 10), scope ids and posterior; the paths alternate query by query, the first rotating.",
+            "",
+            _row(
+                [
+                    "corpus",
+                    "records",
+                    "timed queries",
+                    "load",
+                    *(f"{n} p50 / p95 / p99 ms" for n in (IN_MEMORY, CONTRACT, LEAN, EDGES, WHOLE)),
+                ]
+            ),
             _row(["---"] * 9),
         ]
         for name, r in stage.items():
-            lines.append(_row([name, f"{r['build']['records']:,}", f"{r['queries']} × {r['passes']}", _load(r["load_at_start"]),
-                               *(_pct(r["latency_ms"][n]) for n in (IN_MEMORY, CONTRACT, LEAN, EDGES)),
-                               _pct(r["latency_ms"][WHOLE], 1)]))
+            lines.append(
+                _row(
+                    [
+                        name,
+                        f"{r['build']['records']:,}",
+                        f"{r['queries']} × {r['passes']}",
+                        _load(r["load_at_start"]),
+                        *(_pct(r["latency_ms"][n]) for n in (IN_MEMORY, CONTRACT, LEAN, EDGES)),
+                        _pct(r["latency_ms"][WHOLE], 1),
+                    ]
+                )
+            )
         lines += [
-            "", "Over SQL: round trips per query, where the time goes, whether the result is the in-memory one (the "
+            "",
+            "Over SQL: round trips per query, where the time goes, whether the result is the in-memory one (the "
             "same records, statuses, roles, chains and controllers, in the same order), and CPU per query (the "
             "client's by `time.process_time`; the PostgreSQL backend's from `/proc/<backend pid>/stat`, whose 10 ms "
-            "tick makes only the mean over all timed queries meaningful):", "",
-            _row(["corpus", "path", "round trips (mean, max)", "waiting on PostgreSQL p50 / p95 ms",
-                  "decoding rows p50 / p95 ms", "same result", "client CPU ms", "PostgreSQL CPU ms"]),
+            "tick makes only the mean over all timed queries meaningful):",
+            "",
+            _row(
+                [
+                    "corpus",
+                    "path",
+                    "round trips (mean, max)",
+                    "waiting on PostgreSQL p50 / p95 ms",
+                    "decoding rows p50 / p95 ms",
+                    "same result",
+                    "client CPU ms",
+                    "PostgreSQL CPU ms",
+                ]
+            ),
             _row(["---"] * 8),
         ]
         for name, r in stage.items():
@@ -651,46 +773,102 @@ def write_md(results: dict, out: Path) -> None:
             lines.append(_row([name, IN_MEMORY, "0", "–", "–", "–", f"{cpu[IN_MEMORY]:.2f}", "–"]))
             for path, o in r["over_sql"].items():
                 agree = r["agreement"][path]
-                lines.append(_row([name, path, f"{o['round_trips']['mean']:.2f}, {o['round_trips']['p99']:.0f}",
-                                   f"{o['sql_ms']['p50']:.2f} / {o['sql_ms']['p95']:.2f}",
-                                   f"{o['decode_ms']['p50']:.2f} / {o['decode_ms']['p95']:.2f}",
-                                   f"{agree['same']} of {agree['same'] + agree['different']}", f"{cpu[path]:.2f}",
-                                   f"{o['backend_cpu_ms_per_query']:.2f}"]))
+                lines.append(
+                    _row(
+                        [
+                            name,
+                            path,
+                            f"{o['round_trips']['mean']:.2f}, {o['round_trips']['p99']:.0f}",
+                            f"{o['sql_ms']['p50']:.2f} / {o['sql_ms']['p95']:.2f}",
+                            f"{o['decode_ms']['p50']:.2f} / {o['decode_ms']['p95']:.2f}",
+                            f"{agree['same']} of {agree['same'] + agree['different']}",
+                            f"{cpu[path]:.2f}",
+                            f"{o['backend_cpu_ms_per_query']:.2f}",
+                        ]
+                    )
+                )
         lines += [
-            "", "The closures over the adapter contract (means; max in brackets):", "",
+            "",
+            "The closures over the adapter contract (means; max in brackets):",
+            "",
             _row(["corpus", "path", "lookup rounds", "ScopeQuery values", "records fetched"]),
             _row(["---"] * 5),
         ]
         for name, r in stage.items():
             for path, shape in r["closure_shape"].items():
-                lines.append(_row([name, path, *(f"{shape[k]['mean']:.1f} ({shape[k]['max']})" for k in
-                                                 ("rounds", "lookups", "closure_records"))]))
+                lines.append(
+                    _row(
+                        [
+                            name,
+                            path,
+                            *(f"{shape[k]['mean']:.1f} ({shape[k]['max']})" for k in ("rounds", "lookups", "closure_records")),
+                        ]
+                    )
+                )
         for name, r in stage.items():
             for path, agree in r["agreement"].items():
                 for diff in agree["differences"]:
-                    lines += ["", f"Difference on {name} `{diff['query_id']}` ({path}):", "", "```",
-                              "in memory: " + json.dumps(diff["in_memory"]), "SQL:       " + json.dumps(diff["sql"]), "```"]
+                    lines += [
+                        "",
+                        f"Difference on {name} `{diff['query_id']}` ({path}):",
+                        "",
+                        "```",
+                        "in memory: " + json.dumps(diff["in_memory"]),
+                        "SQL:       " + json.dumps(diff["sql"]),
+                        "```",
+                    ]
     start = results.get("start")
     if start:
         runs, held = start["runs"], start["held"]
         mib = 1024 * 1024
         lines += [
-            "", f"## What the in-memory choice costs: a worker's start at {held['records']:,} records", "",
+            "",
+            f"## What the in-memory choice costs: a worker's start at {held['records']:,} records",
+            "",
             "Each run a fresh process: `CARStore.open(folder, authority_url=…, chroma_url=…)` (records and edges read "
             "from PostgreSQL, graph and BM25 built; vectors stay in Chroma past 20k records), then MiniLM loaded "
-            "(`ControllingAuthorityRetriever`); then the parts of the open re-done one by one in the same, warm, process.", "",
-            _row(["run", "load", "open s", "model s", "RSS after open MB", "after model MB", "peak MB", "read rows s",
-                  "parse records s", "graph s", "BM25 s"]),
+            "(`ControllingAuthorityRetriever`); then the parts of the open re-done one by one in the same, warm, process.",
+            "",
+            _row(
+                [
+                    "run",
+                    "load",
+                    "open s",
+                    "model s",
+                    "RSS after open MB",
+                    "after model MB",
+                    "peak MB",
+                    "read rows s",
+                    "parse records s",
+                    "graph s",
+                    "BM25 s",
+                ]
+            ),
             _row(["---"] * 11),
         ]
         for i, r in enumerate(runs, 1):
             s, p, m = r["seconds"], r["parts_s"], r["rss_mb"]
-            lines.append(_row([i, _load(r["load_at_start"]), f"{s['open']:.1f}", f"{s['model']:.1f}", f"{m['after_open']:.0f}",
-                               f"{m['after_model']:.0f}", f"{r['peak_rss_mb']:.0f}", f"{p['read_rows']:.1f}",
-                               f"{p['parse_records']:.1f}", f"{p['graph']:.1f}", f"{p['bm25']:.1f}"]))
+            lines.append(
+                _row(
+                    [
+                        i,
+                        _load(r["load_at_start"]),
+                        f"{s['open']:.1f}",
+                        f"{s['model']:.1f}",
+                        f"{m['after_open']:.0f}",
+                        f"{m['after_model']:.0f}",
+                        f"{r['peak_rss_mb']:.0f}",
+                        f"{p['read_rows']:.1f}",
+                        f"{p['parse_records']:.1f}",
+                        f"{p['graph']:.1f}",
+                        f"{p['bm25']:.1f}",
+                    ]
+                )
+            )
         b = held["bytes"]
         lines += [
-            "", f"Memory held by each part (tracemalloc, own process, load {_load(held['load_at_start'])}): records "
+            "",
+            f"Memory held by each part (tracemalloc, own process, load {_load(held['load_at_start'])}): records "
             f"{b['parse_records'] / mib:.0f} MiB ({b['parse_records'] / held['records']:.0f} B each), graph (entity "
             f"index and edges) {b['graph'] / mib:.0f} MiB ({b['graph'] / held['records']:.0f} B each), BM25 "
             f"{b['bm25'] / mib:.0f} MiB. A worker doing Stage 2 in SQL still needs BM25 (or another lexical channel) "
@@ -699,27 +877,49 @@ def write_md(results: dict, out: Path) -> None:
     feed = results.get("feed")
     if feed:
         lines += [
-            "", "## What the in-memory choice costs: the change-feed delay", "",
+            "",
+            "## What the in-memory choice costs: the change-feed delay",
+            "",
             f"This process commits (`store.ingest`, precomputed vectors) into the {feed['records']:,}-record store; a second "
             "process (a subprocess that opened it from PostgreSQL and follows it, `ChangeFeed`, NOTIFY, poll 1 s) applies "
             "each change. *commit → applied*: from the writer's commit returning to the follower having applied the "
             "commit's last record (both clocks this machine's). *feed metric*: what the feed records itself (from the "
             "row's `committed_at`, written inside the transaction before the commit). The follower's feed thread also "
             "hands the outbox's vectors to Chroma (`ChangeFeed._step` → `drain_outbox`), taking some of the writer's "
-            "from under it; *waiting on a drain*: the commits during whose wait the follower was in such a drain.", "",
-            _row(["arrivals", "load", "commits", "commit → applied p50 / p95 / p99 ms", "feed metric p50 / p95 / p99 ms",
-                  "writer's ingest p50 / p95 ms", "follower's drains (vectors), p50 ms", "waiting on a drain: commits, p50 ms"]),
+            "from under it; *waiting on a drain*: the commits during whose wait the follower was in such a drain.",
+            "",
+            _row(
+                [
+                    "arrivals",
+                    "load",
+                    "commits",
+                    "commit → applied p50 / p95 / p99 ms",
+                    "feed metric p50 / p95 / p99 ms",
+                    "writer's ingest p50 / p95 ms",
+                    "follower's drains (vectors), p50 ms",
+                    "waiting on a drain: commits, p50 ms",
+                ]
+            ),
             _row(["---"] * 8),
         ]
         for label, r in feed.items():
             if not isinstance(r, dict) or "commits" not in r:
                 continue
             c, d = r["commit_to_applied_ms"], r["follower_drains"]
-            lines.append(_row([f"{label} (pause {r['pause_s']} s)", _load(r["load_at_start"]), r["commits"], _pct(c, 1),
-                               _pct(r["feed_metric_ms"], 1),
-                               f"{r['writer_ingest_ms']['p50']:.1f} / {r['writer_ingest_ms']['p95']:.1f}",
-                               f"{d['count']} ({d['vectors']}), {d['ms']['p50']:.0f}",
-                               f"{d['commits_waiting_on_a_drain']}, {d['their_commit_to_applied_ms']['p50']:.0f}"]))
+            lines.append(
+                _row(
+                    [
+                        f"{label} (pause {r['pause_s']} s)",
+                        _load(r["load_at_start"]),
+                        r["commits"],
+                        _pct(c, 1),
+                        _pct(r["feed_metric_ms"], 1),
+                        f"{r['writer_ingest_ms']['p50']:.1f} / {r['writer_ingest_ms']['p95']:.1f}",
+                        f"{d['count']} ({d['vectors']}), {d['ms']['p50']:.0f}",
+                        f"{d['commits_waiting_on_a_drain']}, {d['their_commit_to_applied_ms']['p50']:.0f}",
+                    ]
+                )
+            )
     if text := conclusion(results):
         lines += ["", "## Conclusion", "", text]
     out.write_text("\n".join(lines) + "\n")
@@ -736,8 +936,10 @@ def conclusion(results: dict) -> str | None:
     if not (r and start and feed):
         return None
     p50 = {n: v["p50"] for n, v in r["latency_ms"].items()}
-    cpu = {n: r["cpu_ms_per_query"][n] + (r["over_sql"][n]["backend_cpu_ms_per_query"] if n in r["over_sql"] else 0.0)
-           for n in (IN_MEMORY, CONTRACT, EDGES)}
+    cpu = {
+        n: r["cpu_ms_per_query"][n] + (r["over_sql"][n]["backend_cpu_ms_per_query"] if n in r["over_sql"] else 0.0)
+        for n in (IN_MEMORY, CONTRACT, EDGES)
+    }
     extra = cpu[EDGES] - cpu[IN_MEMORY]  # the cheaper SQL path
     median = lambda values: float(np.median(values))  # noqa: E731
     graph_s = median([x["parts_s"]["parse_records"] + x["parts_s"]["graph"] for x in start["runs"]])
@@ -751,9 +953,11 @@ def conclusion(results: dict) -> str | None:
     records = r["build"]["records"]
     agree = all(a["different"] == 0 for x in results["stage23"].values() for a in x["agreement"].values())
     if not (p50[EDGES] > p50[IN_MEMORY] and repaid < HOUR_AT_10_QPS):
-        return (f"By the rule above ({HOUR_AT_10_QPS:,} queries) the figures do not favour the graph in memory: Stage 2+3 "
-                f"takes {p50[IN_MEMORY]:.2f} ms p50 in memory, {p50[EDGES]:.1f} ms as one recursive query over SQL, and "
-                f"the SQL path's extra CPU repays the graph's {graph_s:.1f} s of start after {repaid:,.0f} queries.")
+        return (
+            f"By the rule above ({HOUR_AT_10_QPS:,} queries) the figures do not favour the graph in memory: Stage 2+3 "
+            f"takes {p50[IN_MEMORY]:.2f} ms p50 in memory, {p50[EDGES]:.1f} ms as one recursive query over SQL, and "
+            f"the SQL path's extra CPU repays the graph's {graph_s:.1f} s of start after {repaid:,.0f} queries."
+        )
     return (
         f"The numbers favour keeping the graph in memory, as main does. At {records:,} records Stage 2+3 takes "
         f"{p50[IN_MEMORY]:.2f} ms p50 in memory against {p50[CONTRACT]:.1f} ms through the adapter contract over SQL "
@@ -781,12 +985,19 @@ def conclusion(results: dict) -> str | None:
 
 # --------------------------------------------------------------------------- main
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpora", nargs="+", default=["demo", "ghsa-freeform", "perf-100k"],
-                        choices=["demo", "ghsa-freeform", "perf-100k"])
-    parser.add_argument("--phases", nargs="+", default=["stage23", "start", "feed"], choices=["stage23", "start", "feed"],
-                        help="start and feed run on perf-100k")
+    parser.add_argument(
+        "--corpora", nargs="+", default=["demo", "ghsa-freeform", "perf-100k"], choices=["demo", "ghsa-freeform", "perf-100k"]
+    )
+    parser.add_argument(
+        "--phases",
+        nargs="+",
+        default=["stage23", "start", "feed"],
+        choices=["stage23", "start", "feed"],
+        help="start and feed run on perf-100k",
+    )
     parser.add_argument("--samples", type=int, default=600, help="timed queries per corpus and path (whole passes)")
     parser.add_argument("--starts", type=int, default=3, help="worker starts timed")
     parser.add_argument("--work", type=Path, default=ROOT / ".perf-stores" / "stage2")
@@ -806,10 +1017,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     results: dict[str, Any] = {
-        "command": "python evals/serve/stage2_sql.py " + " ".join(sys.argv[1:]), "commit": commit,
+        "command": "python evals/serve/stage2_sql.py " + " ".join(sys.argv[1:]),
+        "commit": commit,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        },
         "stage23": {},
     }
     with servers(args.work) as (args.url, chroma):

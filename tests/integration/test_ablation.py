@@ -16,8 +16,15 @@ from car_rag_evals.ablation import NO_ENDPOINT
 from fake_openai import FakeOpenAIServer
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "report_run"
-MINI = ["--corpus", str(RUN / "ghsa-mini.corpus.jsonl"), "--queries", str(RUN / "ghsa-mini.queries.jsonl"),
-        "--policy", "security-advisory", "--ablation"]
+MINI = [
+    "--corpus",
+    str(RUN / "ghsa-mini.corpus.jsonl"),
+    "--queries",
+    str(RUN / "ghsa-mini.queries.jsonl"),
+    "--policy",
+    "security-advisory",
+    "--ablation",
+]
 LLM_VARIANTS = ("V5", "V6", "V9a")
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="the openai client is not installed")
 
@@ -81,7 +88,9 @@ def test_rewrite_and_hyde_ask_the_model_once_per_query_and_a_rerun_asks_nothing(
     assert first["llm"]["rewrite"] == first["llm"]["hyde"] == {"calls": 4, "cached": 0, "failed": 0, "failures": {}}
     assert second["llm"]["rewrite"] == second["llm"]["hyde"] == {"calls": 0, "cached": 4, "failed": 0, "failures": {}}
     table = (tmp_path / "ghsa-mini-ablation.md").read_text()
-    assert "Query rewrite and HyDE by `fake-model`" in table and "rewrite: 0 calls to the server, 4 answers from the cache" in table
+    assert (
+        "Query rewrite and HyDE by `fake-model`" in table and "rewrite: 0 calls to the server, 4 answers from the cache" in table
+    )
 
 
 @needs_openai

@@ -65,12 +65,22 @@ def test_the_same_arguments_with_the_same_defaults() -> None:
     assert "doc_id_key" in li and lc["doc_id_key"] == "doc_id" == li_car.MetadataLayout().doc_id_key
 
 
-COMPARED = ("car_status", "car_superseded_by", "car_voided_by", "car_voids", "car_rule", "car_role", "car_rank",
-            "car_anchor_id", "car_hidden_superseder", "car_policy")
+COMPARED = (
+    "car_status",
+    "car_superseded_by",
+    "car_voided_by",
+    "car_voids",
+    "car_rule",
+    "car_role",
+    "car_rank",
+    "car_anchor_id",
+    "car_hidden_superseder",
+    "car_policy",
+)
 """The annotations whose values must agree (the rest, e.g. car_stage1_channel, name framework classes)."""
 
 
-def _view(doc_id: str, metadata: dict[str, Any]) -> tuple[str, frozenset[str], list[Any]]:
+def _view(doc_id: str | None, metadata: dict[str, Any]) -> tuple[str | None, frozenset[str], list[Any]]:
     """A returned item as the contract sees it: its id, its set of car_* keys, the compared values."""
     return doc_id, frozenset(k for k in metadata if k.startswith("car_")), [metadata[k] for k in COMPARED]
 
@@ -84,10 +94,12 @@ def test_same_records_statuses_and_car_keys_given_the_same_anchors() -> None:
     compared = 0
     for q in queries:
         anchors = q["anchor_doc_ids"]
-        lc = langchain_car.CARRetriever(base_retriever=FixedLC(docs=[docs[a] for a in anchors]), store=list(docs.values()),
-                                        policy=policy, k=10).invoke(q["query"])
-        li = li_car.CARRetriever(FixedLI([NodeWithScore(node=nodes[a], score=1.0) for a in anchors]), list(nodes.values()),
-                                 policy, k=10).retrieve(q["query"])
+        lc = langchain_car.CARRetriever(
+            base_retriever=FixedLC(docs=[docs[a] for a in anchors]), store=list(docs.values()), policy=policy, k=10
+        ).invoke(q["query"])
+        li = li_car.CARRetriever(
+            FixedLI([NodeWithScore(node=nodes[a], score=1.0) for a in anchors]), list(nodes.values()), policy, k=10
+        ).retrieve(q["query"])
         lc_view = [_view(d.id, d.metadata) for d in lc]
         li_view = [_view(n.node.node_id, n.node.metadata) for n in li]
         assert lc_view == li_view, q["query_id"]

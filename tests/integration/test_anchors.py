@@ -11,8 +11,9 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy
 from car_rag.cli import main
-from car_rag.policy import Policy
 from car_rag.evidence import render_audit, render_plain, render_reader
+from car_rag.policy import Policy
+from helpers_records import retrieved
 
 SEC = load_policy("security-advisory")
 ONE_SCOPE = Policy(name="design-proposals", scope_keys=("project",), rules=())
@@ -24,16 +25,31 @@ def lexical_corpus() -> tuple[list[Record], list[tuple[str, str]]]:
     records, queries = [], []
     for i in range(12):
         issue, scope = 48210 + i, {"package": "imagekit", "cve_id": f"CVE-2031-{1000 + i}"}
-        records.append(Record(doc_id=f"i{i}-d", doc_type="vulnerability_disclosure", scope=scope,
-                              text=f"Issue {issue}: a heap overflow in the image decoder allows remote code execution."))
-        records.append(Record(doc_id=f"i{i}-p", doc_type="patch_release", scope=scope,
-                              text=f"Version {i + 2}.0.0 is out. Thanks to all contributors."))
+        records.append(
+            Record(
+                doc_id=f"i{i}-d",
+                doc_type="vulnerability_disclosure",
+                scope=scope,
+                text=f"Issue {issue}: a heap overflow in the image decoder allows remote code execution.",
+            )
+        )
+        records.append(
+            Record(
+                doc_id=f"i{i}-p",
+                doc_type="patch_release",
+                scope=scope,
+                text=f"Version {i + 2}.0.0 is out. Thanks to all contributors.",
+            )
+        )
         queries.append((f"Has issue {issue} in the image decoder been fixed?", f"i{i}-p"))
     return records, queries
 
 
 PARAPHRASES = [
-    ("A user can sign in as any account without knowing its password.", "can attackers log on to someone else's account with no credentials?"),
+    (
+        "A user can sign in as any account without knowing its password.",
+        "can attackers log on to someone else's account with no credentials?",
+    ),
     ("Uploaded archives can write files outside the destination folder.", "could a zip file drop files anywhere on the disk?"),
     ("The server crashes when it receives a very large header.", "can an oversized request bring the service down?"),
     ("Session cookies are sent over unencrypted connections.", "might login tokens leak over plain HTTP?"),
@@ -48,10 +64,12 @@ def dense_corpus() -> tuple[list[Record], list[tuple[str, str]]]:
     records, queries = [], []
     for i, (text, question) in enumerate(PARAPHRASES):
         scope = {"package": f"pkg{i}", "cve_id": f"CVE-2032-{2000 + i}"}
-        records.append(Record(doc_id=f"v{i}-d", text=f"Security notice. {text}", doc_type="vulnerability_disclosure",
-                              scope=scope))
-        records.append(Record(doc_id=f"v{i}-p", text=f"Security notice. Release {i}.4.2 ships.", doc_type="patch_release",
-                              scope=scope))
+        records.append(
+            Record(doc_id=f"v{i}-d", text=f"Security notice. {text}", doc_type="vulnerability_disclosure", scope=scope)
+        )
+        records.append(
+            Record(doc_id=f"v{i}-p", text=f"Security notice. Release {i}.4.2 ships.", doc_type="patch_release", scope=scope)
+        )
         queries.append((f"Security notice: {question}", f"v{i}-p"))
     return records, queries
 
@@ -79,10 +97,17 @@ def ambiguous_store(tmp_path, embedder):
     attack = "Prototype pollution in the merge helper lets a remote attacker alter object prototypes."
     records = []
     for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002")):
-        records.append(Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure",
-                              scope={"package": pkg, "cve_id": cve}))
-    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
-                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+        records.append(
+            Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure", scope={"package": pkg, "cve_id": cve})
+        )
+    records.append(
+        Record(
+            doc_id="alpha-utils-p",
+            text="Release 3.1.0: maintenance.",
+            doc_type="patch_release",
+            scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"},
+        )
+    )
     store = CARStore.open(tmp_path / "amb", SEC, embedder=embedder)
     assert store.ingest(records, progress=False).errors == []
     yield store
@@ -103,7 +128,7 @@ def test_an_ambiguous_question_shows_each_probable_scope_with_its_probability(am
     named = ControllingAuthorityRetriever(ambiguous_store).retrieve("Has CVE-2034-0002 been fixed?")
     assert named.top(1)[0].doc_id == "beta-utils-d"
     assert named.top(1)[0].scope_probability == pytest.approx(1.0)
-    assert named.get("alpha-utils-p").scope_probability == pytest.approx(0.0)
+    assert retrieved(named, "alpha-utils-p").scope_probability == pytest.approx(0.0)
     assert named.ambiguity is None
 
 
@@ -114,7 +139,8 @@ def test_a_package_named_in_a_plain_word_is_the_questions_scope(ambiguous_store)
     assert result.ambiguity is None
     # Without the latent-scope step nothing is linked and no probability is claimed.
     plain = ControllingAuthorityRetriever(ambiguous_store, latent_scope=False).retrieve(
-        "Has the prototype pollution in alpha-utils been fixed?")
+        "Has the prototype pollution in alpha-utils been fixed?"
+    )
     assert plain.scope_links == () and plain.ambiguity is None
 
 
@@ -133,8 +159,22 @@ def test_cli_json_carries_scope_probabilities_and_the_posterior(ambiguous_store,
     for form in ("plain", "reader", "audit"):
         assert main(["query", "--store", str(path), "--format", form, "Has the prototype pollution in merge been fixed?"]) == 0
         assert "The question matches 2 subjects it does not tell apart" in capsys.readouterr().out
-    assert main(["query", "--store", str(path), "--format", "json", "--no-latent-scope", "--fusion", "rrf",
-                 "Has the prototype pollution in merge been fixed?"]) == 0
+    assert (
+        main(
+            [
+                "query",
+                "--store",
+                str(path),
+                "--format",
+                "json",
+                "--no-latent-scope",
+                "--fusion",
+                "rrf",
+                "Has the prototype pollution in merge been fixed?",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["scope_posterior"] is None and {r["scope_probability"] for r in data["records"]} == {None}
     assert data["ambiguity"] is None
@@ -152,7 +192,10 @@ def test_hnsw_search_runs_beside_bm25_and_answers_as_one_after_the_other(tmp_pat
     for question in ("Is the lodash prototype pollution still unpatched?", "Is Okafor still good law?"):
         result = retriever.retrieve(question)
         vector = embedder.encode([question])[0]
-        one_by_one = {"bm25": store.lexical.search(question, retriever.depth), "dense": store.dense.search(vector, retriever.depth)}
+        one_by_one = {
+            "bm25": store.lexical.search(question, retriever.depth),
+            "dense": store.dense.search(vector, retriever.depth),
+        }
         expected = retriever.resolve_runs(question, one_by_one)
         assert [(r.doc_id, r.status) for r in result] == [(r.doc_id, r.status) for r in expected]
         assert [a.channel_scores for a in result.anchors] == [a.channel_scores for a in expected.anchors]
@@ -167,12 +210,24 @@ def test_bad_questions_and_small_stores_answer_with_a_sensible_ambiguity(tmp_pat
     assert only_stop_words.ambiguity is None or only_stop_words.ambiguity.scopes >= 2
     # A scope value that is a single common word: linked only where Stage 1 agrees.
     common = [
-        Record(doc_id="req-d", text="The request library follows redirects to any host.", doc_type="vulnerability_disclosure",
-               scope={"package": "request", "cve_id": "CVE-2035-0001"}),
-        Record(doc_id="srv-d", text="Server-side request forgery in the image proxy of thumbor.",
-               doc_type="vulnerability_disclosure", scope={"package": "thumbor", "cve_id": "CVE-2035-0002"}),
-        Record(doc_id="srv-p", text="Version 7.3.1 released.", doc_type="patch_release",
-               scope={"package": "thumbor", "cve_id": "CVE-2035-0002"}),
+        Record(
+            doc_id="req-d",
+            text="The request library follows redirects to any host.",
+            doc_type="vulnerability_disclosure",
+            scope={"package": "request", "cve_id": "CVE-2035-0001"},
+        ),
+        Record(
+            doc_id="srv-d",
+            text="Server-side request forgery in the image proxy of thumbor.",
+            doc_type="vulnerability_disclosure",
+            scope={"package": "thumbor", "cve_id": "CVE-2035-0002"},
+        ),
+        Record(
+            doc_id="srv-p",
+            text="Version 7.3.1 released.",
+            doc_type="patch_release",
+            scope={"package": "thumbor", "cve_id": "CVE-2035-0002"},
+        ),
     ]
     with CARStore.open(tmp_path / "common", SEC, embedder=embedder) as store:
         assert store.ingest(common, progress=False).errors == []
@@ -180,8 +235,15 @@ def test_bad_questions_and_small_stores_answer_with_a_sensible_ambiguity(tmp_pat
         assert ("package", "request") not in {(link.key, link.value) for link in forgery.scope_links}
         assert forgery.top(1)[0].doc_id == "srv-p"
     # A store with one scope: nothing to tell apart.
-    one = [Record(doc_id=f"kep-{i}", text=f"Proposal {i}: topology aware routing, revision {i}.", doc_type="design_proposal",
-                  scope={"project": "kubernetes"}) for i in range(4)]
+    one = [
+        Record(
+            doc_id=f"kep-{i}",
+            text=f"Proposal {i}: topology aware routing, revision {i}.",
+            doc_type="design_proposal",
+            scope={"project": "kubernetes"},
+        )
+        for i in range(4)
+    ]
     with CARStore.open(tmp_path / "one", ONE_SCOPE, embedder=embedder) as store:
         assert store.ingest(one, progress=False).errors == []
         result = ControllingAuthorityRetriever(store).retrieve("Is topology aware routing still the plan?")

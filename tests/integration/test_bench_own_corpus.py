@@ -23,8 +23,13 @@ SYSTEMS = "car-default,bm25"
 def own(tmp_path_factory, demo_corpus_path) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("own")
     demo = demo_corpus_path.parent
-    paths = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl", "policy": folder / "policy.toml",
-             "out": folder / "run", "stores": folder / "stores"}
+    paths = {
+        "corpus": folder / "corpus.jsonl",
+        "queries": folder / "queries.jsonl",
+        "policy": folder / "policy.toml",
+        "out": folder / "run",
+        "stores": folder / "stores",
+    }
     for name in ("corpus", "queries"):
         shutil.copy(demo / f"{name}.jsonl", paths[name])
     shutil.copy(demo / "policy.toml", paths["policy"])
@@ -39,16 +44,48 @@ def _data(page: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def bench_run(own) -> Path:
-    assert main(["bench", "--corpus", str(own["corpus"]), "--queries", str(own["queries"]), "--policy", str(own["policy"]),
-                 "--out", str(own["out"]), "--stores", str(own["stores"]), "--systems", SYSTEMS]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--corpus",
+                str(own["corpus"]),
+                "--queries",
+                str(own["queries"]),
+                "--policy",
+                str(own["policy"]),
+                "--out",
+                str(own["out"]),
+                "--stores",
+                str(own["stores"]),
+                "--systems",
+                SYSTEMS,
+            ]
+        )
+        == 0
+    )
     assert (own["out"] / "corpus.json").is_file()
     return own["out"]
 
 
 def test_report_on_a_bench_run_over_ones_own_corpus_works_with_evidence(own, bench_run, capsys):
     page = own["out"] / "report.html"
-    code = main(["report", str(bench_run), "--corpus", str(own["corpus"]), "--queries", str(own["queries"]),
-                 "--policy", str(own["policy"]), "--stores", str(own["stores"]), "--out", str(page)])
+    code = main(
+        [
+            "report",
+            str(bench_run),
+            "--corpus",
+            str(own["corpus"]),
+            "--queries",
+            str(own["queries"]),
+            "--policy",
+            str(own["policy"]),
+            "--stores",
+            str(own["stores"]),
+            "--out",
+            str(page),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     data = _data(page)
     assert any("no answer classifier" in p and "'corpus'" in p for p in data["problems"]), data["problems"]
@@ -66,8 +103,23 @@ def test_bench_refuses_chains_listed_newest_first_naming_query_and_field(own, be
     rows = [json.loads(line) for line in own["queries"].read_text(encoding="utf-8").splitlines()]
     reversed_ = tmp_path / "reversed.queries.jsonl"
     reversed_.write_text("".join(json.dumps({**r, "chain_doc_ids": r["chain_doc_ids"][::-1]}) + "\n" for r in rows))
-    code = main(["bench", "--corpus", str(own["corpus"]), "--queries", str(reversed_), "--policy", str(own["policy"]),
-                 "--out", str(tmp_path / "run"), "--stores", str(own["stores"]), "--systems", SYSTEMS])
+    code = main(
+        [
+            "bench",
+            "--corpus",
+            str(own["corpus"]),
+            "--queries",
+            str(reversed_),
+            "--policy",
+            str(own["policy"]),
+            "--out",
+            str(tmp_path / "run"),
+            "--stores",
+            str(own["stores"]),
+            "--systems",
+            SYSTEMS,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1, err
     assert f"{reversed_}:1: query 'demo-q01': field 'chain_doc_ids': listed newest first" in err

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from servers import chroma_run
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag_evals.servers import HOST, chroma_http_client, free_port
+from helpers_records import chroma_collection, retrieved
+from servers import chroma_run
 
 pytestmark = pytest.mark.server
 
@@ -39,7 +40,7 @@ def test_server_store_ranks_like_the_embedded_store(server_store_path, chroma_se
     try:
         assert not (server_store_path / "chroma").exists()  # no embedded database was created
         assert json.loads((server_store_path / "car-store.json").read_text())["chroma_url"] == url
-        assert store.dense.collection.count() == 45
+        assert chroma_collection(store).count() == 45
         served = ControllingAuthorityRetriever(store, anchors="hybrid")
         embedded = ControllingAuthorityRetriever(demo_store, anchors="hybrid")
         for q in demo_queries:
@@ -61,12 +62,12 @@ def test_reopening_without_url_reuses_the_server(server_store_path, chroma_serve
         assert settings.chroma_api_impl == "chromadb.api.fastapi.FastAPI"
         assert (settings.chroma_server_host, int(settings.chroma_server_http_port)) == (HOST, port)
         assert not (server_store_path / "chroma").exists()
-        assert len(store) == 45 and store.dense.collection.count() == 45
+        assert len(store) == 45 and chroma_collection(store).count() == 45
         result = ControllingAuthorityRetriever(store, anchors="dense").retrieve(
             "Can an attacker still abuse a protocol-relative URL with an axios baseURL to perform SSRF?"
         )
         assert result.ranked[0].doc_id == "sec-axios-1.7.4-release"
-        assert result.get("sec-axios-cve-2099-10003-disclosure").status == "superseded"
+        assert retrieved(result, "sec-axios-cve-2099-10003-disclosure").status == "superseded"
     finally:
         store.close()
     with pytest.raises(StoreError, match="uses Chroma at"):

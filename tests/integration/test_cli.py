@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from car_rag.cli import main
+from helpers_xml import child, text_of
 
 DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 
@@ -17,7 +18,10 @@ DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 @pytest.fixture(scope="module")
 def cli_store(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli") / "store"
-    assert main(["ingest", str(DEMO / "corpus.jsonl"), "--store", str(folder), "--policy", str(DEMO / "policy.toml"), "--quiet"]) == 0
+    assert (
+        main(["ingest", str(DEMO / "corpus.jsonl"), "--store", str(folder), "--policy", str(DEMO / "policy.toml"), "--quiet"])
+        == 0
+    )
     return folder
 
 
@@ -35,7 +39,9 @@ def test_ingest_names_rejected_records_and_exits_1(cli_store, tmp_path, capsys):
 
 
 def test_query_table_puts_the_controlling_record_first(cli_store, capsys):
-    assert main(["query", "--store", str(cli_store), "Is zipcraft still open to Zip Slip path traversal?", "--anchors", "bm25"]) == 0
+    assert (
+        main(["query", "--store", str(cli_store), "Is zipcraft still open to Zip Slip path traversal?", "--anchors", "bm25"]) == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     first = lines[1].split()
     assert first[:3] == ["1", "active", "sec-zipcraft-2.3.4-release"]
@@ -50,15 +56,15 @@ def test_query_json_and_xml(cli_store, capsys):
     assert data["records"][0]["doc_id"] == "sec-lodash-4.17.12-release" and data["records"][0]["status"] == "active"
     assert main(["query", "--store", str(cli_store), question, "--format", "audit", "--k", "3"]) == 0
     root = ET.fromstring(capsys.readouterr().out)
-    assert root.tag == "evidence" and root.find("evidence-packet").get("doc-id") == "sec-lodash-4.17.12-release"
+    assert root.tag == "evidence" and child(root, "evidence-packet").get("doc-id") == "sec-lodash-4.17.12-release"
     assert main(["query", "--store", str(cli_store), question, "--format", "plain", "--k", "3"]) == 0
     plain = capsys.readouterr().out
     assert plain.startswith("[Document 1] (patch_release") and plain.count("[Document ") == 3
     assert main(["query", "--store", str(cli_store), question, "--format", "reader", "--k", "3"]) == 0
     root = ET.fromstring(capsys.readouterr().out)
     # The question names its CVE id (and lodash): the subject is certain, so no probability is stated.
-    assert re.match(r"lodash, CVE-2099-10001: patched\.", root.find("digest").text)
-    assert (root.find("packet").get("status"), root.find("packet").get("version")) == ("current", "4.17.12")
+    assert re.match(r"lodash, CVE-2099-10001: patched\.", text_of(root, "digest"))
+    assert (child(root, "packet").get("status"), child(root, "packet").get("version")) == ("current", "4.17.12")
 
 
 def test_query_batch_writes_one_line_per_query(cli_store, tmp_path):
@@ -119,25 +125,61 @@ def test_conflicting_query_options_are_usage_errors(cli_store, tmp_path, capsys,
 def test_query_with_a_caller_hides_what_it_may_not_read(tmp_path, capsys):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(
-        json.dumps({"doc_id": "d", "text": "yamlite unsafe load deserialization", "doc_type": "vulnerability_disclosure", "scope": {"package": "yamlite", "cve_id": "CVE-1"}})
+        json.dumps(
+            {
+                "doc_id": "d",
+                "text": "yamlite unsafe load deserialization",
+                "doc_type": "vulnerability_disclosure",
+                "scope": {"package": "yamlite", "cve_id": "CVE-1"},
+            }
+        )
         + "\n"
-        + json.dumps({"doc_id": "p", "text": "Release 3.0.0 notes", "doc_type": "patch_release", "scope": {"package": "yamlite", "cve_id": "CVE-1"}, "tenant": "acme"})
+        + json.dumps(
+            {
+                "doc_id": "p",
+                "text": "Release 3.0.0 notes",
+                "doc_type": "patch_release",
+                "scope": {"package": "yamlite", "cve_id": "CVE-1"},
+                "tenant": "acme",
+            }
+        )
         + "\n"
     )
     store = tmp_path / "s"
     assert main(["ingest", str(corpus), "--store", str(store), "--policy", "security-advisory", "--quiet"]) == 0
     capsys.readouterr()
-    assert main(["query", "--store", str(store), "yamlite deserialization", "--anchors", "bm25", "--tenant", "globex", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "query",
+                "--store",
+                str(store),
+                "yamlite deserialization",
+                "--anchors",
+                "bm25",
+                "--tenant",
+                "globex",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert [(r["doc_id"], r["status"], r["hidden_superseder"]) for r in data["records"]] == [("d", "superseded", True)]
 
 
 def test_demo_and_policies(capsys):
     assert main(["demo"]) == 0
-    assert "car-rag  controlling record shown for 10/10; superseded records shown without their superseder: 0" in capsys.readouterr().out
+    assert (
+        "car-rag  controlling record shown for 10/10; superseded records shown without their superseder: 0"
+        in capsys.readouterr().out
+    )
     assert main(["policies"]) == 0
     listing = capsys.readouterr().out
-    assert all(name in listing for name in ("security-advisory", "legal-precedent", "drug-regulation", "sec-204a1", "versioned-document"))
+    assert all(
+        name in listing for name in ("security-advisory", "legal-precedent", "drug-regulation", "sec-204a1", "versioned-document")
+    )
 
 
 def test_runtime_errors_are_one_line_with_exit_1(tmp_path, capsys):
@@ -178,13 +220,17 @@ def test_negative_k_is_an_error_not_a_slice(cli_store):
 
 def test_verbose_logs_store_ingest_and_query(tmp_path, capsys):
     store = tmp_path / "s"
-    assert main(["-v", "ingest", str(DEMO / "corpus.jsonl"), "--store", str(store), "--policy", "security-advisory", "--quiet"]) == 0
+    assert (
+        main(["-v", "ingest", str(DEMO / "corpus.jsonl"), "--store", str(store), "--policy", "security-advisory", "--quiet"]) == 0
+    )
     err = capsys.readouterr().err
     assert f"car-rag: INFO: car_rag.store: created store {store} (policy 'security-advisory'" in err
     assert f"car-rag: INFO: car_rag.store: {store}: ingested {DEMO / 'corpus.jsonl'}: 45 added" in err
     assert main(["query", "-vv", "--store", str(store), "lodash prototype pollution", "--anchors", "bm25"]) == 0
     err = capsys.readouterr().err
     assert f"car_rag.store: opened store {store}: 45 records" in err
-    assert re.search(r"car-rag: DEBUG: car_rag.retriever: query 'lodash prototype pollution': \d+ anchors \(bm25\), \d+ records", err)
+    assert re.search(
+        r"car-rag: DEBUG: car_rag.retriever: query 'lodash prototype pollution': \d+ anchors \(bm25\), \d+ records", err
+    )
     assert main(["query", "--store", str(store), "lodash prototype pollution", "--anchors", "bm25"]) == 0
     assert capsys.readouterr().err == ""

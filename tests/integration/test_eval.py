@@ -11,10 +11,10 @@ import pytest
 from car_rag import load_policy
 from car_rag.adapters import AuthorityGraph
 from car_rag.eval import audit_retriever, audit_set, doc_ids_of, score_query, summarise, wilson
-from car_rag_evals.bench import run_suite, write_results
-from car_rag_evals.suites import CVE_ANSWER, FINSUPERQA_ANSWER, custom_suite, load_suite
 from car_rag.queries import Query
 from car_rag.records import Record
+from car_rag_evals.bench import run_suite, write_results
+from car_rag_evals.suites import CVE_ANSWER, FINSUPERQA_ANSWER, custom_suite, load_suite
 
 DEMO = Path(__file__).resolve().parents[2] / "car_rag" / "data" / "demo"
 
@@ -29,30 +29,53 @@ def test_wilson_matches_known_values():
 
 # --------------------------------------------------------------------------- FinSuperQA-like chain
 
+
 def _fin(doc_id, doc_type, day, employee="EMP1-A", ticker="XYZ"):
-    return Record(doc_id=doc_id, text=doc_id, doc_type=doc_type, scope={"employee": employee, "ticker": ticker},
-                  published_at=f"2024-01-{day:02d}T09:00:00")
+    return Record.model_validate(
+        dict(
+            doc_id=doc_id,
+            text=doc_id,
+            doc_type=doc_type,
+            scope={"employee": employee, "ticker": ticker},
+            published_at=f"2024-01-{day:02d}T09:00:00",
+        )
+    )
 
 
 @pytest.fixture(scope="module")
 def fin():
     policy = load_policy(str(resources.files("car_rag_evals") / "policies" / "finsuperqa.toml"))
-    records = {r.doc_id: r for r in [
-        _fin("pc", "pre_clearance_approved", 1), _fin("ba", "blackout_announced", 3), _fin("ee", "emergency_exception", 5),
-        _fin("pc-late", "pre_clearance_approved", 4), _fin("other", "policy_acknowledged", 2, ticker="ABC"),
-        _fin("bl", "blackout_lifted", 6),
-    ]}
+    records = {
+        r.doc_id: r
+        for r in [
+            _fin("pc", "pre_clearance_approved", 1),
+            _fin("ba", "blackout_announced", 3),
+            _fin("ee", "emergency_exception", 5),
+            _fin("pc-late", "pre_clearance_approved", 4),
+            _fin("other", "policy_acknowledged", 2, ticker="ABC"),
+            _fin("bl", "blackout_lifted", 6),
+        ]
+    }
     graph = AuthorityGraph(policy)
     for record in records.values():
         graph.add(record)
-    query = Query(query_id="q", query="Can EMP1-A trade XYZ?", gold_doc_ids=["ee"], anchor_doc_ids=["pc"],
-                  chain_doc_ids=["pc", "ba", "ee"], hop_type="T2", answer="compliant")
+    query = Query(
+        query_id="q",
+        query="Can EMP1-A trade XYZ?",
+        gold_doc_ids=["ee"],
+        anchor_doc_ids=["pc"],
+        chain_doc_ids=["pc", "ba", "ee"],
+        hop_type="T2",
+        answer="compliant",
+    )
     return policy, records, graph, query
 
 
 def _score(fin, ranked, anchors=None):
     policy, records, graph, query = fin
-    return score_query(query, ranked, k=3, records=records, kb=graph, policy=policy, answer_rule=FINSUPERQA_ANSWER, anchors=anchors)
+    return score_query(
+        query, ranked, k=3, records=records, kb=graph, policy=policy, answer_rule=FINSUPERQA_ANSWER, anchors=anchors
+    )
 
 
 def test_full_chain_in_top_k_is_tca(fin):
@@ -84,7 +107,9 @@ def test_an_active_same_scope_record_can_make_the_answer_wrong_while_tca_holds(f
     # rule-following reader answers 'active' where the label says 'non_compliant'.
     policy, records, graph, query = fin
     t3 = query.model_copy(update={"gold_doc_ids": ["bl"], "chain_doc_ids": ["pc", "ba", "bl"], "answer": "non_compliant"})
-    score = score_query(t3, ["bl", "ba", "pc", "pc-late"], k=4, records=records, kb=graph, policy=policy, answer_rule=FINSUPERQA_ANSWER)
+    score = score_query(
+        t3, ["bl", "ba", "pc", "pc-late"], k=4, records=records, kb=graph, policy=policy, answer_rule=FINSUPERQA_ANSWER
+    )
     assert score.tca and score.answer == "active" and score.tca_answer is False
 
 
@@ -111,7 +136,10 @@ def test_kb_metrics(fin):
 def test_summary_breaks_down_by_hop_type(fin):
     policy, records, graph, query = fin
     t0 = query.model_copy(update={"query_id": "t0", "hop_type": "T0", "chain_doc_ids": ["other"], "gold_doc_ids": ["other"]})
-    scores = [_score(fin, ["ee", "ba", "pc"]), score_query(t0, ["pc"], k=3, records=records, kb=graph, policy=policy, answer_rule=None)]
+    scores = [
+        _score(fin, ["ee", "ba", "pc"]),
+        score_query(t0, ["pc"], k=3, records=records, kb=graph, policy=policy, answer_rule=None),
+    ]
     summary = summarise(scores)
     assert summary["n"] == 2 and summary["tca"]["successes"] == 1 and summary["tca_answer"]["n"] == 1
     assert set(summary["by_hop"]) == {"T0", "T2"} and summary["by_hop"]["T2"]["tca"]["value"] == 1.0
@@ -125,6 +153,7 @@ def test_cve_answer_rule():
 
 
 # --------------------------------------------------------------------------- audit
+
 
 def test_audit_set_reports_closure_violations(fin):
     _, _, graph, _ = fin
@@ -150,10 +179,11 @@ def test_audit_retriever_wraps_any_callable(fin):
     answers = {"q1": ["pc", "other"], "q2": ["ee", "ba", "pc"]}
     audit = audit_retriever(lambda q: answers[q], [("q1", "pc"), ("q2", "pc")], graph, k=3)
     assert audit.queries == 2 and audit.sets_with_superseded == 2 and audit.sets_with_violations == 1
-    assert audit.theorem4.successes == 1 and audit.examples[0]["question"] == "q1"
+    assert audit.theorem4 is not None and audit.theorem4.successes == 1 and audit.examples[0]["question"] == "q1"
 
 
 # --------------------------------------------------------------------------- runner, end to end on the demo
+
 
 def test_bench_on_a_user_corpus_writes_tables_and_plots(tmp_path, demo_store):
     suite = custom_suite(DEMO / "corpus.jsonl", DEMO / "queries.jsonl", str(DEMO / "policy.toml"), name="demo")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -11,9 +12,19 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Policy, RetrievalResult
 from car_rag.eligibility import CallerContext
-from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT, EvidencePacket, approx_tokens, build_packets, matching_spans, render_audit
+from car_rag.evidence import (
+    HIDDEN_SUPERSEDER_TEXT,
+    EvidencePacket,
+    FreshnessStatus,
+    approx_tokens,
+    build_packets,
+    matching_spans,
+    render_audit,
+)
 from car_rag.evidence.audit import parse_scope
 from car_rag.prompts import answer_messages, available_prompts, fill_prompt, load_prompt, system_prompt
+from helpers_records import policy_rule, retrieved
+from helpers_xml import child, text_of
 
 LODASH = {"package": "lodash", "cve_id": "CVE-2019-10744"}
 ZIP = {"package": "zipcraft", "cve_id": "CVE-2099-10005"}
@@ -161,7 +172,7 @@ def _root(xml: str) -> ET.Element:
     return root
 
 
-def _packet_el(root: ET.Element, doc_id: str) -> ET.Element:
+def _packet_el(root: ET.Element, doc_id: str | None) -> ET.Element:
     (el,) = [p for p in root.findall("evidence-packet") if p.get("doc-id") == doc_id]
     return el
 
@@ -204,7 +215,7 @@ def test_superseding_link_carries_rule_description_and_scope(retriever: Retrieve
     release = next(p for p in packets if p.doc_id == "lodash-4.17.12")
     assert release.status == "active"
     (link,) = release.epistemic_metadata.supersedes
-    rule = store.policy.rule("patch_fixes_disclosure")
+    rule = policy_rule(store.policy, "patch_fixes_disclosure")
     assert (link.doc_id, link.rule, link.rule_description) == ("lodash-cve", rule.name, rule.description)
     assert link.scope == {k: LODASH[k] for k in rule.within}
     assert link.doc_type == "vulnerability_disclosure"
@@ -217,11 +228,11 @@ def test_release_note_without_the_cve_id_still_says_what_it_answers(retriever: R
     result = retriever.retrieve(Q_LODASH)
     root = _root(render_audit(result, policy=store.policy))
     release = _packet_el(root, "lodash-4.17.12")
-    assert "CVE-2019-10744" not in release.find("text").text
-    sup = release.find("supersedes")
+    assert "CVE-2019-10744" not in text_of(release, "text")
+    sup = child(release, "supersedes")
     assert sup.get("doc-id") == "lodash-cve" and sup.get("rule") == "patch_fixes_disclosure"
-    assert parse_scope(sup.get("scope")) == LODASH
-    assert "supersedes" in sup.text and "CVE-2019-10744" in sup.text and "lodash" in sup.text
+    assert parse_scope(sup.get("scope", "")) == LODASH
+    assert "supersedes" in text_of(sup) and "CVE-2019-10744" in text_of(sup) and "lodash" in text_of(sup)
 
 
 def test_active_first_and_superseded_marked_with_pointer(retriever: Retriever, store: CARStore) -> None:
@@ -235,7 +246,7 @@ def test_active_first_and_superseded_marked_with_pointer(retriever: Retriever, s
     target = _packet_el(root, by.get("doc-id"))
     assert by.get("packet-ref") == target.get("id") and target.get("status") == "active"
     assert by.get("controlling") == "true"
-    assert "is superseded by patch release 4.17.12" in by.text
+    assert "is superseded by patch release 4.17.12" in text_of(by)
 
 
 def test_chain_marks_the_intermediate_superseder(retriever: Retriever, store: CARStore) -> None:
@@ -251,7 +262,7 @@ def test_chain_marks_the_intermediate_superseder(retriever: Retriever, store: CA
     pointers = {b.get("doc-id"): b for b in disclosure.findall("superseded-by")}
     assert pointers["zip-2.3.4"].get("controlling") == "true"
     assert pointers["zip-2.3.1"].get("controlling") == "false"
-    assert "itself superseded" in pointers["zip-2.3.1"].text
+    assert "itself superseded" in text_of(pointers["zip-2.3.1"])
     assert _packet_el(root, "zip-2.3.1").get("status") == "superseded"
 
 
@@ -283,7 +294,7 @@ def test_hidden_superseder_is_marked_and_never_named(retriever: Retriever, store
     assert el.get("status") == "superseded"
     (hidden,) = el.findall("superseded-by")
     assert hidden.attrib == {"hidden": "true"}
-    assert HIDDEN_SUPERSEDER_TEXT in hidden.text
+    assert HIDDEN_SUPERSEDER_TEXT in text_of(hidden)
 
 
 def test_superseder_that_is_itself_hidden_superseded_does_not_control(retriever: Retriever, store: CARStore) -> None:
@@ -324,8 +335,8 @@ def test_omit_superseded_lists_them_instead(retriever: Retriever, store: CARStor
     result = retriever.retrieve(Q_ZIP)
     root = _root(render_audit(result, policy=store.policy, superseded="omit"))
     assert {p.get("status") for p in root.findall("evidence-packet")} == {"active"}
-    omitted = {p.get("id"): p.get("doc-id") for p in root.find("omitted").findall("packet")}
-    assert sorted(omitted.values()) == sorted(r.doc_id for r in result.superseded)
+    omitted = {p.get("id"): p.get("doc-id") for p in child(root, "omitted").findall("packet")}
+    assert sorted(map(str, omitted.values())) == sorted(r.doc_id for r in result.superseded)
     # the active packet still says what it supersedes, pointing at the packets listed as omitted,
     # and renders exactly as it does when they are shown (a shared prompt prefix)
     sup = _packet_el(root, "zip-2.3.4").findall("supersedes")
@@ -343,7 +354,7 @@ def test_conflict_group_for_one_scope(retriever: Retriever, store: CARStore) -> 
     assert members == {"zip-2.3.4": "active", "zip-2.3.1": "superseded", "zip-cve": "superseded"}
     refs = {p.get("id") for p in root.findall("evidence-packet")}
     assert {m.get("packet-ref") for m in groups[0].findall("member")} <= refs
-    assert "disagree in status" in groups[0].find("note").text
+    assert "disagree in status" in text_of(groups[0], "note")
 
 
 def test_compact_states_the_same_supersession_in_fewer_tokens(retriever: Retriever, store: CARStore) -> None:
@@ -361,8 +372,8 @@ def test_compact_states_the_same_supersession_in_fewer_tokens(retriever: Retriev
     assert all(s.get("doc-id") is None and s.get("scope") is None for s in top.findall("supersedes"))
     pointers = {ids[b.get("packet-ref")]: b for b in _packet_el(root, "zip-cve").findall("superseded-by")}
     assert pointers["zip-2.3.4"].get("controlling") is None  # controlling is the default
-    assert pointers["zip-2.3.1"].get("controlling") == "false" and "itself superseded" in pointers["zip-2.3.1"].text
-    assert pointers["zip-2.3.4"].text.startswith(f"superseded by {_packet_el(root, 'zip-2.3.4').get('id')} (patch release): ")
+    assert pointers["zip-2.3.1"].get("controlling") == "false" and "itself superseded" in text_of(pointers["zip-2.3.1"])
+    assert text_of(pointers["zip-2.3.4"]).startswith(f"superseded by {_packet_el(root, 'zip-2.3.4').get('id')} (patch release): ")
     # One active record voiding the rest, each link shown: no conflict group restates it.
     assert not [g for g in root.findall("conflict-group") if parse_scope(g.get("scope") or "") == ZIP]
 
@@ -370,20 +381,30 @@ def test_compact_states_the_same_supersession_in_fewer_tokens(retriever: Retriev
 def test_compact_keeps_a_conflict_group_when_two_records_of_a_scope_are_active() -> None:
     from car_rag.evidence import AuthorityLink, ConflictIndicators, EpistemicMetadata, PacketContent, RetrievalRationale
 
-    def packet(pid: str, doc_id: str, status: str, superseded_by: list[AuthorityLink] = ()) -> EvidencePacket:
+    def packet(pid: str, doc_id: str, status: FreshnessStatus, superseded_by: Sequence[AuthorityLink] = ()) -> EvidencePacket:
         return EvidencePacket(
-            evidence_packet_id=pid, corpus_object_id=doc_id, chunk_id=doc_id, doc_type="patch_release", scope=ZIP,
+            evidence_packet_id=pid,
+            corpus_object_id=doc_id,
+            chunk_id=doc_id,
+            doc_type="patch_release",
+            scope=ZIP,
             content=PacketContent(raw_text=doc_id),
             epistemic_metadata=EpistemicMetadata(
-                freshness_status=status, superseded_by=list(superseded_by),
-                conflict_indicators=ConflictIndicators(has_contradiction=status != "active")),
+                freshness_status=status,
+                superseded_by=list(superseded_by),
+                conflict_indicators=ConflictIndicators(has_contradiction=status != "active"),
+            ),
             retrieval_rationale=RetrievalRationale(matched_subquery="q"),
         )
 
     voided = packet("EP-3", "zip-2.3.0", "superseded", [AuthorityLink(doc_id="zip-2.3.4", rule="later_patch", scope=ZIP)])
     both = [packet("EP-1", "zip-2.3.4", "active"), packet("EP-2", "zip-backport", "active"), voided]
     groups = _root(render_audit(both, compact=True)).findall("conflict-group")
-    assert len(groups) == 1 and {m.get("doc-id") for m in groups[0].findall("member")} == {"zip-2.3.4", "zip-backport", "zip-2.3.0"}
+    assert len(groups) == 1 and {m.get("doc-id") for m in groups[0].findall("member")} == {
+        "zip-2.3.4",
+        "zip-backport",
+        "zip-2.3.0",
+    }
     assert not _root(render_audit(both[::2], compact=True)).findall("conflict-group")
 
 
@@ -398,17 +419,17 @@ def test_token_budget_drops_superseded_before_active(retriever: Retriever, store
     assert budget < approx_tokens(full)
     root = _root(render_audit(result, policy=store.policy, token_budget=budget))
     kept = root.findall("evidence-packet")
-    dropped = root.find("dropped").findall("packet")
+    dropped = child(root, "dropped").findall("packet")
     assert approx_tokens(render_audit(result, policy=store.policy, token_budget=budget)) <= budget
     assert len(kept) >= n_active and all(p.get("status") == "superseded" for p in dropped)
     # lowest rank first: the dropped ones are the last superseded packets, last one first
     superseded_ids = [r.doc_id for r in result.superseded]
     assert [p.get("doc-id") for p in dropped] == superseded_ids[::-1][: len(dropped)]
-    assert root.find("dropped").get("reason") == "token-budget"
+    assert child(root, "dropped").get("reason") == "token-budget"
     # a budget too small for any packet drops the active ones too, after every superseded one
     tiny = _root(render_audit(result, policy=store.policy, token_budget=5))
     assert tiny.findall("evidence-packet") == []
-    statuses = [p.get("status") for p in tiny.find("dropped").findall("packet")]
+    statuses = [p.get("status") for p in child(tiny, "dropped").findall("packet")]
     assert statuses == sorted(statuses, key=lambda s: s == "active")
 
 
@@ -434,7 +455,7 @@ def test_k_keeps_the_top_of_the_result(retriever: Retriever, store: CARStore) ->
     # After the top k come, as provenance, the superseded records they void; nothing else.
     assert packets[2:], "expected the voided disclosure as provenance"
     for packet in packets[2:]:
-        assert packet.status == "superseded" and set(result.get(packet.doc_id).superseded_by) & set(top)
+        assert packet.status == "superseded" and set(retrieved(result, packet.doc_id).superseded_by) & set(top)
     shown = _root(render_audit(result, policy=store.policy, k=1)).findall("evidence-packet")
     assert shown[0].get("doc-id") == result.doc_ids(1)[0] and all(p.get("status") == "superseded" for p in shown[1:])
     omitted = _root(render_audit(result, policy=store.policy, k=1, superseded="omit")).findall("evidence-packet")
@@ -453,7 +474,9 @@ def test_without_policy_rules_are_named_without_description(retriever: Retriever
 
 
 def test_rules_are_described_by_the_policy_the_result_carries(retriever: Retriever) -> None:
-    (link,) = next(p for p in build_packets(retriever.retrieve(Q_LODASH)) if p.doc_id == "lodash-4.17.12").epistemic_metadata.supersedes
+    (link,) = next(
+        p for p in build_packets(retriever.retrieve(Q_LODASH)) if p.doc_id == "lodash-4.17.12"
+    ).epistemic_metadata.supersedes
     assert link.rule_description == "A patch release fixes the disclosed vulnerability."
 
 
@@ -514,7 +537,10 @@ def test_system_prompt_states_the_contract() -> None:
 
 
 def test_hidden_record_rules_only_when_a_packet_has_a_hidden_superseder() -> None:
-    hidden = f'<evidence><evidence-packet id="EP-1"><superseded-by hidden="true">{HIDDEN_SUPERSEDER_TEXT}</superseded-by></evidence-packet></evidence>'
+    hidden = (
+        f'<evidence><evidence-packet id="EP-1"><superseded-by hidden="true">{HIDDEN_SUPERSEDER_TEXT}</superseded-by>'
+        "</evidence-packet></evidence>"
+    )
     quoted = '<evidence><evidence-packet id="EP-1"><text>&lt;superseded-by hidden="true"&gt;</text></evidence-packet></evidence>'
     assert HIDDEN_SUPERSEDER_TEXT in answer_messages("q?", hidden)[0]["content"]
     for evidence in (quoted, '<evidence packets="0"/>'):
@@ -525,9 +551,9 @@ def test_hidden_record_rules_only_when_a_packet_has_a_hidden_superseder() -> Non
 def test_user_template_fills_only_its_placeholders() -> None:
     template = load_prompt("answer_user")
     assert "{evidence}" in template and "{question}" in template
-    filled = fill_prompt(template, evidence="<evidence packets=\"0\"/> {question}", question="why {evidence}?")
-    assert "<evidence packets=\"0\"/> {question}" in filled and "why {evidence}?" in filled
-    messages = answer_messages("q?", "<evidence packets=\"0\"/>")
+    filled = fill_prompt(template, evidence='<evidence packets="0"/> {question}', question="why {evidence}?")
+    assert '<evidence packets="0"/> {question}' in filled and "why {evidence}?" in filled
+    messages = answer_messages("q?", '<evidence packets="0"/>')
     assert [m["role"] for m in messages] == ["system", "user"] and "q?" in messages[1]["content"]
 
 

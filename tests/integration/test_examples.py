@@ -19,8 +19,14 @@ TIME_LIMIT_S = 300
 def test_the_lcel_example_offline_names_the_current_and_replaced_records(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
     env |= {"HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "langchain_lcel_chain.py")], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=TIME_LIMIT_S)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "langchain_lcel_chain.py")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=TIME_LIMIT_S,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "using OfflineFakeChatModel" in out

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-import fuzz_inputs as fi  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
+import fuzz_inputs as fi  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CARStore
 from car_rag.cli import main
 

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever
+from helpers_records import chroma_collection
 
 K = 5
 pytestmark = pytest.mark.timeout(900)  # the module's store: 2,318 records embedded, minutes under load
@@ -47,7 +48,7 @@ def test_ghsa_store_links_each_release_to_its_disclosure(ghsa_store, corpora):
         (anchor,), (gold,) = q["anchor_doc_ids"], q["gold_doc_ids"]
         assert gold in {e.superseder for e in graph.superseders(anchor)}, q["query_id"]
         assert not graph.is_superseded(gold), q["query_id"]
-    assert ghsa_store.dense.collection.count() == 2318
+    assert chroma_collection(ghsa_store).count() == 2318
 
 
 def test_tca_at_5(ghsa_runs):

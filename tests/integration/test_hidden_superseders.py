@@ -15,16 +15,18 @@ import json
 import random
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
-import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
-from car_rag.evidence import render_audit
 from car_rag.cli import main
+from car_rag.evidence import render_audit
 from car_rag.graph import AuthorityGraph
+from helpers_xml import child
 
 MODES = ("bm25", "dense", "hybrid")
 CALLER = ["--tenant", "acme", "--principal", "analyst"]
@@ -41,7 +43,7 @@ def hidden_only(graph: AuthorityGraph, doc_id: str, unreadable: set[str]) -> boo
 SYLLABLES = (["zor", "quen", "mab", "tev", "lor"], ["blat", "mar", "dix", "pon", "suk", "vel", "rin", "gosh"])
 NAMES = ["".join(p) for p in itertools.product(*SYLLABLES)]
 """40 package names no other text shares."""
-HIDING = [{"tenant": "acme", "allowed_principals": ["admin"]}, {"tenant": "globex"}]
+HIDING: list[dict[str, Any]] = [{"tenant": "acme", "allowed_principals": ["admin"]}, {"tenant": "globex"}]
 
 
 def issue_corpus() -> tuple[list[dict], dict[str, str]]:
@@ -114,7 +116,7 @@ def test_cli_json_and_table_keep_the_stage1_place(issue_store, capsys) -> None:
     assert main(["query", question, "--store", str(path), "--format", "audit", "--k", "5", *CALLER]) == 0
     xml = capsys.readouterr().out
     packet = next(p for p in ET.fromstring(xml).iter("evidence-packet") if p.get("doc-id") == target)
-    assert packet.get("status") == "superseded" and packet.find("superseded-by").attrib == {"hidden": "true"}
+    assert packet.get("status") == "superseded" and child(packet, "superseded-by").attrib == {"hidden": "true"}
     assert main(["query", question, "--store", str(path), "--k", "5", *CALLER]) == 0
     table = capsys.readouterr().out
     row = table.splitlines()[1]
@@ -158,7 +160,7 @@ def test_records_superseded_only_by_hidden_records_stay_in_top_k(fuzz_store, ret
     mode, k1, k = data.draw(st.sampled_from(MODES)), data.draw(st.integers(1, 12)), data.draw(st.integers(1, 12))
     key = (mode, k1)
     if key not in retrievers:
-        retrievers[key] = ControllingAuthorityRetriever(fuzz_store, anchors=mode, k1=k1)  # type: ignore[arg-type]
+        retrievers[key] = ControllingAuthorityRetriever(fuzz_store, anchors=mode, k1=k1)
     result = retrievers[key].retrieve(" ".join(picked), caller=caller)
 
     shown = {item.doc_id: item for item in result.top(k)}

@@ -97,10 +97,20 @@ def test_every_python_block_of_the_readme_runs(readme: Path, tmp_path: Path, dem
     ran = [b for b in blocks if b.skip is None]
     assert ran, f"{readme}: every python block is skipped"
     shutil.copy(demo_corpus_path, tmp_path / "corpus.jsonl")
-    job = {"readme": str(readme.relative_to(ROOT)), "setup": SETUP[readme.parent.name],
-           "blocks": [{"line": b.line, "code": b.code} for b in ran]}
+    job = {
+        "readme": str(readme.relative_to(ROOT)),
+        "setup": SETUP[readme.parent.name],
+        "blocks": [{"line": b.line, "code": b.code} for b in ran],
+    }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False", "OPENAI_API_KEY": ""}
-    done = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(job), capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=TIME_LIMIT_S)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=TIME_LIMIT_S,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.count("\nran ") + done.stdout.startswith("ran ") == len(ran), done.stdout

@@ -6,11 +6,11 @@ real HTTP server on 127.0.0.1 speaking the chat-completions API with scripted an
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
-
-import importlib.util
+from typing import Any
 
 import pytest
 
@@ -40,7 +40,10 @@ PATCHED = GoldAnswer("patched", "v1.15.0")
         ("I cannot confirm whether it has been patched.", "uncertain"),
         ("There is no information about whether this was patched.", "uncertain"),
         ("The documents do not mention a patch for this issue.", "uncertain"),
-        ("The documents do not indicate that the issue has been fixed. There is no mention of a patch or a version.", "uncertain"),
+        (
+            "The documents do not indicate that the issue has been fixed. There is no mention of a patch or a version.",
+            "uncertain",
+        ),
         ("It is unclear if a patch exists.", "uncertain"),
         ("The vulnerability has not been explicitly stated as patched in the provided documents.", "uncertain"),
         ("It may have been fixed in a later release.", "uncertain"),
@@ -107,7 +110,10 @@ def test_compliance_classifier(text, gold, label):
 
 
 def _jobs(n: int) -> list[Job]:
-    return [Job(f"q{i}", "dense", [{"role": "user", "content": f"question {i}"}], {"controlling_in_context": i % 2 == 0}) for i in range(n)]
+    return [
+        Job(f"q{i}", "dense", [{"role": "user", "content": f"question {i}"}], {"controlling_in_context": i % 2 == 0})
+        for i in range(n)
+    ]
 
 
 @needs_openai
@@ -123,7 +129,9 @@ def test_retries_on_500(tmp_path):
 def test_cache_hit_on_rerun_sends_nothing(tmp_path):
     cache_path = tmp_path / "cache.jsonl"
     with FakeOpenAIServer(answer=lambda m: "echo " + m[-1]["content"]) as server:
-        first = answer_jobs(_jobs(5), ChatClient(server.base_url, "fake", cache=AnswerCache(cache_path)), concurrency=2, progress=False)
+        first = answer_jobs(
+            _jobs(5), ChatClient(server.base_url, "fake", cache=AnswerCache(cache_path)), concurrency=2, progress=False
+        )
         assert len(server.requests) == 5
         again = ChatClient(server.base_url, "fake", cache=AnswerCache(cache_path))  # a new process would reload the file
         second = answer_jobs(_jobs(5), again, concurrency=2, progress=False)
@@ -145,10 +153,18 @@ def test_concurrency_limit_respected(tmp_path):
 @needs_openai
 def test_calls_sharing_a_system_prompt_run_back_to_back_and_rows_keep_job_order(tmp_path):
     systems = ["plain rules", "xml rules"]
-    jobs = [Job(f"q{i // 2}", ["dense", "car-audit"][i % 2], [{"role": "system", "content": systems[i % 2]},
-            {"role": "user", "content": f"question {i}"}]) for i in range(6)]
+    jobs = [
+        Job(
+            f"q{i // 2}",
+            ["dense", "car-audit"][i % 2],
+            [{"role": "system", "content": systems[i % 2]}, {"role": "user", "content": f"question {i}"}],
+        )
+        for i in range(6)
+    ]
     with FakeOpenAIServer(answer=lambda m: m[-1]["content"]) as server:
-        rows = answer_jobs(jobs, ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl")), concurrency=1, progress=False)
+        rows = answer_jobs(
+            jobs, ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl")), concurrency=1, progress=False
+        )
     sent = [r["messages"][0]["content"] for r in server.requests]
     assert sent == ["plain rules"] * 3 + ["xml rules"] * 3  # a local server reuses the evaluated prefix
     assert [r["answer"] for r in rows] == [f"question {i}" for i in range(6)]
@@ -157,13 +173,20 @@ def test_calls_sharing_a_system_prompt_run_back_to_back_and_rows_keep_job_order(
 @needs_openai
 def test_jobs_with_the_same_prompt_are_one_call_each_keeping_their_own_row(tmp_path):
     same = [{"role": "user", "content": "the same five records"}]
-    jobs = [Job("q0", "dense", same, {"controlling_in_context": False}), Job("q0", "car-plain", same, {"controlling_in_context": True}),
-            *_jobs(2)]
+    jobs = [
+        Job("q0", "dense", same, {"controlling_in_context": False}),
+        Job("q0", "car-plain", same, {"controlling_in_context": True}),
+        *_jobs(2),
+    ]
     with FakeOpenAIServer(answer=lambda m: "echo " + m[-1]["content"], delay=0.1) as server:
-        rows = answer_jobs(jobs, ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl")), concurrency=4, progress=False)
+        rows = answer_jobs(
+            jobs, ChatClient(server.base_url, "fake", cache=AnswerCache(tmp_path / "c.jsonl")), concurrency=4, progress=False
+        )
     assert len(server.requests) == 3
     assert [(r["condition"], r["answer"], r["controlling_in_context"]) for r in rows[:2]] == [
-        ("dense", "echo the same five records", False), ("car-plain", "echo the same five records", True)]
+        ("dense", "echo the same five records", False),
+        ("car-plain", "echo the same five records", True),
+    ]
     assert [r["answer"] for r in rows[2:]] == ["echo question 0", "echo question 1"]
 
 
@@ -179,20 +202,44 @@ def test_failed_call_is_reported_not_cached(tmp_path):
 
 # --------------------------------------------------------------------------- --answers end to end
 
+
 def test_eval_llm_answers_end_to_end(corpora, tmp_path, capsys):
     from car_rag.cli import main
 
     queries = [json.loads(line) for line in (corpora / "ghsa-freeform.queries.jsonl").read_text().splitlines()[:2]]
     rows = [
-        {"query_id": queries[0]["query_id"], "condition": "dense", "answer": "The vulnerability is not patched.", "controlling_in_context": False},
-        {"query_id": queries[1]["query_id"], "condition": "dense", "answer": "I cannot confirm whether it has been patched.", "controlling_in_context": False},
-        {"query_id": queries[0]["query_id"], "condition": "car-xml", "answer": "Yes, it is patched; fixed in 1.15.0 [EP-1].", "controlling_in_context": True},
-        {"query_id": queries[1]["query_id"], "condition": "car-xml", "answer": "Yes, it has been fixed.", "controlling_in_context": True},
+        {
+            "query_id": queries[0]["query_id"],
+            "condition": "dense",
+            "answer": "The vulnerability is not patched.",
+            "controlling_in_context": False,
+        },
+        {
+            "query_id": queries[1]["query_id"],
+            "condition": "dense",
+            "answer": "I cannot confirm whether it has been patched.",
+            "controlling_in_context": False,
+        },
+        {
+            "query_id": queries[0]["query_id"],
+            "condition": "car-xml",
+            "answer": "Yes, it is patched; fixed in 1.15.0 [EP-1].",
+            "controlling_in_context": True,
+        },
+        {
+            "query_id": queries[1]["query_id"],
+            "condition": "car-xml",
+            "answer": "Yes, it has been fixed.",
+            "controlling_in_context": True,
+        },
     ]
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    assert main(["eval-llm", "--suite", "ghsa-freeform", "--answers", str(answers), "--out", str(out), "--corpora", str(corpora)]) == 0
+    assert (
+        main(["eval-llm", "--suite", "ghsa-freeform", "--answers", str(answers), "--out", str(out), "--corpora", str(corpora)])
+        == 0
+    )
     labelled = [json.loads(line) for line in (out / "answers.labelled.jsonl").read_text().splitlines()]
     assert [r["label"] for r in labelled] == ["confident_wrong", "uncertain", "correct", "patched_no_version"]
     assert all(r["reason"] for r in labelled)
@@ -218,13 +265,17 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
     queries.write_text("\n".join(security) + "\n")
     suite = custom_suite(demo / "corpus.jsonl", queries, str(demo / "policy.toml"), name="demo-security")
     conditions = ("dense", "car-plain", "car-audit", "car-audit-omit")
-    jobs = build_jobs(suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security")
+    jobs = build_jobs(
+        suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security"
+    )
     assert len(jobs) == 4 * len(security)
     by = {(j.query_id, j.condition): j for j in jobs}
     xml = by[("demo-q01", "car-audit")].messages[-1]["content"]
     assert "<evidence" in xml and "sec-lodash-4.17.12-release" in xml and "<supersedes" in xml
     superseded_packet = re.compile(r'<evidence-packet [^>]*status="superseded"')
-    assert superseded_packet.search(xml) and not superseded_packet.search(by[("demo-q01", "car-audit-omit")].messages[-1]["content"])
+    assert superseded_packet.search(xml) and not superseded_packet.search(
+        by[("demo-q01", "car-audit-omit")].messages[-1]["content"]
+    )
     assert all(j.meta["controlling_in_context"] for j in jobs if j.condition.startswith("car"))
     assert "Is the vulnerability patched?" in by[("demo-q01", "dense")].messages[-1]["content"]
 
@@ -244,8 +295,8 @@ def test_contexts_from_a_store_through_a_real_server_to_labels(tmp_path):
 
 @pytest.mark.parametrize("audit", ["car-audit", "car-xml"])  # a run recorded before the rename pairs as it did
 def test_paired_confident_wrong_counts_and_exact_mcnemar(audit):
-    from car_rag_evals.llm import paired
     from car_rag.eval.stats import mcnemar_exact
+    from car_rag_evals.llm import paired
 
     rows = []
     for i in range(10):
@@ -263,16 +314,23 @@ def test_paired_confident_wrong_counts_and_exact_mcnemar(audit):
 def test_compare_runs_pairs_one_condition_across_two_runs_within_a_query_span(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "evals"))
     import compare_runs
-
-    from car_rag_evals.suites import load_suite
     from car_rag.queries import load_queries
+    from car_rag_evals.suites import load_suite
 
     ids = [q.query_id for q in load_queries(load_suite("ghsa-freeform").queries)][:6]
     a, b = tmp_path / "before" / "answers.labelled.jsonl", tmp_path / "after" / "answers.labelled.jsonl"
     for path, wrong in ((a, {0, 1, 2, 5}), (b, {2})):
         path.parent.mkdir()
-        rows = [{"query_id": q, "condition": c, "answer": "", "label": "confident_wrong" if i in wrong and c == "car-xml" else "correct"}
-                for i, q in enumerate(ids) for c in ("car-xml", "dense")]
+        rows = [
+            {
+                "query_id": q,
+                "condition": c,
+                "answer": "",
+                "label": "confident_wrong" if i in wrong and c == "car-xml" else "correct",
+            }
+            for i, q in enumerate(ids)
+            for c in ("car-xml", "dense")
+        ]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "compare.md"
     assert compare_runs.main(["--a", str(a), "--b", str(b), "--first", "2", "--last", "5", "--out", str(out)]) == 0
@@ -302,7 +360,9 @@ def test_reader_conditions_and_repair_only_for_flagged_answers(tmp_path):
 
     suite, n = _demo_security_suite(tmp_path)
     conditions = ("fresh-plain", "car-reader", "car-reader-repair")
-    jobs = build_jobs(suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security")
+    jobs = build_jobs(
+        suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False, kind="security"
+    )
     assert [j.condition for j in jobs] == ["fresh-plain", "car-reader"] * n  # repair has no job of its own
     by = {(j.query_id, j.condition): j for j in jobs}
     reader = by[("demo-q01", "car-reader")].messages[-1]["content"]
@@ -342,33 +402,59 @@ def test_the_guard_judges_each_answer_against_the_context_its_condition_showed(t
 
     suite, _ = _demo_security_suite(tmp_path)
     conditions = ("dense", "car-plain", "car-audit", "closed-book")
-    jobs = build_jobs(suite, conditions, k=5, stores_dir=tmp_path / "stores", anchors="bm25", k1=5, progress=False,
-                      kind="security", query_ids=["demo-q01"])
+    jobs = build_jobs(
+        suite,
+        conditions,
+        k=5,
+        stores_dir=tmp_path / "stores",
+        anchors="bm25",
+        k1=5,
+        progress=False,
+        kind="security",
+        query_ids=["demo-q01"],
+    )
     by = {j.condition: j for j in jobs}
     assert by["dense"].meta["context_doc_ids"][0] == "sec-lodash-cve-2099-10001-disclosure"
     assert by["car-plain"].meta["context_doc_ids"][0] == "sec-lodash-4.17.12-release"
-    rows = [{"query_id": "demo-q01", "condition": c, "answer": answer} for c in conditions
-            for answer in ("Yes, it is patched [Document 1].", "Yes, it is patched [Document 7].")]
+    rows: list[dict[str, Any]] = [
+        {"query_id": "demo-q01", "condition": c, "answer": answer}
+        for c in conditions
+        for answer in ("Yes, it is patched [Document 1].", "Yes, it is patched [Document 7].")
+    ]
     guard_rows(rows, jobs, suite.policy)
     kinds = {(r["condition"], r["answer"][-13:-2]): [f["kind"] for f in r["guard"]["findings"]] for r in rows}
     assert kinds[("dense", "[Document 1")] == ["stale_citation"] and kinds[("car-plain", "[Document 1")] == []
     assert kinds[("dense", "[Document 7")] == kinds[("car-plain", "[Document 7")] == ["unknown_citation"]  # 5 shown
     assert kinds[("car-audit", "[Document 7")] == []  # the audit form numbers packets [EP-n]
     assert {r["condition"]: r["guard"]["basis"] for r in rows} == {
-        "dense": "evidence", "car-plain": "evidence", "car-audit": "evidence", "closed-book": "scopes"}
+        "dense": "evidence",
+        "car-plain": "evidence",
+        "car-audit": "evidence",
+        "closed-book": "scopes",
+    }
 
 
 def test_the_audit_conditions_former_names_still_work_and_warn(tmp_path):
     from car_rag_evals.llm import build_jobs, condition_name
 
     suite, _ = _demo_security_suite(tmp_path)
-    options = {"k": 5, "stores_dir": tmp_path / "stores", "anchors": "bm25", "k1": 5, "progress": False, "kind": "security",
-               "query_ids": ["demo-q01"]}
+    options = {
+        "k": 5,
+        "stores_dir": tmp_path / "stores",
+        "anchors": "bm25",
+        "k1": 5,
+        "progress": False,
+        "kind": "security",
+        "query_ids": ["demo-q01"],
+    }
     with pytest.warns(DeprecationWarning) as caught:
         old = build_jobs(suite, ("car-xml", "car-xml-omit"), xml_form="full", **options)
     said = sorted(str(w.message).split(" is deprecated")[0] + " -> " + str(w.message).split("use ")[-1] for w in caught)
-    assert said == ["build_jobs(xml_form=...) -> audit_layout=...", "eval-llm condition 'car-xml' -> 'car-audit'",
-                    "eval-llm condition 'car-xml-omit' -> 'car-audit-omit'"]
+    assert said == [
+        "build_jobs(xml_form=...) -> audit_layout=...",
+        "eval-llm condition 'car-xml' -> 'car-audit'",
+        "eval-llm condition 'car-xml-omit' -> 'car-audit-omit'",
+    ]
     new = build_jobs(suite, ("car-audit", "car-audit-omit"), audit_layout="full", **options)
     assert [(j.condition, j.messages) for j in old] == [(j.condition, j.messages) for j in new]
     assert [j.condition for j in new] == ["car-audit", "car-audit-omit"]

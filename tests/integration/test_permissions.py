@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
+import permissions_fuzz as pf  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
 from car_rag.evidence import render_audit
+from car_rag.retriever import AnchorMode
 
-MODES = ("bm25", "dense", "hybrid")
+MODES: tuple[AnchorMode, ...] = ("bm25", "dense", "hybrid")
 ACME_SEC = CallerContext(tenant="acme", principals={"sec"})
 GLOBEX_ALL = CallerContext(tenant="globex", principals={"legal", "admin"})
 
@@ -46,7 +47,8 @@ def test_checker_catches_a_gate_that_is_not_applied(embedder, tmp_path, monkeypa
     """The checker is not vacuous: Stage 2 run without the caller is caught at once."""
     resolve = ControllingAuthorityRetriever.resolve
     monkeypatch.setattr(
-        ControllingAuthorityRetriever, "resolve",
+        ControllingAuthorityRetriever,
+        "resolve",
         lambda self, q, anchors, caller=None, **named: resolve(self, q, anchors, None, **named),
     )
     report = pf.run_fuzz(cases=30, corpora=1, seed=5, embedder=embedder, workdir=tmp_path, corpus_size=(60, 80))
@@ -174,9 +176,7 @@ def test_hidden_middle_of_three_chain_disclosure_superseded_by_final_patch(store
     _assert_no_leak(store, ACME_SEC, xml, result)
     assert "6.2.1" not in xml
     pointers = [c.attrib for c in _packet(xml, "perm-c-disclosure").findall("superseded-by")]
-    assert [(p.get("doc-id"), p.get("controlling"), p.get("hidden")) for p in pointers] == [
-        ("perm-c-patch2", "true", None)
-    ]
+    assert [(p.get("doc-id"), p.get("controlling"), p.get("hidden")) for p in pointers] == [("perm-c-patch2", "true", None)]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -21,6 +22,8 @@ from car_rag.eligibility import CallerContext
 from car_rag.postgres import PgVectorChannel
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.store import StoreError
+from helpers_records import pgvector_channel, shared_log
+from servers import fetch_one
 
 K = 10
 
@@ -36,8 +39,9 @@ def new_database() -> Iterator[Callable[[], str]]:
 def pg_demo(new_database, tmp_path_factory, demo_policy: Policy, embedder: Embedder, demo_corpus_path: Path) -> Iterator[str]:
     """The demo corpus in a pgvector store (its database's URL)."""
     url = new_database()
-    with CARStore.open(tmp_path_factory.mktemp("pg-demo"), demo_policy, embedder=embedder, authority_url=url,
-                       vector_store="pgvector") as store:
+    with CARStore.open(
+        tmp_path_factory.mktemp("pg-demo"), demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector"
+    ) as store:
         report = store.ingest(demo_corpus_path, progress=False)
         assert report.errors == [] and len(report.added) == 45 and report.warnings == []
     yield url
@@ -58,10 +62,11 @@ def test_the_store_remembers_pgvector_and_keeps_every_vector_in_the_commit(pg_de
         assert store.config["vector_store"] == "pgvector" and store.config["vector_dimension"] == 384
         assert len(store) == 45 and store.dense.exact and store.drain_outbox() == 0
     with psycopg.connect(pg_demo) as conn:
-        rows, embedded, pending = conn.execute(
-            "SELECT count(*), count(embedding), count(*) FILTER (WHERE vector_pending) FROM car_rag.records").fetchone()
-        dimension = conn.execute("SELECT vector_dims(embedding) FROM car_rag.records LIMIT 1").fetchone()[0]
-        [index] = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'records_embedding'").fetchone()
+        rows, embedded, pending = fetch_one(
+            conn.execute("SELECT count(*), count(embedding), count(*) FILTER (WHERE vector_pending) FROM car_rag.records")
+        )
+        dimension = fetch_one(conn.execute("SELECT vector_dims(embedding) FROM car_rag.records LIMIT 1"))[0]
+        [index] = fetch_one(conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'records_embedding'"))
     assert (rows, embedded, pending, dimension) == (45, 45, 0, 384)
     assert "hnsw (embedding vector_cosine_ops)" in index and "m='32'" in index and "ef_construction='200'" in index
 
@@ -89,9 +94,10 @@ def test_past_the_exact_limit_the_hnsw_index_answers_as_exact_search(pg_demo, tm
             want, got = exact.dense.search(vector, K), hnsw.dense.search(vector, K)
             assert [h.doc_id for h in got] == [h.doc_id for h in want], q["query_id"]
             np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-5)
-            assert _top(ControllingAuthorityRetriever(hnsw).retrieve(q["query"])) == \
-                _top(ControllingAuthorityRetriever(exact).retrieve(q["query"]))
-        assert hnsw.dense.exact_scans == 0
+            assert _top(ControllingAuthorityRetriever(hnsw).retrieve(q["query"])) == _top(
+                ControllingAuthorityRetriever(exact).retrieve(q["query"])
+            )
+        assert pgvector_channel(hnsw).exact_scans == 0
     finally:
         exact.close()
         hnsw.close()
@@ -102,12 +108,15 @@ def test_a_second_store_sees_an_insert_through_the_feed_and_finds_it_in_sql(pg_d
     reader = _past_the_limit(CARStore.open(tmp_path / "reader", authority_url=pg_demo, embedder=embedder))
     arrived = threading.Event()
     assert reader.feed is not None
-    reader.feed.listeners.append(lambda changes: arrived.set() if any(c.record.doc_id == "sec-quillmark-note"
-                                                                          for c in changes) else None)
+    reader.feed.listeners.append(
+        lambda changes: arrived.set() if any(c.record.doc_id == "sec-quillmark-note" for c in changes) else None
+    )
     text = "quillmark 9.1 renders untrusted markdown footnotes without escaping them (stored XSS)"
     try:
-        report = writer.ingest([Record(doc_id="sec-quillmark-note", text=text, doc_type="vulnerability_disclosure",
-                                       scope={"package": "quillmark"})], progress=False)
+        report = writer.ingest(
+            [Record(doc_id="sec-quillmark-note", text=text, doc_type="vulnerability_disclosure", scope={"package": "quillmark"})],
+            progress=False,
+        )
         assert report.added == ["sec-quillmark-note"] and report.warnings == []
         assert arrived.wait(60), "the reader's feed did not apply the insert"
         assert reader.head == writer.head and "sec-quillmark-note" in reader.records
@@ -124,17 +133,36 @@ def test_a_second_store_sees_an_insert_through_the_feed_and_finds_it_in_sql(pg_d
 def _gated_corpus(demo_records: list[dict]) -> tuple[list[dict], set[str]]:
     """The demo corpus (public) plus records of other readers, the nearest of all to the lodash
     question: 30 acme records for its security team, and 12 of another tenant."""
-    secret = [{"doc_id": f"acme-lodash-note-{i}", "doc_type": "note", "tenant": "acme",
-               "allowed_principals": ["security-team"],
-               "text": f"Internal note {i}: is lodash still vulnerable to prototype pollution through merge?"}
-              for i in range(30)]
-    foreign = [{"doc_id": f"globex-lodash-{i}", "doc_type": "note", "tenant": "globex",
-                "text": f"Globex triage {i}: lodash merge prototype pollution, still vulnerable?"} for i in range(12)]
+    secret: list[dict[str, Any]] = [
+        {
+            "doc_id": f"acme-lodash-note-{i}",
+            "doc_type": "note",
+            "tenant": "acme",
+            "allowed_principals": ["security-team"],
+            "text": f"Internal note {i}: is lodash still vulnerable to prototype pollution through merge?",
+        }
+        for i in range(30)
+    ]
+    foreign: list[dict[str, Any]] = [
+        {
+            "doc_id": f"globex-lodash-{i}",
+            "doc_type": "note",
+            "tenant": "globex",
+            "text": f"Globex triage {i}: lodash merge prototype pollution, still vulnerable?",
+        }
+        for i in range(12)
+    ]
     return demo_records + secret + foreign, {r["doc_id"] for r in secret + foreign}
 
 
-CALLERS = [CallerContext(), CallerContext("acme"), CallerContext("acme", ["analyst"]),
-           CallerContext("acme", ["security-team", "analyst"]), CallerContext("globex"), CallerContext(None, ["security-team"])]
+CALLERS = [
+    CallerContext(),
+    CallerContext("acme"),
+    CallerContext("acme", ["analyst"]),
+    CallerContext("acme", ["security-team", "analyst"]),
+    CallerContext("globex"),
+    CallerContext(None, ["security-team"]),
+]
 
 
 def _expected(records: list[dict], vectors: np.ndarray, query: np.ndarray, caller: CallerContext, k: int) -> list[str]:
@@ -155,20 +183,29 @@ def test_the_caller_gate_is_inside_the_sql_search(new_database, tmp_path, demo_r
     vectors = embedder.encode([r["text"] for r in records])
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     query = embedder.encode(["Is lodash still vulnerable to prototype pollution through merge?"])[0]
-    with CARStore.open(tmp_path / "a", demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector",
-                       hnsw={"ef_search": 10}, follow=False) as store:
+    with CARStore.open(
+        tmp_path / "a",
+        demo_policy,
+        embedder=embedder,
+        authority_url=url,
+        vector_store="pgvector",
+        hnsw={"ef_search": 10},
+        follow=False,
+    ) as store:
         store.ingest(records, progress=False)
         for caller in CALLERS:
-            assert [h.doc_id for h in store.dense.search(query, K, where=caller.chroma_where())] == \
-                _expected(records, vectors, query, caller, K), caller
+            assert [h.doc_id for h in store.dense.search(query, K, where=caller.chroma_where())] == _expected(
+                records, vectors, query, caller, K
+            ), caller
         _past_the_limit(store)
         assert {h.doc_id for h in store.dense.search(query, K)} <= restricted  # the best overall are unreadable
         for caller in CALLERS:
             hits = store.dense.search(query, K, where=caller.chroma_where())
             assert [h.doc_id for h in hits] == _expected(records, vectors, query, caller, K), caller
-            assert {h.doc_id for h in store.dense.search(query, len(records), where=caller.chroma_where())} == \
-                {r["doc_id"] for r in records if caller.can_read(Record.model_validate(r))}
-        assert store.dense.exact_scans == 0
+            assert {h.doc_id for h in store.dense.search(query, len(records), where=caller.chroma_where())} == {
+                r["doc_id"] for r in records if caller.can_read(Record.model_validate(r))
+            }
+        assert pgvector_channel(store).exact_scans == 0
         # A record's readers change with it: the gate's columns are rewritten.
         opened = {**records[45], "allowed_principals": ["analyst"]}
         store.ingest([opened], progress=False)
@@ -176,8 +213,9 @@ def test_the_caller_gate_is_inside_the_sql_search(new_database, tmp_path, demo_r
         assert store.dense.search(query, 1, where=analyst.chroma_where())[0].doc_id == opened["doc_id"]
 
 
-def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(new_database, tmp_path, demo_records, demo_policy,
-                                                                 embedder) -> None:
+def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(
+    new_database, tmp_path, demo_records, demo_policy, embedder
+) -> None:
     """Without iterative scans HNSW hands over its first ef_search (10) candidates, all unreadable
     to an acme analyst here, and the filter leaves none: the channel sees that more are readable
     and answers with an exact scan, the same top 10."""
@@ -186,17 +224,21 @@ def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(new_database, t
     vectors = embedder.encode([r["text"] for r in records])
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     query = embedder.encode(["Is lodash still vulnerable to prototype pollution through merge?"])[0]
-    with CARStore.open(tmp_path, demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector",
-                       hnsw={"ef_search": 10}, follow=False) as store:
+    with CARStore.open(
+        tmp_path, demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector", hnsw={"ef_search": 10}, follow=False
+    ) as store:
         store.ingest(records, progress=False)
-        channel = PgVectorChannel(store.replica.log, ef_search=10, iterative_scan="off", exact_limit=0)
+        channel = PgVectorChannel(shared_log(store), ef_search=10, iterative_scan="off", exact_limit=0)
         try:
             analyst = CallerContext("acme", ["analyst"])
             with channel._connection() as conn:  # what HNSW alone gives under the gate
                 condition, params = channel._condition(analyst.chroma_where())
-                alone = conn.execute(channel._sql.SQL(
-                    "SELECT doc_id FROM {records} WHERE {condition} ORDER BY embedding <=> %s::vector LIMIT %s"
-                ).format(records=channel._records, condition=condition), [*params, query.tolist(), K]).fetchall()
+                alone = conn.execute(
+                    channel._sql.SQL(
+                        "SELECT doc_id FROM {records} WHERE {condition} ORDER BY embedding <=> %s::vector LIMIT %s"
+                    ).format(records=channel._records, condition=condition),
+                    [*params, query.tolist(), K],
+                ).fetchall()
             assert len(alone) < K
             hits = channel.search(query, K, where=analyst.chroma_where())
             assert [h.doc_id for h in hits] == _expected(records, vectors, query, analyst, K)
@@ -227,8 +269,9 @@ def test_a_contradicting_vector_store_is_refused(pg_demo, new_database, tmp_path
         CARStore.open(tmp_path, authority_url=pg_demo, vector_store="qdrant")
     fresh = new_database()
     with pytest.raises(StoreError, match="pgvector's HNSW index takes .* with space 'cosine'"):
-        CARStore.open(tmp_path, demo_policy, embedder=embedder, authority_url=fresh, vector_store="pgvector",
-                      hnsw={"space": "l2"})
+        CARStore.open(
+            tmp_path, demo_policy, embedder=embedder, authority_url=fresh, vector_store="pgvector", hnsw={"space": "l2"}
+        )
     with pytest.raises(StoreError, match="no car-rag store"):  # nothing was stored by the refusal
         CARStore.open(tmp_path, authority_url=fresh)
 
@@ -238,10 +281,27 @@ def test_car_rag_ingest_vector_store_pgvector(new_database, tmp_path, demo_corpu
     assert main(["ingest", str(demo_corpus_path), "--store", str(tmp_path / "cache"), "--vector-store", "pgvector"]) == 2
     assert "--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url" in capsys.readouterr().err
     policy = str(Path(demo_corpus_path).parent / "policy.toml")
-    assert main(["ingest", str(demo_corpus_path), "--store", str(tmp_path / "cache"), "--policy", policy,
-                 "--authority-url", url, "--vector-store", "pgvector", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "ingest",
+                str(demo_corpus_path),
+                "--store",
+                str(tmp_path / "cache"),
+                "--policy",
+                policy,
+                "--authority-url",
+                url,
+                "--vector-store",
+                "pgvector",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "45 added" in capsys.readouterr().out
     with psycopg.connect(url) as conn:
-        config, embedded = conn.execute(
-            "SELECT config, (SELECT count(embedding) FROM car_rag.records) FROM car_rag.store").fetchone()
+        config, embedded = fetch_one(
+            conn.execute("SELECT config, (SELECT count(embedding) FROM car_rag.records) FROM car_rag.store")
+        )
     assert config["vector_store"] == "pgvector" and embedded == 45

@@ -56,8 +56,15 @@ def test_every_readme_block_runs(tmp_path):
                 exec(compile(code, f"README.md block {ran}", "exec"), namespace)  # noqa: S102 - the README's own code
                 continue
             assert language == "bash", f"a README block in {language!r}: teach this test to run it"
-            proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=env,
-                                    start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                ["bash", "-euo", "pipefail", "-c", code],
+                cwd=tmp_path,
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             try:
                 out, _ = proc.communicate(timeout=600)
             finally:

@@ -18,8 +18,14 @@ import pytest
 from car_rag.cli import main
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "report_run"
-SUITE = ["--corpus", str(RUN / "ghsa-mini.corpus.jsonl"), "--queries", str(RUN / "ghsa-mini.queries.jsonl"),
-         "--policy", "security-advisory"]
+SUITE = [
+    "--corpus",
+    str(RUN / "ghsa-mini.corpus.jsonl"),
+    "--queries",
+    str(RUN / "ghsa-mini.queries.jsonl"),
+    "--policy",
+    "security-advisory",
+]
 
 
 def _unavailable(message: str) -> None:

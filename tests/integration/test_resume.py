@@ -20,18 +20,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_records import edge_set
 
 import car_rag
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder
 from car_rag.adapters import AuthorityGraph
 from car_rag.channels import make_lexical_index
 from car_rag_evals.perf.corpus import generate
+from helpers_records import chroma_collection, edge_set
 
 ROOT = Path(car_rag.__file__).resolve().parents[1]
 """The checkout whose car_rag the tests import: the child CLI runs the same one."""
-QUERIES = ["remote code execution in the object loader", "path traversal when extracting archives",
-           "which release fixes the SQL injection in the query builder"]
+QUERIES = [
+    "remote code execution in the object loader",
+    "path traversal when extracting archives",
+    "which release fixes the SQL injection in the query builder",
+]
 
 
 def committed(store: Path) -> int:
@@ -44,7 +47,7 @@ def committed(store: Path) -> int:
 
 
 def vector_ids(store: CARStore) -> set[str]:
-    return set(store.dense.collection.get(include=[])["ids"])
+    return set(chroma_collection(store).get(include=[])["ids"])
 
 
 def bm25_matches_a_fresh_build(store: CARStore) -> None:
@@ -78,8 +81,20 @@ def test_a_killed_ingest_keeps_whole_chunks_and_the_same_command_resumes(tmp_pat
     corpus = write_jsonl(tmp_path / "corpus.jsonl", records)
     chunk = 250
     store = tmp_path / "store"
-    command = [sys.executable, "-m", "car_rag", "ingest", str(corpus), "--store", str(store), "--policy", "security-advisory",
-               "--quiet", "--chunk-size", str(chunk)]
+    command = [
+        sys.executable,
+        "-m",
+        "car_rag",
+        "ingest",
+        str(corpus),
+        "--store",
+        str(store),
+        "--policy",
+        "security-advisory",
+        "--quiet",
+        "--chunk-size",
+        str(chunk),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
     child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -118,13 +133,17 @@ def test_a_killed_ingest_keeps_whole_chunks_and_the_same_command_resumes(tmp_pat
     uninterrupted = CARStore.open(tmp_path / "uninterrupted", security_policy, embedder=embedder)
     try:
         assert vector_ids(resumed) == set(ids)  # the cut chunk's orphans were written over
-        vectors = resumed.dense.collection.get(ids=ids, include=["embeddings"])
+        vectors = chroma_collection(resumed).get(ids=ids, include=["embeddings"])
         sample = vectors["ids"][::50]
-        np.testing.assert_allclose([vectors["embeddings"][i] for i in range(0, len(ids), 50)],
-                                   embedder.encode([resumed.get(d).text for d in sample]), atol=1e-5)
+        np.testing.assert_allclose(
+            [vectors["embeddings"][i] for i in range(0, len(ids), 50)],
+            embedder.encode([resumed.get(d).text for d in sample]),
+            atol=1e-5,
+        )
         # An ingest that nothing interrupted, given the same vectors (the model's work is checked above).
-        report = uninterrupted.ingest(corpus, progress=False, chunk_size=chunk,
-                                      embeddings=dict(zip(vectors["ids"], vectors["embeddings"])))
+        report = uninterrupted.ingest(
+            corpus, progress=False, chunk_size=chunk, embeddings=dict(zip(vectors["ids"], vectors["embeddings"]))
+        )
         assert report.errors == [] and len(report.added) == len(records)
         assert resumed.records == uninterrupted.records and list(resumed.records) == ids
         assert edge_set(resumed.graph) == edge_set(uninterrupted.graph)
@@ -143,8 +162,13 @@ CORPUS = generate(520, seed=21, queries=1).records
 def cyclic(records: list[dict]) -> dict:
     """A disclosure claiming to void the first patch release that (by rule) voids it: it closes a cycle."""
     patch = next(r for r in records if r["doc_type"] == "patch_release")
-    return {"doc_id": "cyclic-disclosure", "text": "The fix is incomplete: the flaw is back.",
-            "doc_type": "vulnerability_disclosure", "scope": patch["scope"], "supersedes": [patch["doc_id"]]}
+    return {
+        "doc_id": "cyclic-disclosure",
+        "text": "The fix is incomplete: the flaw is back.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": patch["scope"],
+        "supersedes": [patch["doc_id"]],
+    }
 
 
 def second_batch() -> list[dict]:
@@ -218,7 +242,7 @@ def test_each_chunk_is_embedded_after_the_one_before_is_committed(tmp_path, secu
         assert report.added == [r["doc_id"] for r in records]
         # One call per chunk, with the chunk's records that need a vector, after the chunk before was committed.
         assert counting.calls == [(sum(r["doc_id"] not in given for r in records[s : s + 100]), s) for s in (0, 100, 200)]
-        stored = store.dense.collection.get(ids=list(given)[:20], include=["embeddings"])
+        stored = chroma_collection(store).get(ids=list(given)[:20], include=["embeddings"])
         np.testing.assert_allclose(stored["embeddings"], [given[d] for d in stored["ids"]], atol=1e-5)
 
         # An atomic batch is one chunk, whatever chunk_size says: the cycle in its last record keeps all of it out.

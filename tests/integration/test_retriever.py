@@ -7,8 +7,10 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever
 from car_rag.adapters import DictStore, Edge
+from car_rag.retriever import AnchorMode
+from helpers_records import retrieved
 
-MODES = ("bm25", "dense", "hybrid")
+MODES: tuple[AnchorMode, ...] = ("bm25", "dense", "hybrid")
 
 # query_id -> (rule by which the gold voids the anchor, intermediate record of a 3-hop chain,
 #              rule by which the gold voids that intermediate)
@@ -35,9 +37,7 @@ def retrievers(demo_store):
 def results(retrievers, demo_queries):
     """(mode, query_id) -> (query, result), every demo query under every anchor mode."""
     return {
-        (mode, q["query_id"]): (q, retriever.retrieve(q["query"]))
-        for mode, retriever in retrievers.items()
-        for q in demo_queries
+        (mode, q["query_id"]): (q, retriever.retrieve(q["query"])) for mode, retriever in retrievers.items() for q in demo_queries
     }
 
 
@@ -93,6 +93,7 @@ def test_anchor_superseded_by_its_controlling_record(results, demo_queries, mode
         if q["hop_type"] == "T0":
             assert anchor is gold and rule is None
             continue
+        assert rule is not None, qid
         if expected_role == "superseder":
             assert gold.anchor_id == anchor_id, qid  # brought in by following the anchor's chain
             assert gold.stage1 is None, qid
@@ -119,6 +120,7 @@ def test_three_hop_chains_report_the_intermediate_superseded(results, demo_queri
     for q in t2:
         _, result = results[(mode, q["query_id"])]
         _, mid_id, mid_rule = EXPECTED[q["query_id"]]
+        assert mid_id is not None and mid_rule is not None
         anchor_id, gold_id = q["anchor_doc_ids"][0], q["gold_doc_ids"][0]
         assert q["chain_doc_ids"] == [anchor_id, mid_id, gold_id]
         mid = result.get(mid_id)
@@ -264,7 +266,7 @@ def test_rules_resolution_keeps_the_overruling_in_control(legal_store):
     assert [h.doc_id for h in result.anchors] == ["c1-ruling-2001"]
     assert result.ranked[0].doc_id == "c1-overruling-2010"
     assert result.ranked[0].status == "active" and result.ranked[0].role == "superseder"
-    ruling = result.get("c1-ruling-2001")
+    ruling = retrieved(result, "c1-ruling-2001")
     assert ruling.status == "superseded" and ruling.superseded_by == ["c1-overruling-2010"]
     assert ruling.voided_by == [Edge("c1-overruling-2010", "c1-ruling-2001", "overruling_voids_ruling")]
     assert result.get("c1-restatement-2015") is None  # not in the anchor's authority chain
@@ -279,11 +281,11 @@ def test_timestamp_resolution_lets_a_later_unrelated_record_win(legal_store):
     assert [h.doc_id for h in result.anchors] == ["c1-ruling-2001"]
     assert result.ranked[0].doc_id == "c1-restatement-2015"
     assert result.ranked[0].status == "active"
-    overruling = result.get("c1-overruling-2010")
+    overruling = retrieved(result, "c1-overruling-2010")
     assert overruling.status == "superseded"
     assert overruling.superseded_by == ["c1-restatement-2015"]
     assert overruling.voided_by == [Edge("c1-restatement-2015", "c1-overruling-2010", "later_in_scope")]
-    ruling = result.get("c1-ruling-2001")
+    ruling = retrieved(result, "c1-ruling-2001")
     assert ruling.superseded_by == ["c1-restatement-2015"]
     assert {e.superseder for e in ruling.voided_by} == {"c1-overruling-2010", "c1-restatement-2015"}
     assert [r.status for r in result.ranked] == ["active", "superseded", "superseded"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 import pytest
-from fake_openai import FakeOpenAIServer
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError, load_policy
 from car_rag.cli import main
+from fake_openai import FakeOpenAIServer
 
 SECURITY = "security-advisory"
 FIELDS = """
@@ -39,12 +40,17 @@ def with_extractors(tmp_path, tables: str = EXTRACTORS):
 
 
 DISCLOSURE = {
-    "doc_id": "zlibber-disclosure", "doc_type": "vulnerability_disclosure", "published_at": "2099-01-02",
+    "doc_id": "zlibber-disclosure",
+    "doc_type": "vulnerability_disclosure",
+    "published_at": "2099-01-02",
     "text": "cve-2099-31337: heap overflow in zlibber inflate; crafted streams write past the window buffer.",
     "metadata": {"component": "zlibber"},
 }
 RELEASE = {
-    "doc_id": "zlibber-1.3.2-release", "doc_type": "patch_release", "published_at": "2099-01-20", "version": "1.3.2",
+    "doc_id": "zlibber-1.3.2-release",
+    "doc_type": "patch_release",
+    "published_at": "2099-01-20",
+    "version": "1.3.2",
     "text": "zlibber 1.3.2: window bounds are now checked before every copy. Resolves CVE-2099-31337.",
     "metadata": {"component": "zlibber"},
 }
@@ -87,7 +93,7 @@ def test_records_without_scope_are_reported_and_extractors_let_the_fix_void_the_
 
 def test_a_records_own_scope_wins_over_the_extractors_in_the_store(tmp_path, embedder):
     policy = with_extractors(tmp_path)
-    own = {**RELEASE, "scope": {"cve_id": "CVE-2099-40000"}}  # says which CVE it fixes; its text names another
+    own: dict[str, Any] = {**RELEASE, "scope": {"cve_id": "CVE-2099-40000"}}  # says which CVE it fixes; its text names another
     with CARStore.open(tmp_path / "store", policy, embedder=embedder) as store:
         report = store.ingest([DISCLOSURE, own], progress=False)
         assert store.get(own["doc_id"]).scope == {"cve_id": "CVE-2099-40000", "package": "zlibber"}
@@ -152,7 +158,10 @@ def test_an_llm_failure_rejects_that_record_stores_the_others_and_loses_nothing(
         return "not json" if "broken" in messages[-1]["content"] else '{"package": "zlibber"}'
 
     with FakeOpenAIServer(answer=answer) as server:
-        policy = with_extractors(tmp_path, PATTERNS + f'[record_scope.llm]\nbase_url = "{server.base_url}"\nmodel = "fake-scope-model"\nmax_retries = 0\n')
+        policy = with_extractors(
+            tmp_path,
+            PATTERNS + f'[record_scope.llm]\nbase_url = "{server.base_url}"\nmodel = "fake-scope-model"\nmax_retries = 0\n',
+        )
         path = tmp_path / "store"
         held = {**DISCLOSURE, "doc_id": "held", "scope": {"package": "zlibber", "cve_id": "CVE-2099-1"}}
         with CARStore.open(path, policy, embedder=embedder) as store:
@@ -162,7 +171,9 @@ def test_an_llm_failure_rejects_that_record_stores_the_others_and_loses_nothing(
             corpus = write_jsonl(tmp_path / "feed.jsonl", [DISCLOSURE, broken, RELEASE])
             report = store.ingest(corpus, progress=False)
             (error,) = report.errors
-            assert str(error).startswith(f"{corpus}:2: record 'broken-note' field 'scope': LLM scope extractor (fake-scope-model)")
+            assert str(error).startswith(
+                f"{corpus}:2: record 'broken-note' field 'scope': LLM scope extractor (fake-scope-model)"
+            )
             assert sorted(report.added) == ["zlibber-1.3.2-release", "zlibber-disclosure"]
             assert report.newly_superseded == ["zlibber-disclosure"] and report.scope_filled == {"patterns": 2, "llm": 2}
             assert sorted(store.records) == ["held", "zlibber-1.3.2-release", "zlibber-disclosure"]

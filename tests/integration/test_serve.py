@@ -15,26 +15,31 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from servers import assert_dense_left_out, chroma_run, wait_for
 
 from car_rag import CARStore
 from car_rag.cli import main
 from car_rag.serve.keys import hash_key, load_api_keys
 from car_rag.serve.service import DENSE_SHARE, Service
 from car_rag_evals.servers import HOST, free_port, serving
+from helpers_records import chroma_collection
+from servers import assert_dense_left_out, chroma_run, wait_for
 
 SECRET = "ACME-INTERNAL-7731"
-ACME_PATCH = {
-    "doc_id": "sec-serialbox-9.9.9-acme-release", "doc_type": "patch_release", "tenant": "acme",
+ACME_PATCH: dict[str, Any] = {
+    "doc_id": "sec-serialbox-9.9.9-acme-release",
+    "doc_type": "patch_release",
+    "tenant": "acme",
     "text": f"Release 9.9.9 ({SECRET}): type tags in serialized payloads are checked before objects are rebuilt.",
-    "scope": {"package": "serialbox", "cve_id": "CVE-2099-10010"}, "published_at": "2025-04-01",
+    "scope": {"package": "serialbox", "cve_id": "CVE-2099-10010"},
+    "published_at": "2025-04-01",
 }
 SERIALBOX = "sec-serialbox-cve-2099-10010-disclosure"
-KEYS = {  # key -> entry of the keys file
+KEYS: dict[str, dict[str, Any]] = {  # key -> entry of the keys file
     "k-acme": {"name": "acme-analysts", "tenant": "acme", "principals": ["analyst"]},
     "k-acme-writer": {"name": "acme-writer", "tenant": "acme", "write": True},
     "k-globex": {"name": "globex", "tenant": "globex"},
@@ -123,8 +128,10 @@ def test_openapi_describes_the_api_and_docs_are_served(url):
 # --------------------------------------------------------------------------- tenancy
 @pytest.mark.parametrize("headers", [{}, auth("nope"), {"Authorization": "Basic azphY21l"}, auth(hash_key("k-acme"))])
 def test_no_key_or_an_unknown_one_gets_401_and_no_data(url, headers):
-    for got in (httpx.post(f"{url}/retrieve", json={"query": "serialbox"}, headers=headers, timeout=30),
-                httpx.post(f"{url}/records", json=[ACME_PATCH], headers=headers, timeout=60)):
+    for got in (
+        httpx.post(f"{url}/retrieve", json={"query": "serialbox"}, headers=headers, timeout=30),
+        httpx.post(f"{url}/records", json=[ACME_PATCH], headers=headers, timeout=60),
+    ):
         assert got.status_code == 401 and got.headers["www-authenticate"] == "Bearer"
         assert set(got.json()) == {"detail"} and "serialbox" not in got.text
 
@@ -147,15 +154,21 @@ def test_a_key_reads_as_its_tenant(url):
 
 # --------------------------------------------------------------------------- inserts
 def test_an_insert_is_seen_by_the_next_retrieve_and_says_what_it_voided(url):
-    patch = {"doc_id": "sec-mdrender-2.0.1-acme-release", "doc_type": "patch_release", "tenant": "acme",
-             "text": "mdrender 2.0.1: raw HTML in link titles is escaped before rendering.",
-             "scope": {"package": "mdrender", "cve_id": "CVE-2099-10009"}, "published_at": "2025-03-01"}
+    patch = {
+        "doc_id": "sec-mdrender-2.0.1-acme-release",
+        "doc_type": "patch_release",
+        "tenant": "acme",
+        "text": "mdrender 2.0.1: raw HTML in link titles is escaped before rendering.",
+        "scope": {"package": "mdrender", "cve_id": "CVE-2099-10009"},
+        "published_at": "2025-03-01",
+    }
     got = httpx.post(f"{url}/records", json=patch, headers=auth("k-acme-writer"), timeout=60)
     assert got.status_code == 200, got.text
     assert got.json()["added"] == [patch["doc_id"]]
     assert got.json()["newly_superseded"] == ["sec-mdrender-cve-2099-10009-disclosure"]
-    assert got.json()["new_edges"] == [{"superseder": patch["doc_id"], "target": "sec-mdrender-cve-2099-10009-disclosure",
-                                        "rule": "patch_fixes_disclosure"}]
+    assert got.json()["new_edges"] == [
+        {"superseder": patch["doc_id"], "target": "sec-mdrender-cve-2099-10009-disclosure", "rule": "patch_fixes_disclosure"}
+    ]
     again = httpx.post(f"{url}/records", json=[patch], headers=auth("k-acme-writer"), timeout=60).json()
     assert again["unchanged"] == 1 and again["added"] == [] and again["newly_superseded"] == []  # idempotent by doc_id
     answer = retrieve(url, "k-acme", query="Is mdrender still vulnerable to CVE-2099-10009?", k=10).json()
@@ -164,13 +177,18 @@ def test_an_insert_is_seen_by_the_next_retrieve_and_says_what_it_voided(url):
 
 
 def test_a_batch_with_a_bad_record_is_refused_whole_with_the_record_and_field_named(url, store):
-    good = {"doc_id": "sec-tarstream-5.0.0-release", "doc_type": "patch_release", "text": "tarstream 5.0.0",
-            "scope": {"package": "tarstream", "cve_id": "CVE-2099-10103"}}
+    good = {
+        "doc_id": "sec-tarstream-5.0.0-release",
+        "doc_type": "patch_release",
+        "text": "tarstream 5.0.0",
+        "scope": {"package": "tarstream", "cve_id": "CVE-2099-10103"},
+    }
     bad = {**good, "doc_id": "sec-bad", "published_at": 2024}
     got = httpx.post(f"{url}/records", json=[good, bad], headers=auth("k-owner"), timeout=60)
     assert got.status_code == 422
-    assert got.json()["errors"] == [{"item": 2, "doc_id": "sec-bad", "field": "published_at", "message": got.json()["errors"][0]
-                                     ["message"]}]
+    assert got.json()["errors"] == [
+        {"item": 2, "doc_id": "sec-bad", "field": "published_at", "message": got.json()["errors"][0]["message"]}
+    ]
     assert "nothing was stored" in got.json()["detail"]
     assert good["doc_id"] not in store.records and "sec-bad" not in store.records
 
@@ -194,7 +212,7 @@ def contents(store: CARStore) -> tuple:
         held = sorted((d, r.fingerprint()) for d, r in store.records.items())
         edges = sorted((e.superseder, e.target, e.rule, e.confidence) for e in store.graph.edges())
         bm25 = list(store.lexical.doc_ids)
-    return stored, stored_edges, held, edges, bm25, store.dense.collection.count()
+    return stored, stored_edges, held, edges, bm25, chroma_collection(store).count()
 
 
 HUGE = 50 * 2**20
@@ -207,47 +225,104 @@ def streamed(sent: list[int]) -> Iterator[bytes]:
         yield b" " * 2**16
 
 
-CYCLE = {"doc_id": "sec-axios-cve-2099-10003-disclosure", "doc_type": "vulnerability_disclosure",
-         "text": "axios SSRF, restated", "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
-         "supersedes": ["sec-axios-1.7.4-release"]}  # which already voids it
-TARSTREAM = {"doc_id": "sec-tarstream-5.0.0-release", "doc_type": "patch_release", "text": "tarstream 5.0.0",
-             "scope": {"package": "tarstream", "cve_id": "CVE-2099-10103"}}
+CYCLE = {
+    "doc_id": "sec-axios-cve-2099-10003-disclosure",
+    "doc_type": "vulnerability_disclosure",
+    "text": "axios SSRF, restated",
+    "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
+    "supersedes": ["sec-axios-1.7.4-release"],
+}  # which already voids it
+TARSTREAM = {
+    "doc_id": "sec-tarstream-5.0.0-release",
+    "doc_type": "patch_release",
+    "text": "tarstream 5.0.0",
+    "scope": {"package": "tarstream", "cve_id": "CVE-2099-10103"},
+}
 Send = Callable[[httpx.Client, list[int]], httpx.Response]
 JSON = {"Content-Type": "application/json"}
 BAD_REQUESTS: dict[str, tuple[Send, int, str]] = {  # what is sent, the status, what the answer says
-    "records-malformed-json": (lambda c, _: c.post("/records", content=b'{"doc_id": ', headers={**auth("k-owner"), **JSON}),
-                               422, "not JSON"),
-    "records-nested-too-deep": (lambda c, _: c.post("/records", content=b"[" * 100_000 + b"]" * 100_000,
-                                                    headers={**auth("k-owner"), **JSON}), 422, "not JSON"),
+    "records-malformed-json": (
+        lambda c, _: c.post("/records", content=b'{"doc_id": ', headers={**auth("k-owner"), **JSON}),
+        422,
+        "not JSON",
+    ),
+    "records-nested-too-deep": (
+        lambda c, _: c.post("/records", content=b"[" * 100_000 + b"]" * 100_000, headers={**auth("k-owner"), **JSON}),
+        422,
+        "not JSON",
+    ),
     "records-none": (lambda c, _: c.post("/records", json=[], headers=auth("k-owner")), 422, "no records"),
-    "records-bad-field-in-batch": (lambda c, _: c.post("/records", json=[TARSTREAM, {**TARSTREAM, "doc_id": "sec-bad",
-                                   "published_at": 2024}], headers=auth("k-owner")), 422, '"field":"published_at"'),
-    "records-closing-a-cycle": (lambda c, _: c.post("/records", json=[TARSTREAM, CYCLE], headers=auth("k-owner")),
-                                422, "supersession cycle"),
-    "records-other-tenant": (lambda c, _: c.post("/records", json={**TARSTREAM, "tenant": "globex"},
-                                                 headers=auth("k-acme-writer")), 403, "tenant 'acme' only"),
+    "records-bad-field-in-batch": (
+        lambda c, _: c.post(
+            "/records", json=[TARSTREAM, {**TARSTREAM, "doc_id": "sec-bad", "published_at": 2024}], headers=auth("k-owner")
+        ),
+        422,
+        '"field":"published_at"',
+    ),
+    "records-closing-a-cycle": (
+        lambda c, _: c.post("/records", json=[TARSTREAM, CYCLE], headers=auth("k-owner")),
+        422,
+        "supersession cycle",
+    ),
+    "records-other-tenant": (
+        lambda c, _: c.post("/records", json={**TARSTREAM, "tenant": "globex"}, headers=auth("k-acme-writer")),
+        403,
+        "tenant 'acme' only",
+    ),
     "records-reader-key": (lambda c, _: c.post("/records", json=TARSTREAM, headers=auth("k-globex")), 403, "may not write"),
     "records-no-key": (lambda c, _: c.post("/records", json=TARSTREAM), 401, "missing API key"),
-    "records-50mb-declared": (lambda c, sent: c.post("/records", content=streamed(sent), headers={
-        **auth("k-owner"), **JSON, "Content-Length": str(HUGE)}), 413, "larger than"),
-    "records-50mb-chunked": (lambda c, sent: c.post("/records", content=streamed(sent), headers={**auth("k-owner"), **JSON}),
-                             413, "larger than"),
-    "retrieve-50mb-chunked": (lambda c, sent: c.post("/retrieve", content=streamed(sent),
-                                                     headers={**auth("k-globex"), **JSON}), 413, "larger than"),
-    "retrieve-100k-query": (lambda c, _: c.post("/retrieve", json={"query": "x" * 100_000}, headers=auth("k-globex")),
-                            422, "at most 4096 characters"),
-    "retrieve-unknown-format": (lambda c, _: c.post("/retrieve", json={"query": "q", "format": "html"},
-                                                    headers=auth("k-globex")), 422, "'json', 'plain', 'reader', 'audit' or 'xml'"),
-    "retrieve-blank-query": (lambda c, _: c.post("/retrieve", json={"query": "   "}, headers=auth("k-globex")), 422,
-                             "must not be blank"),
-    "retrieve-k-0": (lambda c, _: c.post("/retrieve", json={"query": "q", "k": 0}, headers=auth("k-globex")), 422,
-                     "greater than or equal to 1"),
-    "retrieve-filters": (lambda c, _: c.post("/retrieve", json={"query": "q", "filters": {"sources": ["x"]}},
-                                             headers=auth("k-globex")), 422, "Extra inputs are not permitted"),
-    "retrieve-malformed-json": (lambda c, _: c.post("/retrieve", content=b"{", headers={**auth("k-globex"), **JSON}), 422,
-                                "json_invalid"),
-    "retrieve-caller-in-body": (lambda c, _: c.post("/retrieve", json={"query": "q", "caller": {"tenant": "acme"}},
-                                                    headers=auth("k-globex")), 400, "takes the caller from the API key"),
+    "records-50mb-declared": (
+        lambda c, sent: c.post(
+            "/records", content=streamed(sent), headers={**auth("k-owner"), **JSON, "Content-Length": str(HUGE)}
+        ),
+        413,
+        "larger than",
+    ),
+    "records-50mb-chunked": (
+        lambda c, sent: c.post("/records", content=streamed(sent), headers={**auth("k-owner"), **JSON}),
+        413,
+        "larger than",
+    ),
+    "retrieve-50mb-chunked": (
+        lambda c, sent: c.post("/retrieve", content=streamed(sent), headers={**auth("k-globex"), **JSON}),
+        413,
+        "larger than",
+    ),
+    "retrieve-100k-query": (
+        lambda c, _: c.post("/retrieve", json={"query": "x" * 100_000}, headers=auth("k-globex")),
+        422,
+        "at most 4096 characters",
+    ),
+    "retrieve-unknown-format": (
+        lambda c, _: c.post("/retrieve", json={"query": "q", "format": "html"}, headers=auth("k-globex")),
+        422,
+        "'json', 'plain', 'reader', 'audit' or 'xml'",
+    ),
+    "retrieve-blank-query": (
+        lambda c, _: c.post("/retrieve", json={"query": "   "}, headers=auth("k-globex")),
+        422,
+        "must not be blank",
+    ),
+    "retrieve-k-0": (
+        lambda c, _: c.post("/retrieve", json={"query": "q", "k": 0}, headers=auth("k-globex")),
+        422,
+        "greater than or equal to 1",
+    ),
+    "retrieve-filters": (
+        lambda c, _: c.post("/retrieve", json={"query": "q", "filters": {"sources": ["x"]}}, headers=auth("k-globex")),
+        422,
+        "Extra inputs are not permitted",
+    ),
+    "retrieve-malformed-json": (
+        lambda c, _: c.post("/retrieve", content=b"{", headers={**auth("k-globex"), **JSON}),
+        422,
+        "json_invalid",
+    ),
+    "retrieve-caller-in-body": (
+        lambda c, _: c.post("/retrieve", json={"query": "q", "caller": {"tenant": "acme"}}, headers=auth("k-globex")),
+        400,
+        "takes the caller from the API key",
+    ),
 }
 
 
@@ -276,8 +351,9 @@ def test_metrics_are_prometheus_text_with_stages_and_store_size(url, store):
 
 
 # --------------------------------------------------------------------------- degraded
-def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the_deadline(tmp_path, demo_policy, embedder,
-                                                                                         demo_corpus_path):
+def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the_deadline(
+    tmp_path, demo_policy, embedder, demo_corpus_path
+):
     timeout_ms = 1500
     with chroma_run(tmp_path) as (chroma_url, _, chroma):
         store = CARStore.open(tmp_path / "store", demo_policy, chroma_url=chroma_url, embedder=embedder, chroma_timeout_s=3)
@@ -288,8 +364,12 @@ def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the
             with serving(service) as url:
                 question = "Is lodash still vulnerable to CVE-2099-10001?"
                 # the first dense search connects to Chroma and loads its index: on a busy machine it may miss its share
-                wait_for(lambda: not retrieve(url, "k-acme", query=question).json()["diagnostics"]["degraded"],
-                         "dense answers while Chroma is up", 60, 0.2)
+                wait_for(
+                    lambda: not retrieve(url, "k-acme", query=question).json()["diagnostics"]["degraded"],
+                    "dense answers while Chroma is up",
+                    60,
+                    0.2,
+                )
                 before = degraded_answers(url)
                 os.kill(chroma.pid, signal.SIGSTOP)  # accepts connections, never answers
                 try:
@@ -302,8 +382,12 @@ def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the
                     assert set(body["diagnostics"]["channel_hits"]) == {"bm25"}
                     assert body["reranked"][0]["doc_id"] == "sec-lodash-4.17.12-release"
                     # an insert cannot reach the vectors either: refused within the Chroma timeout, nothing stored
-                    record = {"doc_id": "sec-x-1.0.1-release", "doc_type": "patch_release", "text": "x 1.0.1",
-                              "scope": {"package": "x", "cve_id": "CVE-2099-19999"}}
+                    record = {
+                        "doc_id": "sec-x-1.0.1-release",
+                        "doc_type": "patch_release",
+                        "text": "x 1.0.1",
+                        "scope": {"package": "x", "cve_id": "CVE-2099-19999"},
+                    }
                     insert = httpx.post(f"{url}/records", json=record, headers=auth("k-owner"), timeout=60)
                     assert insert.status_code == 503 and "no record of it was stored" in insert.json()["detail"]
                     assert record["doc_id"] not in store.records
@@ -344,16 +428,21 @@ def test_exact_search_answers_every_caller_while_the_vector_store_is_down(tmp_pa
 
 
 # --------------------------------------------------------------------------- the command
-def test_car_rag_serve_runs_unrestricted_with_a_warning_and_refuses_workers(tmp_path, demo_policy, embedder, demo_corpus_path,
-                                                                           capsys):
+def test_car_rag_serve_runs_unrestricted_with_a_warning_and_refuses_workers(
+    tmp_path, demo_policy, embedder, demo_corpus_path, capsys
+):
     assert main(["serve", "--store", str(tmp_path), "--workers", "2"]) == 2
     assert "a store in a folder has one owning process" in capsys.readouterr().err
     path = tmp_path / "store"
     with CARStore.open(path, demo_policy, embedder=embedder) as built:
         assert built.ingest(demo_corpus_path, progress=False).errors == []
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "car_rag", "serve", "--store", str(path), "--anchors", "bm25",
-                             "--port", str(port)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "car_rag", "serve", "--store", str(path), "--anchors", "bm25", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None  # a pipe
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -364,8 +453,11 @@ def test_car_rag_serve_runs_unrestricted_with_a_warning_and_refuses_workers(tmp_
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
-        got = httpx.post(f"http://{HOST}:{port}/retrieve", json={"query": "Is lodash still vulnerable to CVE-2099-10001?",
-                                                                  "caller": {"tenant": "acme"}}, timeout=60)
+        got = httpx.post(
+            f"http://{HOST}:{port}/retrieve",
+            json={"query": "Is lodash still vulnerable to CVE-2099-10001?", "caller": {"tenant": "acme"}},
+            timeout=60,
+        )
         assert got.status_code == 200 and got.json()["reranked"][0]["doc_id"] == "sec-lodash-4.17.12-release"
         assert set(got.json()["diagnostics"]["channel_hits"]) == {"bm25"}
     finally:
@@ -383,8 +475,14 @@ def test_retrieve_reports_an_ambiguous_question_and_a_named_plain_word_scope(tmp
         Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure", scope={"package": pkg, "cve_id": cve})
         for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002"))
     ]
-    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
-                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+    records.append(
+        Record(
+            doc_id="alpha-utils-p",
+            text="Release 3.1.0: maintenance.",
+            doc_type="patch_release",
+            scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"},
+        )
+    )
     with CARStore.open(tmp_path / "amb", load_policy("security-advisory"), embedder=embedder) as small:
         assert small.ingest(records, progress=False).errors == []
         with serving(Service(small, timeout_ms=20_000)) as base:

@@ -7,6 +7,7 @@ requests arrive: the open group then takes every one of them, whatever the machi
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,6 +19,7 @@ import pytest
 from car_rag import CARStore, IngestReport
 from car_rag.serve.errors import Forbidden
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key
+from car_rag.serve.schema import RecordsResponse
 from car_rag.serve.service import Service
 from car_rag_evals.servers import serving
 
@@ -32,9 +34,16 @@ class IngestCountingStore(CARStore):
         return super().ingest(*args, **kwargs)
 
 
-KEYS = ApiKeys({hash_key(key): ApiKey(name=name, sha256=hash_key(key), tenant=tenant, write=True)
-                for key, name, tenant in (("k-acme", "acme-writer", "acme"), ("k-globex", "globex-writer", "globex"),
-                                          ("k-owner", "owner", None))})
+KEYS = ApiKeys(
+    {
+        hash_key(key): ApiKey(name=name, sha256=hash_key(key), tenant=tenant, write=True)
+        for key, name, tenant in (
+            ("k-acme", "acme-writer", "acme"),
+            ("k-globex", "globex-writer", "globex"),
+            ("k-owner", "owner", None),
+        )
+    }
+)
 PACKAGES = 40
 
 
@@ -43,14 +52,25 @@ def scope(n: int) -> dict[str, str]:
 
 
 def disclosure(n: int, **extra: Any) -> dict[str, Any]:
-    return {"doc_id": f"sec-pkg{n}-disclosure", "doc_type": "vulnerability_disclosure", "scope": scope(n),
-            "text": f"pkg{n}: CVE-2099-3{n:04d} lets a crafted archive write outside the target folder.",
-            "published_at": "2025-01-01", **extra}
+    return {
+        "doc_id": f"sec-pkg{n}-disclosure",
+        "doc_type": "vulnerability_disclosure",
+        "scope": scope(n),
+        "text": f"pkg{n}: CVE-2099-3{n:04d} lets a crafted archive write outside the target folder.",
+        "published_at": "2025-01-01",
+        **extra,
+    }
 
 
 def patch(n: int, **extra: Any) -> dict[str, Any]:
-    return {"doc_id": f"sec-pkg{n}-1.0.1-release", "doc_type": "patch_release", "scope": scope(n),
-            "text": f"pkg{n} 1.0.1: archive paths are normalised before extraction.", "published_at": "2025-02-01", **extra}
+    return {
+        "doc_id": f"sec-pkg{n}-1.0.1-release",
+        "doc_type": "patch_release",
+        "scope": scope(n),
+        "text": f"pkg{n} 1.0.1: archive paths are normalised before extraction.",
+        "published_at": "2025-02-01",
+        **extra,
+    }
 
 
 def edge(n: int) -> dict[str, str]:
@@ -94,8 +114,12 @@ def grouped(service: Service, send: list[Callable[[], Any]]) -> list[Any]:
             for n, call in enumerate(send, start=1):
                 joined = waiting()
                 futures.append(pool.submit(call))
+
                 # a request refused before it is stored (403, invalid records) is answered without joining
-                wait_for(lambda joined=joined: waiting() > joined or futures[-1].done(), f"insert {n} to join the group")
+                def has_joined(joined: int = joined) -> bool:
+                    return waiting() > joined or futures[-1].done()
+
+                wait_for(has_joined, f"insert {n} to join the group")
         return [f.result() for f in futures]
 
 
@@ -103,18 +127,26 @@ def grouped(service: Service, send: list[Callable[[], Any]]) -> list[Any]:
 def test_concurrent_single_inserts_share_one_store_ingest_and_each_gets_its_own_answer(store):
     service = Service(store, api_keys=KEYS, anchors="bm25")
     requests = [("k-owner", patch(n)) for n in range(6)]
-    requests += [("k-acme", patch(18, tenant="acme")),  # voids acme's own disclosure: shown
-                 ("k-globex", patch(19, tenant="globex")),  # voids acme's disclosure: not shown to globex
-                 ("k-owner", disclosure(7))]  # unchanged, while another request's patch voids it
+    requests += [
+        ("k-acme", patch(18, tenant="acme")),  # voids acme's own disclosure: shown
+        ("k-globex", patch(19, tenant="globex")),  # voids acme's disclosure: not shown to globex
+        ("k-owner", disclosure(7)),
+    ]  # unchanged, while another request's patch voids it
     requests.append(("k-owner", patch(7)))
     with serving(service) as url:
-        answers = grouped(service, [lambda key=key, body=body: post(url, key, body) for key, body in requests])
+        answers = grouped(service, [functools.partial(post, url, key, body) for key, body in requests])
     assert store.ingests == 1 < len(requests)
     assert [a.status_code for a in answers] == [200] * len(requests), [a.text for a in answers]
     bodies = [a.json() for a in answers]
     for n, body in enumerate(bodies[:6]):
-        assert body == {"added": [patch(n)["doc_id"]], "updated": [], "unchanged": 0, "warnings": [],
-                        "newly_superseded": [disclosure(n)["doc_id"]], "new_edges": [edge(n)]}
+        assert body == {
+            "added": [patch(n)["doc_id"]],
+            "updated": [],
+            "unchanged": 0,
+            "warnings": [],
+            "newly_superseded": [disclosure(n)["doc_id"]],
+            "new_edges": [edge(n)],
+        }
     assert bodies[6]["newly_superseded"] == [disclosure(18)["doc_id"]] and bodies[6]["new_edges"] == [edge(18)]
     assert bodies[7]["added"] == [patch(19)["doc_id"]] and bodies[7]["newly_superseded"] == bodies[7]["new_edges"] == []
     assert bodies[8] == {"added": [], "updated": [], "unchanged": 1, "warnings": [], "newly_superseded": [], "new_edges": []}
@@ -139,7 +171,7 @@ def test_a_group_answers_each_request_as_one_by_one_inserts_would(tmp_path, secu
         with open_store(tmp_path / f"store-{window}", security_policy, embedder) as store:
             service = Service(store, api_keys=KEYS, anchors="bm25", insert_window_ms=window)
             if window:
-                got = grouped(service, [lambda items=items, service=service: service.insert(items, owner) for items in requests])
+                got = grouped(service, [functools.partial(service.insert, items, owner) for items in requests])
                 assert store.ingests == 1
             else:
                 got = [service.insert(items, owner) for items in requests]
@@ -157,7 +189,7 @@ def test_one_request_closing_a_cycle_fails_alone_and_the_rest_of_its_group_is_st
     invalid = {**patch(12), "published_at": 2024}
     requests = [("k-owner", patch(10)), ("k-owner", [patch(11), cycle]), ("k-owner", invalid), ("k-acme", patch(13))]
     with serving(service) as url:
-        answers = grouped(service, [lambda key=key, body=body: post(url, key, body) for key, body in requests])
+        answers = grouped(service, [functools.partial(post, url, key, body) for key, body in requests])
     assert [a.status_code for a in answers] == [200, 422, 422, 403]
     assert answers[0].json()["new_edges"] == [edge(10)]
     [problem] = answers[1].json()["errors"]
@@ -226,6 +258,7 @@ def test_a_tenant_key_cannot_replace_its_own_tenants_record_that_it_may_not_read
     assert store.get(restricted["doc_id"]).fingerprint() == before
     legal = ApiKey(name="acme-legal", sha256=hash_key("k-acme-legal"), tenant="acme", principals=("legal",), write=True)
     replaced = service.insert([rewrite], legal)  # a key that may read it may replace it
+    assert isinstance(replaced, RecordsResponse)
     assert (replaced.added, replaced.updated, replaced.unchanged) == ([], [restricted["doc_id"]], 0)
 
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
-from servers import assert_dense_left_out, chroma_run, wait_for
 
 from car_rag import CARStore
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag_evals.servers import HOST, chroma_cli, free_port
+from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
+from servers import assert_dense_left_out, chroma_run, wait_for
 
 PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 QUESTION = "Is mdrender still vulnerable to CVE-2099-10009?"
@@ -44,8 +44,7 @@ def chroma(tmp_path_factory):
 def shared_store(folder: Path, url: str, chroma: str, policy, embedder, corpus: Path) -> str:
     """A new shared store holding the demo corpus; returns its schema."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with CARStore.open(folder, policy, authority_url=url, authority_schema=schema, chroma_url=chroma,
-                       embedder=embedder) as store:
+    with CARStore.open(folder, policy, authority_url=url, authority_schema=schema, chroma_url=chroma, embedder=embedder) as store:
         assert store.ingest(corpus, progress=False).errors == []
     return schema
 
@@ -57,9 +56,22 @@ def serving(url: str, schema: str, folder: Path, *options: str, env: dict[str, s
     port = free_port()
     log = (folder / f"serve-{port}.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "car_rag", "serve", "--store", str(folder / f"cache-{port}"), "--authority-schema", schema,
-         "--port", str(port), *options],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "CAR_RAG_AUTHORITY_URL": url, **(env or {})},
+        [
+            sys.executable,
+            "-m",
+            "car_rag",
+            "serve",
+            "--store",
+            str(folder / f"cache-{port}"),
+            "--authority-schema",
+            schema,
+            "--port",
+            str(port),
+            *options,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "CAR_RAG_AUTHORITY_URL": url, **(env or {})},
     )
     base = f"http://{HOST}:{port}"
 
@@ -93,8 +105,10 @@ def statuses(base: str, question: str = QUESTION) -> dict[str, str]:
 def test_a_write_to_one_process_is_seen_by_another(tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
     url = pg
     schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
-    with serving(url, schema, tmp_path, "--anchors", "bm25") as (a, _), \
-            serving(url, schema, tmp_path, "--anchors", "bm25") as (b, _):
+    with (
+        serving(url, schema, tmp_path, "--anchors", "bm25") as (a, _),
+        serving(url, schema, tmp_path, "--anchors", "bm25") as (b, _),
+    ):
         assert statuses(b)[VOIDED] == "active"
         posted = httpx.post(f"{a}/records", json=PATCH, timeout=60)
         assert posted.status_code == 200 and posted.json()["newly_superseded"] == [VOIDED], posted.text
@@ -106,6 +120,7 @@ def test_a_worker_killed_under_load_costs_only_its_own_requests(tmp_path, pg, ch
     url = pg
     schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
     with serving(url, schema, tmp_path, "--anchors", "bm25", "--workers", "2") as (base, parent):
+
         def workers() -> list[psutil.Process]:
             """The live workers: not multiprocessing's resource tracker, nor a killed worker not yet reaped."""
             alive = []
@@ -166,8 +181,9 @@ def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma,
         schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
         with serving(url, schema, tmp_path, "--anchors", "bm25") as (base, _):
             own.stop()
-            unready = wait_for(lambda: (r := httpx.get(f"{base}/readyz", timeout=30)).status_code == 503 and r,
-                               "/readyz says not ready", 60, 0.1)
+            unready = wait_for(
+                lambda: (r := httpx.get(f"{base}/readyz", timeout=30)).status_code == 503 and r, "/readyz says not ready", 60, 0.1
+            )
             assert "shared store is unreachable" in unready.json()["reason"]
             # answers go on from what this process holds, labelled
             answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 5}, timeout=30)
@@ -183,19 +199,27 @@ def test_postgres_restart_makes_workers_unready_then_reconnect(tmp_path, chroma,
             assert statuses(base)[VOIDED] == "superseded"
 
 
-def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox(tmp_path, pg, demo_policy, embedder,
-                                                                                 demo_corpus_path):
+def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox(
+    tmp_path, pg, demo_policy, embedder, demo_corpus_path
+):
     url = pg
     folder = tmp_path / "chroma"
     folder.mkdir()
     with chroma_run(folder) as (chroma, chroma_port, chroma_proc):
         schema = shared_store(tmp_path / "build", url, chroma, demo_policy, embedder, demo_corpus_path)
         # past the exact-search limit every dense search asks Chroma
-        with serving(url, schema, tmp_path, "--timeout-ms", "1500", "--chroma-timeout-s", "2",
-                     env={"CAR_RAG_EXACT_SEARCH_LIMIT": "10"}) as (base, _):
+        with serving(
+            url, schema, tmp_path, "--timeout-ms", "1500", "--chroma-timeout-s", "2", env={"CAR_RAG_EXACT_SEARCH_LIMIT": "10"}
+        ) as (base, _):
             # the first dense search connects to Chroma and loads its index: on a busy machine it may miss its share
-            wait_for(lambda: not httpx.post(f"{base}/retrieve", json={"query": QUESTION}, timeout=30)
-                     .json()["diagnostics"]["degraded"], "dense answers while Chroma is up", 60, 0.2)
+            wait_for(
+                lambda: (
+                    not httpx.post(f"{base}/retrieve", json={"query": QUESTION}, timeout=30).json()["diagnostics"]["degraded"]
+                ),
+                "dense answers while Chroma is up",
+                60,
+                0.2,
+            )
             chroma_proc.kill()
             chroma_proc.wait(timeout=15)
             answer = httpx.post(f"{base}/retrieve", json={"query": QUESTION, "k": 10}, timeout=30)
@@ -209,23 +233,34 @@ def test_chroma_down_leaves_authority_answers_from_bm25_and_writes_in_the_outbox
             assert any("vectors wait in the outbox" in w for w in posted.json()["warnings"])
             assert statuses(base)[VOIDED] == "superseded"
             # a worker (re)started while Chroma is down opens the store from PostgreSQL and answers
-            with serving(url, schema, tmp_path, "--timeout-ms", "1500", "--chroma-timeout-s", "2",
-                         env={"CAR_RAG_EXACT_SEARCH_LIMIT": "10"}) as (late, _):
+            with serving(
+                url, schema, tmp_path, "--timeout-ms", "1500", "--chroma-timeout-s", "2", env={"CAR_RAG_EXACT_SEARCH_LIMIT": "10"}
+            ) as (late, _):
                 body = httpx.post(f"{late}/retrieve", json={"query": QUESTION, "k": 10}, timeout=30).json()
                 # its Chroma client cannot be made (the heartbeat before it is refused): labelled, not an error
                 assert_dense_left_out(body["diagnostics"]["degraded"])
                 assert {r["doc_id"]: r["status"] for r in body["reranked"]}[PATCH["doc_id"]] == "active"
             log = (folder / "again.log").open("wb")
-            again = subprocess.Popen([chroma_cli(), "run", "--host", HOST, "--port", str(chroma_port), "--path",
-                                      str(folder / "data")], stdout=log, stderr=subprocess.STDOUT)
+            again = subprocess.Popen(
+                [chroma_cli(), "run", "--host", HOST, "--port", str(chroma_port), "--path", str(folder / "data")],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             try:
+
                 def drained() -> bool:
                     text = httpx.get(f"{base}/metrics", timeout=30).text
                     return any(line.startswith("car_rag_outbox_pending") and line.endswith(" 0.0") for line in text.splitlines())
 
                 wait_for(drained, "the outbox drains once Chroma answers again", 60, 0.2)
-                wait_for(lambda: not httpx.post(f"{base}/retrieve", json={"query": QUESTION}, timeout=30)
-                         .json()["diagnostics"]["degraded"], "dense answers again", 60, 0.2)
+                wait_for(
+                    lambda: (
+                        not httpx.post(f"{base}/retrieve", json={"query": QUESTION}, timeout=30).json()["diagnostics"]["degraded"]
+                    ),
+                    "dense answers again",
+                    60,
+                    0.2,
+                )
             finally:
                 again.terminate()
                 again.wait(timeout=30)

@@ -13,12 +13,12 @@ import uuid
 
 import httpx
 import pytest
-from helpers_records import MDRENDER_PATCH
-from servers import chroma_run, wait_for
 
 from car_rag import CARStore
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag_evals.servers import HOST, free_port
+from helpers_records import MDRENDER_PATCH
+from servers import chroma_run, wait_for
 
 STOP_TIMEOUT_S = 60
 
@@ -39,21 +39,43 @@ def chroma(tmp_path_factory):
 def test_stopping_two_workers_leaks_no_semaphore(stop, tmp_path, pg, chroma, demo_policy, embedder, demo_corpus_path):
     url = pg
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with CARStore.open(tmp_path / "build", demo_policy, authority_url=url, authority_schema=schema, chroma_url=chroma,
-                       embedder=embedder) as store:
+    with CARStore.open(
+        tmp_path / "build", demo_policy, authority_url=url, authority_schema=schema, chroma_url=chroma, embedder=embedder
+    ) as store:
         assert store.ingest(demo_corpus_path, progress=False).errors == []
     port, log = free_port(), tmp_path / "stderr.log"
     with log.open("wb") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "car_rag", "serve", "-v", "--store", str(tmp_path / "cache"), "--authority-schema", schema,
-             "--port", str(port), "--anchors", "bm25", "--workers", "2"],
-            stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "CAR_RAG_AUTHORITY_URL": url},
+            [
+                sys.executable,
+                "-m",
+                "car_rag",
+                "serve",
+                "-v",
+                "--store",
+                str(tmp_path / "cache"),
+                "--authority-schema",
+                schema,
+                "--port",
+                str(port),
+                "--anchors",
+                "bm25",
+                "--workers",
+                "2",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, "CAR_RAG_AUTHORITY_URL": url},
         )
     try:
         # Both workers have opened the store (the BM25 index's tokenizer takes tqdm's lock) once
         # each has said so: uvicorn logs a worker's startup after the app factory returned.
-        wait_for(lambda: proc.poll() is not None or log.read_text().count("Application startup complete") == 2,
-                 "both workers start", 120, 0.1)
+        wait_for(
+            lambda: proc.poll() is not None or log.read_text().count("Application startup complete") == 2,
+            "both workers start",
+            120,
+            0.1,
+        )
         assert proc.poll() is None, log.read_text()[-3000:]
         base = f"http://{HOST}:{port}"
         asked = httpx.post(f"{base}/retrieve", json={"query": "Is mdrender still vulnerable?", "k": 3}, timeout=30)

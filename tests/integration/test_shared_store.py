@@ -15,18 +15,19 @@ import textwrap
 import threading
 import time
 import uuid
+from typing import Any
 
 import numpy as np
 import psycopg
 import pytest
-from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, day, edge_set
-from servers import chroma_run, wait_for
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag.graph import AuthorityGraph
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.records import Record
 from car_rag_evals.servers import HOST, chroma_cli
+from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, chroma_collection, day, edge_set, retrieved, shared_log
+from servers import chroma_run, fetch_one, wait_for
 
 PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 
@@ -60,15 +61,17 @@ def vectors_for(records: list[dict], dimension: int = 384, seed: int = 0) -> dic
 
 def test_processes_share_one_truth(tmp_path, pg, chroma, schema, demo_policy, embedder, demo_corpus_path, demo_queries):
     shared = {"authority_url": pg, "authority_schema": schema, "embedder": embedder}
-    with CARStore.open(tmp_path / "a", demo_policy, chroma_url=chroma, **shared) as a, \
-            CARStore.open(tmp_path / "b", **shared) as b:
+    with (
+        CARStore.open(tmp_path / "a", demo_policy, chroma_url=chroma, **shared) as a,
+        CARStore.open(tmp_path / "b", **shared) as b,
+    ):
         report = a.ingest(demo_corpus_path, progress=False)
         assert len(report.added) == 45 and not report.warnings
         wait_for(lambda: b.head == a.head == 45, "the second store follows the first's commit")
         assert b.records == a.records
         assert edge_set(b.graph) == edge_set(a.graph) and len(edge_set(a.graph)) == 18
         assert b.lexical.doc_ids == a.lexical.doc_ids == [r["doc_id"] for r in map(json.loads, demo_corpus_path.open())]
-        assert a.dense.collection.count() == 45  # the outbox drained into the Chroma server
+        assert chroma_collection(a).count() == 45  # the outbox drained into the Chroma server
         ask_a, ask_b = ControllingAuthorityRetriever(a), ControllingAuthorityRetriever(b)
         for q in demo_queries:
             tops = [[(x.doc_id, x.status, x.rank) for x in ask.retrieve(q["query"]).top(5)] for ask in (ask_a, ask_b)]
@@ -79,7 +82,7 @@ def test_processes_share_one_truth(tmp_path, pg, chroma, schema, demo_policy, em
         wait_for(lambda: a.graph.is_superseded(VOIDED), "the first store sees the second's insert void the disclosure", 60)
         assert a.feed is not None and a.feed.delays  # it came through the change feed
         answer = ask_a.retrieve("Is mdrender still vulnerable to CVE-2099-10009?")
-        assert answer.get(VOIDED).superseded_by == [PATCH["doc_id"]]
+        assert retrieved(answer, VOIDED).superseded_by == [PATCH["doc_id"]]
     with CARStore.open(tmp_path / "c", follow=False, **shared) as fresh:  # a worker started later
         assert len(fresh) == 46 and edge_set(fresh.graph) == edge_set(a.graph)
 
@@ -91,17 +94,33 @@ def test_writers_in_two_processes_agree_with_a_rebuild(tmp_path, pg, chroma, sch
     records = []
     for p in range(6):
         package, cve = f"pkg{p}", f"CVE-2099-{p:05d}"
-        records.append({"doc_id": f"{package}-disclosure", "doc_type": "vulnerability_disclosure",
-                        "text": f"{cve}: heap overflow in {package}", "published_at": day(p).isoformat(),
-                        "scope": {"package": package, "cve_id": cve}})
+        records.append(
+            {
+                "doc_id": f"{package}-disclosure",
+                "doc_type": "vulnerability_disclosure",
+                "text": f"{cve}: heap overflow in {package}",
+                "published_at": day(p).isoformat(),
+                "scope": {"package": package, "cve_id": cve},
+            }
+        )
         for v in range(4):
-            records.append({"doc_id": f"{package}-{v}", "doc_type": "patch_release", "text": f"{package} release {v}",
-                            "published_at": day(10 + 5 * v + p).isoformat(), "scope": {"package": package, "cve_id": cve}})
+            records.append(
+                {
+                    "doc_id": f"{package}-{v}",
+                    "doc_type": "patch_release",
+                    "text": f"{package} release {v}",
+                    "published_at": day(10 + 5 * v + p).isoformat(),
+                    "scope": {"package": package, "cve_id": cve},
+                }
+            )
     rng.shuffle(records)
     vectors = vectors_for(records)
     shared = {"authority_url": pg, "authority_schema": schema}
-    with CARStore.open(tmp_path / "a", security_policy, chroma_url=chroma, **shared) as a, \
-            CARStore.open(tmp_path / "b", **shared) as b:
+    with (
+        CARStore.open(tmp_path / "a", security_policy, chroma_url=chroma, **shared) as a,
+        CARStore.open(tmp_path / "b", **shared) as b,
+    ):
+
         def write(store: CARStore, part: list[dict]) -> None:
             for i in range(0, len(part), 3):
                 store.ingest(part[i : i + 3], progress=False, embeddings=vectors)
@@ -126,28 +145,46 @@ def test_vectors_wait_in_the_outbox_while_chroma_is_down(tmp_path, pg, schema, s
     folder = tmp_path / "chroma"
     folder.mkdir()
     with chroma_run(folder) as (url, port, proc):
-        store = CARStore.open(tmp_path / "a", security_policy, chroma_url=url, authority_url=pg, authority_schema=schema,
-                              chroma_timeout_s=5)
-        first = [{"doc_id": "d1", "doc_type": "vulnerability_disclosure", "text": "CVE-2099-1: overflow in zlibx",
-                  "scope": {"package": "zlibx", "cve_id": "CVE-2099-1"}, "published_at": "2025-01-01"}]
+        store = CARStore.open(
+            tmp_path / "a", security_policy, chroma_url=url, authority_url=pg, authority_schema=schema, chroma_timeout_s=5
+        )
+        first = [
+            {
+                "doc_id": "d1",
+                "doc_type": "vulnerability_disclosure",
+                "text": "CVE-2099-1: overflow in zlibx",
+                "scope": {"package": "zlibx", "cve_id": "CVE-2099-1"},
+                "published_at": "2025-01-01",
+            }
+        ]
         store.ingest(first, progress=False, embeddings=vectors_for(first))
         proc.terminate()
         proc.wait(timeout=30)
-    later = [{"doc_id": "p1", "doc_type": "patch_release", "text": "zlibx 1.2.14", "scope": {"package": "zlibx",
-              "cve_id": "CVE-2099-1"}, "published_at": "2025-02-01"}]
+    later = [
+        {
+            "doc_id": "p1",
+            "doc_type": "patch_release",
+            "text": "zlibx 1.2.14",
+            "scope": {"package": "zlibx", "cve_id": "CVE-2099-1"},
+            "published_at": "2025-02-01",
+        }
+    ]
     try:
         report = store.ingest(later, progress=False, embeddings=vectors_for(later, seed=1))
         assert report.added == ["p1"] and report.newly_superseded == ["d1"]  # authority does not wait for vectors
         assert any("1 vectors wait in the outbox" in w for w in report.warnings), report.warnings
-        assert store.replica.log.count_pending() == 1
+        assert shared_log(store).count_pending() == 1
         assert sorted(h.doc_id for h in store.lexical.search("zlibx", 5)) == ["d1", "p1"]
         # The Chroma server comes back (same data, same port): the feed drains the outbox.
         log = (folder / "server2.log").open("wb")
-        again = subprocess.Popen([chroma_cli(), "run", "--host", HOST, "--port", str(port), "--path", str(folder / "data")],
-                                 stdout=log, stderr=subprocess.STDOUT)
+        again = subprocess.Popen(
+            [chroma_cli(), "run", "--host", HOST, "--port", str(port), "--path", str(folder / "data")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
-            wait_for(lambda: store.replica.log.count_pending() == 0, "the outbox drains once Chroma answers", 60, 0.2)
-            assert sorted(store.dense.collection.get()["ids"]) == ["d1", "p1"]
+            wait_for(lambda: shared_log(store).count_pending() == 0, "the outbox drains once Chroma answers", 60, 0.2)
+            assert sorted(chroma_collection(store).get()["ids"]) == ["d1", "p1"]
         finally:
             again.terminate()
             again.wait(timeout=30)
@@ -176,29 +213,52 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
     """kill -9 of the writing process while its batch's transaction is open: nothing of the batch
     is stored, and the same batch written again goes in whole. The kill is made certain to land
     mid-transaction by holding a row lock the batch's last record needs."""
-    existing = {"doc_id": "r-last", "doc_type": "patch_release", "text": "release notes", "published_at": "2025-01-01",
-                "scope": {"package": "p", "cve_id": "CVE-2099-9"}}
+    existing: dict[str, Any] = {
+        "doc_id": "r-last",
+        "doc_type": "patch_release",
+        "text": "release notes",
+        "published_at": "2025-01-01",
+        "scope": {"package": "p", "cve_id": "CVE-2099-9"},
+    }
     with CARStore.open(tmp_path / "a", security_policy, chroma_url=chroma, authority_url=pg, authority_schema=schema) as a:
         a.ingest([existing], progress=False, embeddings=vectors_for([existing]))
-        batch = [{"doc_id": f"r{i}", "doc_type": "patch_release", "text": f"release {i}", "published_at": "2025-02-01",
-                  "scope": {"package": "p", "cve_id": "CVE-2099-9"}} for i in range(2000)]
+        batch = [
+            {
+                "doc_id": f"r{i}",
+                "doc_type": "patch_release",
+                "text": f"release {i}",
+                "published_at": "2025-02-01",
+                "scope": {"package": "p", "cve_id": "CVE-2099-9"},
+            }
+            for i in range(2000)
+        ]
         batch.append({**existing, "text": "release notes, corrected"})  # replaces the row the test locks
         (tmp_path / "batch.json").write_text(json.dumps(batch))
         with psycopg.connect(pg) as blocker, psycopg.connect(pg, autocommit=True) as look:
             blocker.execute(f"SELECT 1 FROM {schema}.records WHERE doc_id = 'r-last' FOR UPDATE")
-            child = subprocess.Popen([sys.executable, "-c", _WRITER, pg, schema, str(tmp_path / "w"),
-                                      str(tmp_path / "batch.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            child = subprocess.Popen(
+                [sys.executable, "-c", _WRITER, pg, schema, str(tmp_path / "w"), str(tmp_path / "batch.json")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            stderr = child.stderr
+            assert stderr is not None  # a pipe
             try:
+
                 def blocked():  # asked outside the blocker's transaction, whose statistics are a snapshot
-                    rows = look.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
-                        (f"car-rag {child.pid} write",)).fetchone()
-                    assert child.poll() is None, child.stderr.read()
+                    rows = fetch_one(
+                        look.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+                            (f"car-rag {child.pid} write",),
+                        )
+                    )
+                    assert child.poll() is None, stderr.read()
                     return rows[0] == 1
 
                 wait_for(blocked, "the writer's transaction waits on the locked row", 120, 0.05)
                 # 2,000 rows are inserted inside its open transaction: invisible to others
-                assert look.execute(f"SELECT count(*) FROM {schema}.records").fetchone()[0] == 1
+                assert fetch_one(look.execute(f"SELECT count(*) FROM {schema}.records"))[0] == 1
                 child.send_signal(signal.SIGKILL)
                 child.wait(timeout=30)
             finally:
@@ -207,10 +267,14 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
             blocker.rollback()
         with psycopg.connect(pg) as conn:
             assert conn.execute(f"SELECT count(*), max(change) FROM {schema}.records").fetchone() == (1, 1)
-            assert conn.execute(f"SELECT body FROM {schema}.records").fetchone()[0] == Record(**existing).model_dump_json()
+            assert fetch_one(conn.execute(f"SELECT body FROM {schema}.records"))[0] == Record(**existing).model_dump_json()
         assert len(a) == 1 and a.head == 1
-        rerun = subprocess.run([sys.executable, "-c", _WRITER, pg, schema, str(tmp_path / "w"), str(tmp_path / "batch.json")],
-                               capture_output=True, text=True, timeout=300)
+        rerun = subprocess.run(
+            [sys.executable, "-c", _WRITER, pg, schema, str(tmp_path / "w"), str(tmp_path / "batch.json")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert rerun.returncode == 0, rerun.stderr
         wait_for(lambda: len(a) == 2001, "the follower applies the batch written again", 600)
         assert a.records["r-last"].text == "release notes, corrected"
@@ -221,9 +285,9 @@ def test_a_writer_whose_turn_never_comes_fails_within_its_bound(tmp_path, pg, ch
     another session holding the writers' lock) fails it at the statement timeout, nothing stored."""
     record = {"doc_id": "r1", "doc_type": "patch_release", "text": "release notes", "scope": {"package": "p"}}
     with CARStore.open(tmp_path / "a", security_policy, chroma_url=chroma, authority_url=pg, authority_schema=schema) as a:
-        a.log.statement_timeout_s = 2  # its connections are made at its first write
+        shared_log(a).statement_timeout_s = 2  # its connections are made at its first write
         with psycopg.connect(pg) as holder:
-            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", a.replica.log._lock_key)  # held until rollback
+            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", shared_log(a)._lock_key)  # held until rollback
             tick = time.monotonic()
             with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
                 a.ingest([record], progress=False, embeddings=vectors_for([record]))
@@ -244,7 +308,7 @@ def test_opening_a_shared_store_says_what_is_wrong(tmp_path, pg, chroma, schema,
     CARStore.open(tmp_path / "x", security_policy, authority_url=pg, authority_schema=schema, chroma_url=chroma).close()
     with pytest.raises(StoreError, match="resolves differently"):
         CARStore.open(tmp_path / "y", legal_policy, authority_url=pg, authority_schema=schema)
-    wrong = pg.replace("@", "x@", 1) if ":" in pg.split("@")[0][len("postgresql://"):] else pg
+    wrong = pg.replace("@", "x@", 1) if ":" in pg.split("@")[0][len("postgresql://") :] else pg
     with pytest.raises(psycopg.OperationalError, match=r"cannot reach PostgreSQL at postgresql://postgres:\*\*\*@") as caught:
         CARStore.open(tmp_path / "z", authority_url=wrong, authority_schema=schema)
     assert wrong.split("@")[0].split(":")[-1] not in str(caught.value)  # the password is never shown

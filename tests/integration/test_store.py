@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from car_rag import CARStore, Record, StoreError
 from car_rag.adapters import Edge
-from car_rag.channels import DenseChannel
+from car_rag.channels import DenseChannel, VectorChannel
 from car_rag.store import chroma_metadata
+from helpers_records import chroma_collection
 
 LODASH_PATCH = "sec-lodash-4.17.12-release"
 LODASH_DISCLOSURE = "sec-lodash-cve-2099-10001-disclosure"
@@ -27,7 +29,7 @@ def edge_set(store: CARStore) -> set[tuple[str, str, str]]:
 
 
 def chroma_ids(store: CARStore, ids: list[str]) -> list[str]:
-    return store.dense.collection.get(ids=ids, include=[])["ids"]
+    return chroma_collection(store).get(ids=ids, include=[])["ids"]
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def test_reopened_store_keeps_records_edges_and_indexes(tmp_path, demo_policy, e
         assert not reopened.graph.is_superseded(LODASH_PATCH)
         assert reopened.lexical.doc_ids == [r["doc_id"] for r in demo_records]
         assert [(h.doc_id, h.rank) for h in reopened.lexical.search(query, 10)] == bm25_before
-        assert reopened.dense.collection.count() == 45
+        assert chroma_collection(reopened).count() == 45
         assert [h.doc_id for h in reopened.dense.search(vector, 10)] == dense_before
     finally:
         reopened.close()
@@ -134,7 +136,7 @@ def test_reingesting_the_same_file_changes_nothing(fresh_store, demo_corpus_path
     assert report.errors == []
     assert report.new_edges == []
     assert report.newly_superseded == []
-    assert store.dense.collection.count() == 45
+    assert chroma_collection(store).count() == 45
     assert len(store) == 45
     assert store.records == records
     assert edge_set(store) == edges
@@ -162,10 +164,10 @@ def test_changed_record_replaces_the_old_one(fresh_store, demo_records, embedder
     assert report.unchanged == 0
     assert report.errors == []
     assert len(store) == 45
-    assert store.dense.collection.count() == 45
+    assert chroma_collection(store).count() == 45
     assert store.get(LODASH_PATCH).text == new_text
     # Chroma holds the new document and its new vector.
-    got = store.dense.collection.get(ids=[LODASH_PATCH], include=["documents", "embeddings", "metadatas"])
+    got = chroma_collection(store).get(ids=[LODASH_PATCH], include=["documents", "embeddings", "metadatas"])
     assert got["documents"] == [new_text]
     np.testing.assert_allclose(got["embeddings"][0], embedder.encode([new_text])[0], atol=1e-5)
     assert got["metadatas"][0]["cve_id"] == "CVE-2099-10001"
@@ -202,9 +204,9 @@ def test_replaced_record_leaves_no_stale_chroma_metadata(fresh_store):
     assert [r.doc_id for r in store.graph.lookup({"cve_id": "CVE-2099-10001"})] == [LODASH_DISCLOSURE]
     assert not store.graph.is_superseded(LODASH_DISCLOSURE)
     # ... and so must the vector store's metadata, which integrations query for Stage 2.
-    meta = store.dense.collection.get(ids=[LODASH_PATCH], include=["metadatas"])["metadatas"][0]
+    meta = chroma_collection(store).get(ids=[LODASH_PATCH], include=["metadatas"])["metadatas"][0]
     assert meta == chroma_metadata(store.get(LODASH_PATCH))
-    assert store.dense.collection.get(where={"cve_id": "CVE-2099-10001"}, include=[])["ids"] == [LODASH_DISCLOSURE]
+    assert chroma_collection(store).get(where={"cve_id": "CVE-2099-10001"}, include=[])["ids"] == [LODASH_DISCLOSURE]
 
 
 def test_explicit_edge_to_a_record_ingested_later_survives_reopen(tmp_path, security_policy, embedder):
@@ -250,7 +252,7 @@ def test_bad_records_are_reported_and_the_rest_ingested(fresh_store, tmp_path):
     store = fresh_store
     before = dict(store.records)
     edges = edge_set(store)
-    good_disclosure = {
+    good_disclosure: dict[str, Any] = {
         "doc_id": "sec-inkwell-cve-2099-20001-disclosure",
         "text": "CVE-2099-20001: stored cross-site scripting in inkwell comment rendering.",
         "doc_type": "vulnerability_disclosure",
@@ -270,7 +272,7 @@ def test_bad_records_are_reported_and_the_rest_ingested(fresh_store, tmp_path):
         "doc_type": "vulnerability_disclosure",
         "scope": {"package": "inkwell", "tenant": "acme"},
     }
-    good_patch = {
+    good_patch: dict[str, Any] = {
         "doc_id": "sec-inkwell-5.0.1-release",
         "text": "5.0.1: comment bodies are escaped before rendering.",
         "doc_type": "patch_release",
@@ -295,7 +297,7 @@ def test_bad_records_are_reported_and_the_rest_ingested(fresh_store, tmp_path):
     assert len(store) == 47
     assert {d: store.get(d) for d in before} == before
     assert edge_set(store) - edges == {(good_patch["doc_id"], good_disclosure["doc_id"], "patch_fixes_disclosure")}
-    assert store.dense.collection.count() == 47
+    assert chroma_collection(store).count() == 47
     rejected = ["bad-no-type", "bad-authority", "bad-tenant-scope"]
     assert chroma_ids(store, rejected) == []
     assert not set(rejected) & set(store.lexical.doc_ids)
@@ -313,7 +315,7 @@ def test_record_closing_a_supersession_cycle_is_rejected(fresh_store):
         "scope": {"package": "axios", "cve_id": "CVE-2099-10111"},
     }
     # A disclosure claiming to void the patch that (by rule) voids it: a cycle.
-    cyclic = {
+    cyclic: dict[str, Any] = {
         "doc_id": "sec-axios-cve-2099-10003-reopened",
         "text": "CVE-2099-10003 reopened: the 1.7.4 fix is incomplete.",
         "doc_type": "vulnerability_disclosure",
@@ -338,7 +340,7 @@ def test_record_closing_a_supersession_cycle_is_rejected(fresh_store):
     assert not store.graph.is_superseded(AXIOS_PATCH)
     assert edge_set(store) == edges | {(last["doc_id"], first["doc_id"], "patch_fixes_disclosure")}
     assert {d: store.get(d) for d in before} == before
-    assert store.dense.collection.count() == 47
+    assert chroma_collection(store).count() == 47
 
 
 def test_replacement_closing_a_cycle_keeps_the_previous_version(fresh_store):
@@ -354,22 +356,29 @@ def test_replacement_closing_a_cycle_keeps_the_previous_version(fresh_store):
     assert store.get(ZIP_FIRST_FIX) == old
     assert edge_set(store) == edges
     assert store.graph.superseders(ZIP_FIRST_FIX) == [Edge(ZIP_FINAL_FIX, ZIP_FIRST_FIX, "explicit")]
-    assert store.dense.collection.get(ids=[ZIP_FIRST_FIX], include=["documents"])["documents"] == [old.text]
+    assert chroma_collection(store).get(ids=[ZIP_FIRST_FIX], include=["documents"])["documents"] == [old.text]
     # Re-ingesting the old version is a no-op: the graph was restored to exactly it.
     again = store.ingest([old], progress=False)
     assert again.unchanged == 1 and again.updated == [] and again.new_edges == []
 
 
-
 def test_an_atomic_batch_with_a_rejected_record_stores_none_of_it(fresh_store):
     store = fresh_store
-    edges, before, vectors = edge_set(store), dict(store.records), store.dense.collection.count()
+    edges, before, vectors = edge_set(store), dict(store.records), chroma_collection(store).count()
     amended = {**store.get(ZIP_FIRST_FIX).model_dump(mode="json"), "text": "2.3.1 (amended notes)"}
-    fresh = {"doc_id": "sec-axios-cve-2099-10111-disclosure", "text": "CVE-2099-10111: axios leaks proxy credentials.",
-             "doc_type": "vulnerability_disclosure", "scope": {"package": "axios", "cve_id": "CVE-2099-10111"}}
-    cyclic = {"doc_id": "sec-axios-cve-2099-10003-reopened", "text": "CVE-2099-10003 reopened: the 1.7.4 fix is incomplete.",
-              "doc_type": "vulnerability_disclosure", "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
-              "supersedes": [AXIOS_PATCH]}
+    fresh = {
+        "doc_id": "sec-axios-cve-2099-10111-disclosure",
+        "text": "CVE-2099-10111: axios leaks proxy credentials.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "axios", "cve_id": "CVE-2099-10111"},
+    }
+    cyclic: dict[str, Any] = {
+        "doc_id": "sec-axios-cve-2099-10003-reopened",
+        "text": "CVE-2099-10003 reopened: the 1.7.4 fix is incomplete.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "axios", "cve_id": "CVE-2099-10003"},
+        "supersedes": [AXIOS_PATCH],
+    }
     bad_field = {**fresh, "doc_id": "sec-bad-date", "published_at": 2024}
 
     for batch, field in (([amended, fresh, cyclic], "supersedes"), ([fresh, bad_field, amended], "published_at")):
@@ -377,10 +386,11 @@ def test_an_atomic_batch_with_a_rejected_record_stores_none_of_it(fresh_store):
         assert [e.field for e in report.errors] == [field]
         assert report.added == report.updated == report.new_edges == []
         assert dict(store.records) == before and edge_set(store) == edges
-        assert store.dense.collection.count() == vectors and fresh["doc_id"] not in store.lexical.doc_ids
+        assert chroma_collection(store).count() == vectors and fresh["doc_id"] not in store.lexical.doc_ids
 
     report = store.ingest([amended, fresh], progress=False, atomic=True)  # without the bad record: all of it
     assert report.errors == [] and report.updated == [ZIP_FIRST_FIX] and report.added == [fresh["doc_id"]]
+
 
 # --------------------------------------------------------------------------- Chroma batches
 def _generated(n_pairs: int, offset: int = 0) -> list[dict]:
@@ -431,13 +441,13 @@ def test_generated_records_and_small_upsert_batches(tmp_path, security_policy, e
         report = store.ingest(records, progress=False)
         assert len(report.added) == 120 and report.errors == []
         assert len(report.new_edges) == 60
-        assert store.dense.collection.count() == 120
+        assert chroma_collection(store).count() == 120
         assert len(store.lexical.doc_ids) == 120
-        hit = store.dense.collection.get(where={"cve_id": "CVE-2098-10042"}, include=[])
+        hit = chroma_collection(store).get(where={"cve_id": "CVE-2098-10042"}, include=[])
         assert sorted(hit["ids"]) == ["gen-42-disclosure", "gen-42-release"]
 
         # An ingest never sends Chroma more records at once than its client accepts.
-        collection = store.dense.collection
+        collection = chroma_collection(store)
         recorder = RecordingCollection(collection)
         monkeypatch.setattr(store.dense, "collection", recorder)
         monkeypatch.setattr(store._client, "get_max_batch_size", lambda: 7)
@@ -492,7 +502,7 @@ def test_exact_search_answers_as_chroma_and_gives_way_to_hnsw_past_its_limit(fre
     """Same hits and scores as Chroma's HNSW (exact on 45 records at ef 200), with and without
     a metadata filter; a collection grown past the limit is searched by HNSW again."""
     vectors = embedder.encode(["zipcraft archive path traversal", "lodash prototype pollution merge", "court overruled"])
-    hnsw = DenseChannel(fresh_store.dense.collection)  # never loaded: Chroma answers
+    hnsw = DenseChannel(chroma_collection(fresh_store))  # never loaded: Chroma answers
     for where in (None, {"doc_type": "patch_release"}, {"$or": [{"package": "lodash"}, {"package": "zipcraft"}]}):
         for vector in vectors:
             exact = fresh_store.dense.search(vector, 12, where=where)
@@ -511,20 +521,24 @@ def test_the_kept_copy_of_the_vectors_is_chromas_and_a_stale_one_is_not_used(fre
     changed is ignored and written again."""
     path = fresh_store.path
 
-    def from_chroma(store: CARStore) -> np.ndarray:
-        channel = DenseChannel(store.dense.collection)
-        channel.load([r.doc_id for r in store.records.values()])
+    def exact_rows(channel: VectorChannel) -> np.ndarray:
+        assert channel._exact is not None, "the channel searches exactly"
         return channel._exact.rows_in_use()
+
+    def from_chroma(store: CARStore) -> np.ndarray:
+        channel = DenseChannel(chroma_collection(store))
+        channel.load([r.doc_id for r in store.records.values()])
+        return exact_rows(channel)
 
     fresh_store.flush()
     before = (path / "dense-exact.npz").read_bytes()
     with CARStore.open(path, embedder=embedder) as reopened:
-        assert reopened.dense.exact and np.array_equal(reopened.dense._exact.rows_in_use(), from_chroma(reopened))
+        assert reopened.dense.exact and np.array_equal(exact_rows(reopened.dense), from_chroma(reopened))
         changed = reopened.get(LODASH_PATCH).model_dump()
         reopened.ingest([{**changed, "text": "lodash 4.17.12 ships a rewritten merge"}], progress=False)
     (path / "dense-exact.npz").write_bytes(before)  # as if the process had died before saving
     with CARStore.open(path, embedder=embedder) as reopened:
-        assert np.array_equal(reopened.dense._exact.rows_in_use(), from_chroma(reopened))
+        assert np.array_equal(exact_rows(reopened.dense), from_chroma(reopened))
         vector = embedder.encode(["lodash 4.17.12 ships a rewritten merge"])[0]
         assert reopened.dense.search(vector, 1)[0].doc_id == LODASH_PATCH
     assert (path / "dense-exact.npz").read_bytes() != before
@@ -532,7 +546,7 @@ def test_the_kept_copy_of_the_vectors_is_chromas_and_a_stale_one_is_not_used(fre
 
 # --------------------------------------------------------------------------- scope metadata
 def test_scope_keys_are_chroma_metadata_for_stage2_lookups(demo_store):
-    collection = demo_store.dense.collection
+    collection = chroma_collection(demo_store)
     got = collection.get(where={"cve_id": "CVE-2099-10001"}, include=["metadatas"])
     assert sorted(got["ids"]) == sorted([LODASH_DISCLOSURE, LODASH_PATCH])
     meta = dict(zip(got["ids"], got["metadatas"]))
@@ -581,9 +595,12 @@ def test_lexical_search_equals_a_full_sort_of_positive_scores(backend):
     words = ["alpha", "beta", "gamma", "delta", "the"]
 
     @settings(max_examples=80, deadline=None)
-    @given(texts=st.lists(st.lists(st.sampled_from(words), max_size=6).map(" ".join), min_size=1, max_size=40),
-           query=st.lists(st.sampled_from(words + ["zeta"]), min_size=1, max_size=3).map(" ".join),
-           k=st.integers(1, 12), seed=st.integers(0, 2**16))
+    @given(
+        texts=st.lists(st.lists(st.sampled_from(words), max_size=6).map(" ".join), min_size=1, max_size=40),
+        query=st.lists(st.sampled_from(words + ["zeta"]), min_size=1, max_size=3).map(" ".join),
+        k=st.integers(1, 12),
+        seed=st.integers(0, 2**16),
+    )
     def check(texts, query, k, seed):
         index = make_lexical_index(backend)
         index.build([f"d{i}" for i in range(len(texts))], texts)
@@ -599,19 +616,23 @@ def test_lexical_search_equals_a_full_sort_of_positive_scores(backend):
 def test_reingest_after_a_crash_between_vectors_and_records_clears_stale_metadata(tmp_path, security_policy, embedder):
     path = tmp_path / "store"
     store = CARStore.open(path, security_policy, embedder=embedder)
-    record = {"doc_id": "adv-1", "text": "Heap overflow in the parser.", "doc_type": "vulnerability_disclosure",
-              "scope": {"package": "parsekit", "cve_id": "CVE-2099-40001"}}
+    record: dict[str, Any] = {
+        "doc_id": "adv-1",
+        "text": "Heap overflow in the parser.",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "parsekit", "cve_id": "CVE-2099-40001"},
+    }
     # The vectors of a first version were written, then the process died before the records
     # table was: Chroma holds the id with scope keys the record (as re-sent) no longer has.
     stale = {**chroma_metadata(Record(**record)), "cve_id": "CVE-2099-49999", "component": "lexer"}
-    store.dense.collection.add(ids=["adv-1"], embeddings=embedder.encode(["x"]), documents=["x"], metadatas=[stale])
+    chroma_collection(store).add(ids=["adv-1"], embeddings=embedder.encode(["x"]), documents=["x"], metadatas=[stale])
     store.close()
 
     reopened = CARStore.open(path, embedder=embedder)
     assert reopened.ingest([record], progress=False).added == ["adv-1"]
-    meta = reopened.dense.collection.get(ids=["adv-1"], include=["metadatas"])["metadatas"][0]
+    meta = chroma_collection(reopened).get(ids=["adv-1"], include=["metadatas"])["metadatas"][0]
     assert meta == chroma_metadata(reopened.get("adv-1"))
-    assert reopened.dense.collection.get(where={"component": "lexer"}, include=[])["ids"] == []
+    assert chroma_collection(reopened).get(where={"component": "lexer"}, include=[])["ids"] == []
     reopened.close()
 
 
@@ -634,8 +655,10 @@ def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, sec
     import sqlite3
 
     store = CARStore.open(tmp_path / "s", security_policy, embedder=embedder)
-    store.ingest([{"doc_id": "old", "text": "x", "doc_type": "vulnerability_disclosure", "scope": {"package": "p", "cve_id": "CVE-1"}}],
-                 progress=False)
+    store.ingest(
+        [{"doc_id": "old", "text": "x", "doc_type": "vulnerability_disclosure", "scope": {"package": "p", "cve_id": "CVE-1"}}],
+        progress=False,
+    )
     store.close()
     # As if written before empty scope values were rejected.
     db = sqlite3.connect(tmp_path / "s" / "records.sqlite")
@@ -649,10 +672,14 @@ def test_a_stored_record_that_no_longer_validates_is_named_on_open(tmp_path, sec
 
 
 # --------------------------------------------------------------------------- edge confidence
-WEAK = [
+WEAK: list[dict[str, Any]] = [
     {"doc_id": "memo-1", "text": "The first travel memo.", "doc_type": "memo"},
-    {"doc_id": "memo-2", "text": "A later travel memo.", "doc_type": "memo",
-     "supersedes": [{"id": "memo-1", "confidence": 0.35}]},
+    {
+        "doc_id": "memo-2",
+        "text": "A later travel memo.",
+        "doc_type": "memo",
+        "supersedes": [{"id": "memo-1", "confidence": 0.35}],
+    },
 ]
 
 
@@ -697,15 +724,30 @@ def test_disputed_pairs_are_persisted_and_read_back(tmp_path, embedder):
 
     policy = load_policy("legal-precedent")
     rulings = [
-        {"doc_id": "supreme-2001", "text": "The supreme court holds X.", "doc_type": "ruling", "published_at": "2001-01-01",
-         "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "supreme"}},
-        {"doc_id": "district-2010", "text": "The district court overrules X.", "doc_type": "overruling",
-         "published_at": "2010-01-01", "scope": {"case": "c1", "question_id": "Q1"}, "metadata": {"court_level": "district"}},
+        {
+            "doc_id": "supreme-2001",
+            "text": "The supreme court holds X.",
+            "doc_type": "ruling",
+            "published_at": "2001-01-01",
+            "scope": {"case": "c1", "question_id": "Q1"},
+            "metadata": {"court_level": "supreme"},
+        },
+        {
+            "doc_id": "district-2010",
+            "text": "The district court overrules X.",
+            "doc_type": "overruling",
+            "published_at": "2010-01-01",
+            "scope": {"case": "c1", "question_id": "Q1"},
+            "metadata": {"court_level": "district"},
+        },
     ]
     with CARStore.open(tmp_path / "store", policy, embedder=embedder) as store:
         store.ingest(rulings, progress=False)
         disputed = sorted(store.graph.disputed_edges(), key=lambda e: e.superseder)
-        assert [(e.superseder, e.target) for e in disputed] == [("district-2010", "supreme-2001"), ("supreme-2001", "district-2010")]
+        assert [(e.superseder, e.target) for e in disputed] == [
+            ("district-2010", "supreme-2001"),
+            ("supreme-2001", "district-2010"),
+        ]
     with CARStore.open(tmp_path / "store", embedder=embedder) as reopened:
         assert sorted(reopened.graph.disputed_edges(), key=lambda e: e.superseder) == disputed
         assert reopened.graph.edges() == []

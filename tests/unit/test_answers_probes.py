@@ -4,9 +4,9 @@ right or as confidently wrong, wherever labels are counted."""
 
 from __future__ import annotations
 
-import classifier_agreement as agreement  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
+import classifier_agreement as agreement  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag.eval.answers import LABELS, NOT_CONFIDENT, STATUS_LABELS, classify, labels_for
 
 SUITES = agreement.PROBE_SUITES

@@ -11,15 +11,36 @@ from car_rag.policy import Policy
 
 SECURITY = ClaimReader(Policy(name="t", scope_keys=("s",), vocabulary=("security",)))
 # drug-like states without claims or terms: the label is the only word for each
-LABELS_ONLY = ClaimReader(Policy(name="t", scope_keys=("s",), states={
-    "recalled": {"doc_types": ["recall"], "label": "recalled"},
-    "approved": {"doc_types": ["drug_label"], "label": "approved", "opposite": "recalled"},
-}))
+LABELS_ONLY = ClaimReader(
+    Policy.model_validate(
+        dict(
+            name="t",
+            scope_keys=("s",),
+            states={
+                "recalled": {"doc_types": ["recall"], "label": "recalled"},
+                "approved": {"doc_types": ["drug_label"], "label": "approved", "opposite": "recalled"},
+            },
+        )
+    )
+)
 # a state with claims of its own and no terms: its label is neither a claim nor a term
-CLAIMS_ONLY = ClaimReader(Policy(name="t", scope_keys=("s",), states={
-    "approved": {"doc_types": ["drug_label"], "label": "approved", "claims": [r"\bstill approved\b"], "opposite": "recalled"},
-    "recalled": {"doc_types": ["recall"], "label": "recalled"},
-}))
+CLAIMS_ONLY = ClaimReader(
+    Policy.model_validate(
+        dict(
+            name="t",
+            scope_keys=("s",),
+            states={
+                "approved": {
+                    "doc_types": ["drug_label"],
+                    "label": "approved",
+                    "claims": [r"\bstill approved\b"],
+                    "opposite": "recalled",
+                },
+                "recalled": {"doc_types": ["recall"], "label": "recalled"},
+            },
+        )
+    )
+)
 
 
 def _reads(reader: ClaimReader, text: str) -> tuple[list[str], str | None, list[tuple[str, str]]]:
@@ -68,11 +89,14 @@ def test_a_state_with_claims_is_not_also_claimed_or_denied_by_its_label() -> Non
 
 def test_first_is_the_first_claim_asserting_that_state() -> None:
     reading = SECURITY.read("It remains vulnerable. It has been fixed in 2.4.")
-    assert (reading.first("patched").text, reading.first("vulnerable").text) == ("has been fixed", "remains vulnerable")
+    patched, vulnerable = reading.first("patched"), reading.first("vulnerable")
+    assert patched is not None and vulnerable is not None
+    assert (patched.text, vulnerable.text) == ("has been fixed", "remains vulnerable")
     assert reading.first("recalled") is None
     denial = SECURITY.read("It has not been fixed.")
     assert denial.first("patched") is None  # denied, not asserted
-    assert denial.first("vulnerable").rule == "denied-term of patched"
+    denied = denial.first("vulnerable")
+    assert denied is not None and denied.rule == "denied-term of patched"
 
 
 def test_blank_lines_are_not_sentences() -> None:

@@ -113,8 +113,13 @@ EXAMPLES: dict[tuple[str, str, str, int], tuple[str, str]] = {
 
 
 def _patterns() -> list[tuple[str, str, str, int]]:
-    return [(v, s, kind, i) for v, states in VOCABULARIES.items() for s, state in states.items()
-            for kind in ("claims", "terms") for i in range(len(state.get(kind, [])))]
+    return [
+        (v, s, kind, i)
+        for v, states in VOCABULARIES.items()
+        for s, state in states.items()
+        for kind in ("claims", "terms")
+        for i in range(len(state.get(kind, [])))
+    ]
 
 
 def test_every_pattern_has_an_example() -> None:
@@ -135,7 +140,11 @@ def test_pattern_example(key: tuple[str, str, str, int]) -> None:
     ("answer", "gold", "label"),
     [
         # precedence: an exception overrides a restriction, a restriction voids a pre-clearance
-        ("Yes. The pre-clearance is still active and the trade is compliant under an emergency exception.", "compliant", "correct"),
+        (
+            "Yes. The pre-clearance is still active and the trade is compliant under an emergency exception.",
+            "compliant",
+            "correct",
+        ),
         ("The pre-clearance was revoked; the trade is permitted under the emergency exception.", "compliant", "correct"),
         ("The pre-clearance is still valid, but a blackout is in effect.", "non_compliant", "correct"),
         ("Yes, the employee may trade. The trade is compliant under an exception.", "active", "confident_wrong"),

@@ -22,4 +22,6 @@ def test_agreement_not_below_the_committed_figure(entry, corpora, monkeypatch):
     rows = compare(answers, ROOT / "evals" / "labels" / entry["labels"], entry["suite"])
     agree = sum(hand["label"] == auto.label for _, hand, auto in rows)
     assert len(rows) == entry["of"]
-    assert agree >= entry["agree"], [(a["id"], a["retrieval"], h["label"], c.label, c.reason) for a, h, c in rows if h["label"] != c.label]
+    assert agree >= entry["agree"], [
+        (a["id"], a["retrieval"], h["label"], c.label, c.reason) for a, h, c in rows if h["label"] != c.label
+    ]

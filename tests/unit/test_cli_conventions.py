@@ -72,8 +72,19 @@ def test_a_closed_stdout_ends_quietly() -> None:
 def test_every_option_has_help_with_its_default_and_every_command_an_example() -> None:
     parser = build_parser()
     commands = _subparsers(parser)
-    assert set(commands) == {"ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "report", "fanin", "postgres",
-                             "policies"}
+    assert set(commands) == {
+        "ingest",
+        "query",
+        "serve",
+        "demo",
+        "bench",
+        "eval-llm",
+        "guard",
+        "report",
+        "fanin",
+        "postgres",
+        "policies",
+    }
     nested = {f"{name} {action}": parser for name, sub in commands.items() for action, parser in _subcommands(sub).items()}
     assert set(nested) == {"postgres start", "postgres stop", "postgres status"}
     for name, sub in {"": parser, **commands, **nested}.items():

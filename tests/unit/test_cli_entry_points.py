@@ -31,17 +31,20 @@ def test_pyproject_declares_each_harness_command_as_a_command_of_that_name() -> 
 def test_the_installed_entry_points_are_the_declared_ones() -> None:
     installed = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=parser.ENTRY_POINTS)}
     assert installed == DECLARED[parser.ENTRY_POINTS], (
-        "the installed car-rag's metadata is not this pyproject.toml's: pip install --no-deps -e . again")
+        "the installed car-rag's metadata is not this pyproject.toml's: pip install --no-deps -e . again"
+    )
 
 
 def test_no_core_module_names_a_harness_module() -> None:
     """import-linter sees imports; a module path in a string (importlib.import_module("car_rag_evals.x"))
     it does not: none in car_rag."""
     harness_path = re.compile(r"^car_rag_evals(\.\w+)+(:\w+)?$")
-    named = [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}"
-             for path in sorted((ROOT / "car_rag").rglob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-             if isinstance(node, ast.Constant) and isinstance(node.value, str) and harness_path.match(node.value)]
+    named = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}"
+        for path in sorted((ROOT / "car_rag").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and harness_path.match(node.value)
+    ]
     assert not named, named
 
 
@@ -54,5 +57,7 @@ def test_a_harness_command_without_its_entry_point_says_what_to_install(monkeypa
     assert main([command, "--suite", "ghsa-freeform", "RUN_DIR", "--help"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == (f"car-rag {command}: error: this command runs the evaluation harness (the car_rag_evals "
-                            f"package), which is not installed: pip install 'car-rag[{extra}]'\n")
+    assert captured.err == (
+        f"car-rag {command}: error: this command runs the evaluation harness (the car_rag_evals "
+        f"package), which is not installed: pip install 'car-rag[{extra}]'\n"
+    )

@@ -36,14 +36,22 @@ def shown_help(action: argparse.Action) -> str:
     return (_Formatter("car-rag")._get_help_string(action) or "") % {"default": action.default, "prog": "car-rag"}
 
 
-FLAGS = [(f"{name} {'/'.join(a.option_strings)}", a) for name, p in parsers() for a in p._actions
-         if a.option_strings and a.nargs == 0 and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]
+FLAGS = [
+    (f"{name} {'/'.join(a.option_strings)}", a)
+    for name, p in parsers()
+    for a in p._actions
+    if a.option_strings and a.nargs == 0 and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))
+]
 
 
 def test_the_walk_finds_the_boolean_flags():
     names = {name for name, _ in FLAGS}
-    assert {"car-rag query --no-latent-scope", "car-rag serve --no-latent-scope", "car-rag report --no-evidence",
-            "car-rag ingest --strict"} <= names
+    assert {
+        "car-rag query --no-latent-scope",
+        "car-rag serve --no-latent-scope",
+        "car-rag report --no-evidence",
+        "car-rag ingest --strict",
+    } <= names
     assert any(isinstance(a, argparse._StoreFalseAction) for _, a in FLAGS)
 
 
@@ -73,8 +81,11 @@ def test_an_option_with_a_value_says_its_default_once():
 # audit form (and the reader-first form's markup), never the default.
 def unqualified_xml(text: str) -> list[str]:
     """Each mention of XML not said to be the audit form (the word "audit" just before it)."""
-    return [text[max(0, m.start() - 60): m.end() + 20] for m in re.finditer(r"\bXML\b", text)
-            if "audit" not in text[max(0, m.start() - 40): m.start()].lower()]
+    return [
+        text[max(0, m.start() - 60) : m.end() + 20]
+        for m in re.finditer(r"\bXML\b", text)
+        if "audit" not in text[max(0, m.start() - 40) : m.start()].lower()
+    ]
 
 
 def test_the_check_catches_the_old_wording():
@@ -90,8 +101,9 @@ def test_no_help_text_calls_the_evidence_xml_unless_it_is_the_audit_form():
     assert "plain: what an LLM reads by default (the records as numbered plain documents)" in query
 
 
-@pytest.mark.parametrize("path", sorted([*ROOT.glob("integrations/*/README.md"), *ROOT.glob("examples/*.py")]),
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", sorted([*ROOT.glob("integrations/*/README.md"), *ROOT.glob("examples/*.py")]), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_integration_readmes_and_examples_do_not_call_the_default_evidence_xml(path):
     text = " ".join(path.read_text(encoding="utf-8").split())
     assert not unqualified_xml(text), unqualified_xml(text)

@@ -18,20 +18,33 @@ from car_rag.layout import RecordLayout
 from car_rag.policy import PolicyError, _parse
 from car_rag.records import Record, parse_records
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, resolve_authority
-from helpers_records import rec
+from helpers_records import rec, retrieved
 
 SETTINGS = settings(
-    max_examples=int(os.environ.get("CAR_PROPERTY_EXAMPLES", "300")), deadline=None,
+    max_examples=int(os.environ.get("CAR_PROPERTY_EXAMPLES", "300")),
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TOPIC = {"topic": "t1"}
 
 
 def _policy(confidence: float = 1.0) -> Policy:
-    return Policy(
-        name="notes", scope_keys=("topic",),
-        rules=({"name": "later_note", "trigger": "note", "target": "note", "within": ("topic",), "order": "later",
-                "confidence": confidence, "verb": "replaces"},),
+    return Policy.model_validate(
+        dict(
+            name="notes",
+            scope_keys=("topic",),
+            rules=(
+                {
+                    "name": "later_note",
+                    "trigger": "note",
+                    "target": "note",
+                    "within": ("topic",),
+                    "order": "later",
+                    "confidence": confidence,
+                    "verb": "replaces",
+                },
+            ),
+        )
     )
 
 
@@ -159,21 +172,24 @@ def test_dict_store_takes_min_confidence_and_rebuilds_contested_records_from_ann
 
     records = [rec("a", at=1), rec("b", at=2, supersedes=[{"id": "a", "confidence": 0.6}])]
     store = DictStore.of(records)
-    assert store.resolve(_policy(), "q", ["a"]).get("a").status == "superseded"
+    assert retrieved(store.resolve(_policy(), "q", ["a"]), "a").status == "superseded"
     result = store.resolve(_policy(), "q", ["a"], min_confidence=0.7)
-    assert result.get("a").contested_by == [Edge("b", "a", "explicit", 0.6)]
-    rebuilt = result_from_annotations(
-        [(r.record, annotations_for(r, result)) for r in result], query="q", policy=_policy()
-    )
-    assert rebuilt.get("a").contested_by == result.get("a").contested_by
+    assert retrieved(result, "a").contested_by == [Edge("b", "a", "explicit", 0.6)]
+    rebuilt = result_from_annotations([(r.record, annotations_for(r, result)) for r in result], query="q", policy=_policy())
+    assert retrieved(rebuilt, "a").contested_by == retrieved(result, "a").contested_by
 
 
 # --------------------------------------------------------------------------- evidence
 def _contested_result():
     records = [
         rec("ruling-2001", "ruling", at=1, text="The 2001 ruling holds X."),
-        rec("ruling-2010", "ruling", at=2, text="The 2010 ruling questions X.",
-            supersedes=[{"id": "ruling-2001", "confidence": 0.6}]),
+        rec(
+            "ruling-2010",
+            "ruling",
+            at=2,
+            text="The 2010 ruling questions X.",
+            supersedes=[{"id": "ruling-2001", "confidence": 0.6}],
+        ),
     ]
     return _resolve(records, _policy(), ["ruling-2001"], tau=0.7)
 
@@ -221,8 +237,14 @@ def weighted_corpora(draw, certain: bool = False):
         targets = draw(st.lists(st.integers(0, max(i - 1, 0)), max_size=2, unique=True)) if i else []
         entries = [{"id": f"n{t}", "confidence": draw(pick)} for t in targets]
         # dates rise with the index, as explicit edges do: rules and edges never disagree into a cycle
-        records.append(rec(f"n{i}", at=draw(st.sampled_from([None, i])),
-                           scope={"topic": draw(st.sampled_from(["t1", "t2"]))}, supersedes=entries))
+        records.append(
+            rec(
+                f"n{i}",
+                at=draw(st.sampled_from([None, i])),
+                scope={"topic": draw(st.sampled_from(["t1", "t2"]))},
+                supersedes=entries,
+            )
+        )
     anchors = draw(st.lists(st.sampled_from([r.doc_id for r in records]), min_size=1, max_size=3, unique=True))
     return records, draw(pick), anchors
 

@@ -11,14 +11,13 @@ import json
 import re
 
 import pytest
-from fake_openai import FakeOpenAIServer
 
 from car_rag import Policy, PolicyError, builtin_policies, load_policy
 from car_rag.adapters import DictStore, RecordLayout
-from car_rag.extractors import ScopeExtractor
-from car_rag.extractors import missing_scope
+from car_rag.extractors import ScopeExtractor, missing_scope
 from car_rag.policy import RecordScope
-from helpers_records import rec
+from fake_openai import FakeOpenAIServer
+from helpers_records import rec, retrieved
 
 POLICY_TOML = """
 name = "advisories"
@@ -139,7 +138,8 @@ def test_metadata_fields_are_tried_before_patterns(tmp_path):
 def test_a_metadata_value_that_is_not_one_identifier_rejects_that_record_only(policy):
     done = ScopeExtractor(policy).fill(
         [release("bad", metadata={"pkg": ["lodash", "underscore"]}), release("good", metadata={"pkg": "lodash"})],
-        source="corpus.jsonl", lines={"bad": 7},
+        source="corpus.jsonl",
+        lines={"bad": 7},
     )
     assert [r.doc_id for r in done.records] == ["good"]
     (error,) = done.errors
@@ -180,10 +180,11 @@ def test_missing_scope_is_reported_per_rule_for_the_types_it_concerns(policy):
 def _user_items(with_names: dict[str, str]) -> dict[str, tuple[dict, str]]:
     """Metadata as a framework user writes it: their own names, no car_* keys."""
     return {
-        "d1": ({"doc_id": "d1", "doc_type": "vulnerability_disclosure", "published_at": "2024-01-01", **with_names},
-               "CVE-2099-0001: prototype pollution in merge."),
-        "r1": ({"doc_id": "r1", "doc_type": "patch_release", "published_at": "2024-02-01", **with_names},
-               "Release 4.17.99."),
+        "d1": (
+            {"doc_id": "d1", "doc_type": "vulnerability_disclosure", "published_at": "2024-01-01", **with_names},
+            "CVE-2099-0001: prototype pollution in merge.",
+        ),
+        "r1": ({"doc_id": "r1", "doc_type": "patch_release", "published_at": "2024-02-01", **with_names}, "Release 4.17.99."),
     }
 
 
@@ -201,7 +202,7 @@ def test_stage2_finds_superseders_stored_under_the_frameworks_metadata_names(tmp
     unmapped = load_policy(write_policy(tmp_path, "", "plain.toml"))
     result = DictStore(_user_items(names)).resolve(mapped, "Is merge still polluting prototypes?", ["d1"])
     assert [(r.doc_id, r.status) for r in result] == [("r1", "active"), ("d1", "superseded")]
-    assert result.get("d1").voided_by[0].rule == "patch_fixes_disclosure"
+    assert retrieved(result, "d1").voided_by[0].rule == "patch_fixes_disclosure"
     # Without the mapping the same store looks like records with no scope: nothing voids the disclosure.
     result = DictStore(_user_items(names)).resolve(unmapped, "Is merge still polluting prototypes?", ["d1"])
     assert [(r.doc_id, r.status) for r in result] == [("d1", "active")]
@@ -238,12 +239,16 @@ def test_the_llm_fills_only_the_keys_still_missing_validated_and_cached(tmp_path
     with FakeOpenAIServer(answer=packages) as server:
         policy = llm_policy(tmp_path, server)
         cache = tmp_path / "cache"
-        records = [disclosure(text="CVE-2099-0001: prototype pollution in lodash merge."),
-                   release(text="Release 4.17.99 in lodash fixes CVE-2099-0001.", scope={"package": "own"})]
+        records = [
+            disclosure(text="CVE-2099-0001: prototype pollution in lodash merge."),
+            release(text="Release 4.17.99 in lodash fixes CVE-2099-0001.", scope={"package": "own"}),
+        ]
         done = ScopeExtractor(policy, cache_dir=cache).fill(records)
         assert done.errors == []
-        assert [r.scope for r in done.records] == [{"cve_id": "CVE-2099-0001", "package": "lodash"},
-                                                   {"package": "own", "cve_id": "CVE-2099-0001"}]
+        assert [r.scope for r in done.records] == [
+            {"cve_id": "CVE-2099-0001", "package": "lodash"},
+            {"package": "own", "cve_id": "CVE-2099-0001"},
+        ]
         assert done.filled == {"patterns": 2, "llm": 1}
         (request,) = server.requests  # the record with its own package asked nothing
         assert request["model"] == "fake-scope-model" and request["temperature"] == 0

@@ -17,7 +17,8 @@ HEAVY = ("torch", "chromadb", "sentence_transformers", "transformers", "matplotl
 
 def test_import_car_rag_loads_no_heavy_dependency() -> None:
     code = (
-        "import sys, car_rag, car_rag.guard, car_rag.evidence.reader, car_rag.evidence.audit, car_rag.evidence.render, car_rag.claims; "
+        "import sys, car_rag, car_rag.guard, car_rag.evidence.reader, car_rag.evidence.audit, car_rag.evidence.render, "
+        "car_rag.claims; "
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -39,8 +40,11 @@ def test_only_car_rag_postgres_requires_the_postgres_extra() -> None:
         for folder in ("car_rag", "car_rag_evals")
         for path in sorted((root / folder).rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require" and len(node.args) > 1
-        and isinstance(node.args[1], ast.Constant) and node.args[1].value == "postgres"
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "require"
+        and len(node.args) > 1
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value == "postgres"
     ]
     assert calls and all(path.startswith("car_rag/postgres/") for path in calls), calls
 

@@ -4,6 +4,8 @@ fan-in, and the recall-correctness correlation with its bootstrap interval."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
+from typing import Any
 
 from car_rag.queries import Query
 from car_rag_evals.fanin import evidence_scores, fanin_table, reader_diagnostics, recall_correctness
@@ -23,7 +25,10 @@ def test_recall_and_precision_count_the_whole_chain():
 
 
 def test_table_groups_by_fan_in_per_system():
-    shown = {"sys": {"t0": ["a", "x"], "t1": ["b2"], "t2": ["c", "c2", "c3"]}, "other": {"t1": ["b", "b2"]}}
+    shown: dict[str, dict[str, Sequence[str]]] = {
+        "sys": {"t0": ["a", "x"], "t1": ["b2"], "t2": ["c", "c2", "c3"]},
+        "other": {"t1": ["b", "b2"]},
+    }
     table = fanin_table(shown, [T0, T1, T2])
     assert table["sys"]["1"]["recall"] == 1.0 and table["sys"]["1"]["precision"] == 0.5
     assert table["sys"]["2"]["recall"] == 0.5 and table["sys"]["2"]["complete"]["successes"] == 0
@@ -42,7 +47,7 @@ def test_correlation_matches_pearson_and_its_interval_holds_it():
 
 
 def test_reader_diagnostics_pool_conditions_and_skip_unlabelled():
-    answers = [
+    answers: list[dict[str, Any]] = [
         {"query_id": "t1", "condition": "a", "context_doc_ids": ["b", "b2"], "label": "correct"},
         {"query_id": "t1", "condition": "b", "context_doc_ids": ["x"], "label": "confident_wrong"},
         {"query_id": "t2", "condition": "a", "context_doc_ids": ["c3"], "label": "uncertain"},

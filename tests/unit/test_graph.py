@@ -266,9 +266,7 @@ def test_sec_r10_policy_update_voids_every_earlier_acknowledgement():
     assert not graph.is_superseded("ack-late") and not graph.is_superseded("ack-undated")
     # a later update voids the acknowledgements that came after the first one, not the update itself
     graph.add(rec("upd2", "policy_update", at=10))
-    assert {e.target for e in graph.superseded_by("upd2")} == {
-        "ack-alice", "ack-bob", "ack-noscope", "ack-backdated", "ack-late"
-    }
+    assert {e.target for e in graph.superseded_by("upd2")} == {"ack-alice", "ack-bob", "ack-noscope", "ack-backdated", "ack-late"}
     assert not graph.is_superseded("upd")
     ids = {"ack-alice", "ack-late", "upd", "upd2"}
     assert graph.frontier(ids) == {"upd", "upd2"}
@@ -493,9 +491,7 @@ def test_lookup_returns_records_oldest_first():
     graph.add(rec("eff", "note", at=40, effective_at=rec("t", at=10).published_at, scope=s))
     graph.add(rec("elsewhere", "patch_release", at=5, scope={"package": "lodash", "cve_id": "CVE-2020-8203"}))
     assert [r.doc_id for r in graph.lookup(s)] == ["undated", "d", "eff", "p2a", "p2b", "p3"]
-    assert [r.doc_id for r in graph.lookup({"package": "lodash"})] == [
-        "undated", "d", "elsewhere", "eff", "p2a", "p2b", "p3"
-    ]
+    assert [r.doc_id for r in graph.lookup({"package": "lodash"})] == ["undated", "d", "elsewhere", "eff", "p2a", "p2b", "p3"]
     assert graph.lookup({"package": "react"}) == []
     assert graph.lookup({}) == []
     assert [r.doc_id for r in graph.scope_bucket(graph.records["d"])] == ["undated", "d", "eff", "p2a", "p2b", "p3"]

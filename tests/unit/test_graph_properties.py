@@ -30,7 +30,8 @@ VERSIONS = [
 # 300 examples per property under `make test`; `make test-fast` asks for fewer (the same
 # properties, a smaller sample) to keep the unit tier quick while editing.
 SETTINGS = settings(
-    max_examples=int(os.environ.get("CAR_PROPERTY_EXAMPLES", "300")), deadline=None,
+    max_examples=int(os.environ.get("CAR_PROPERTY_EXAMPLES", "300")),
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 

@@ -4,8 +4,8 @@ what it must leave alone, and bad input. No model, no vector store (fast tier)."
 from __future__ import annotations
 
 import pytest
-from authority_fixtures import SCENARIOS, authority_result
 
+from authority_fixtures import SCENARIOS, authority_result
 from car_rag.guard import GuardReport, check_answer, repair_messages
 from car_rag.policy import load_policy
 
@@ -75,10 +75,16 @@ def test_policy_without_states_still_guards_citations_and_versions() -> None:
     assert plain.judged and not plain.flagged
 
 
-@pytest.mark.parametrize("answer, reason", [
-    ("", "empty"), ("   \n", "empty"), (None, "not text"), (42, "not text"),
-    ("La vulnerabilidad todavía no está corregida en ninguna versión publicada.", "English"),
-])
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        ("", "empty"),
+        ("   \n", "empty"),
+        (None, "not text"),
+        (42, "not text"),
+        ("La vulnerabilidad todavía no está corregida en ninguna versión publicada.", "English"),
+    ],
+)
 def test_cannot_judge_instead_of_raising(answer: object, reason: str) -> None:
     report = _guard("security-advisory", answer)
     assert not report.judged and reason in report.reason and not report.flagged

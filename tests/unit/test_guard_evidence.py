@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from authority_fixtures import authority_result
 
+from authority_fixtures import authority_result
 from car_rag.ambiguity import Ambiguity, AmbiguousScope
 from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph
 from car_rag.guard import GuardReport, check_answer, scope_evidence, seen_evidence
+from car_rag.guard.evidence import Numbering
 from car_rag.policy import load_policy
 from car_rag.records import Record
 from car_rag.resolution import RetrievalResult
@@ -22,8 +23,13 @@ ELECTRON = {"package": "electron", "cve_id": "CVE-2026-34768"}
 
 
 def _release(version: str, day: str, note: str = "Quoted the executable path written by setLoginItemSettings.") -> dict[str, Any]:
-    return {"doc_id": f"rel-{version}", "doc_type": "patch_release", "scope": ELECTRON, "published_at": f"2026-{day}",
-            "text": f"# Release Notes for v{version}\n\n## Fixes\n\n* {note}"}
+    return {
+        "doc_id": f"rel-{version}",
+        "doc_type": "patch_release",
+        "scope": ELECTRON,
+        "published_at": f"2026-{day}",
+        "text": f"# Release Notes for v{version}\n\n## Fixes\n\n* {note}",
+    }
 
 
 # One advisory fixed on four release lines (the real GHSA-jfqx-fxh3-c62j lists 41.0.0-beta.8,
@@ -31,16 +37,26 @@ def _release(version: str, day: str, note: str = "Quoted the executable path wri
 # affected range and the fixed versions. The policy's later_patch rule makes every later
 # release replace the earlier ones; only 41.0.0-beta.8 is active.
 MULTI_BRANCH: list[dict[str, Any]] = [
-    {"doc_id": "disclosure", "doc_type": "vulnerability_disclosure", "scope": ELECTRON, "published_at": "2026-02-20",
-     "text": "### Impact\nOn Windows, app.setLoginItemSettings wrote the executable path unquoted.\n\n"
-             "### Affected versions\n* `40.7.0` and earlier\n\n"
-             "### Fixed Versions\n* `41.0.0-beta.8`\n* `40.8.0`\n* `39.8.1`\n* `38.8.6`\n"},
+    {
+        "doc_id": "disclosure",
+        "doc_type": "vulnerability_disclosure",
+        "scope": ELECTRON,
+        "published_at": "2026-02-20",
+        "text": "### Impact\nOn Windows, app.setLoginItemSettings wrote the executable path unquoted.\n\n"
+        "### Affected versions\n* `40.7.0` and earlier\n\n"
+        "### Fixed Versions\n* `41.0.0-beta.8`\n* `40.8.0`\n* `39.8.1`\n* `38.8.6`\n",
+    },
     _release("40.7.1", "02-25", "Partly quoted the executable path (incomplete)."),
     _release("39.8.1", "03-01"),
     _release("40.8.0", "03-05"),
     _release("41.0.0-beta.8", "03-10"),
-    {"doc_id": "minimist", "doc_type": "vulnerability_disclosure", "scope": {"package": "minimist", "cve_id": "CVE-2021-44906"},
-     "published_at": "2022-03-17", "text": "Prototype pollution in minimist. Affected versions: up to 1.2.5."},
+    {
+        "doc_id": "minimist",
+        "doc_type": "vulnerability_disclosure",
+        "scope": {"package": "minimist", "cve_id": "CVE-2021-44906"},
+        "published_at": "2022-03-17",
+        "text": "Prototype pollution in minimist. Affected versions: up to 1.2.5.",
+    },
 ]
 
 
@@ -92,18 +108,21 @@ def test_the_old_top_k_judgement_flagged_correct_branch_versions() -> None:
     assert _kinds(check_answer("Yes, it is patched in 40.8.0.", _rescan(["rel-41.0.0-beta.8"]))) == []
 
 
-@pytest.mark.parametrize("shown, answer, kinds", [
-    (["rel-40.8.0"], "Yes, it is patched in 40.8.0.", []),
-    (["disclosure"], "Yes, it is patched in 39.8.1.", []),  # the disclosure's fixed versions were shown
-    (["disclosure"], "Yes, it is patched in 38.8.6 and 41.0.0-beta.8.", []),
-    (["rel-39.8.1", "rel-40.8.0"], "Yes: 39.8.1 or 40.8.0, depending on your line.", []),
-    # the reader saw only 40.8.0: a version it could not have read is unknown, though the scope holds it
-    (["rel-40.8.0"], "Yes, it is patched in 39.8.1.", ["unknown_version"]),
-    # it saw only the incomplete fix; the guard knows 40.8.0 replaced it
-    (["rel-40.7.1"], "Yes, it is patched in 40.7.1.", ["superseded_version"]),
-    (["disclosure"], "Yes, it is patched in 40.7.0.", ["superseded_version"]),
-    (["rel-40.8.0"], "Yes, it is patched in 40.9.3.", ["unknown_version"]),
-])
+@pytest.mark.parametrize(
+    "shown, answer, kinds",
+    [
+        (["rel-40.8.0"], "Yes, it is patched in 40.8.0.", []),
+        (["disclosure"], "Yes, it is patched in 39.8.1.", []),  # the disclosure's fixed versions were shown
+        (["disclosure"], "Yes, it is patched in 38.8.6 and 41.0.0-beta.8.", []),
+        (["rel-39.8.1", "rel-40.8.0"], "Yes: 39.8.1 or 40.8.0, depending on your line.", []),
+        # the reader saw only 40.8.0: a version it could not have read is unknown, though the scope holds it
+        (["rel-40.8.0"], "Yes, it is patched in 39.8.1.", ["unknown_version"]),
+        # it saw only the incomplete fix; the guard knows 40.8.0 replaced it
+        (["rel-40.7.1"], "Yes, it is patched in 40.7.1.", ["superseded_version"]),
+        (["disclosure"], "Yes, it is patched in 40.7.0.", ["superseded_version"]),
+        (["rel-40.8.0"], "Yes, it is patched in 40.9.3.", ["unknown_version"]),
+    ],
+)
 def test_multi_branch_fix_versions_with_the_readers_evidence(shown: list[str], answer: str, kinds: list[str]) -> None:
     report = check_answer(answer, seen_evidence(_graph(MULTI_BRANCH), shown))
     assert _kinds(report) == kinds, report
@@ -119,7 +138,8 @@ def test_the_evidence_decides_what_is_known() -> None:
     assert _kinds(check_answer(answer, seen_evidence(_graph(MULTI_BRANCH), ["rel-40.8.0"], text=text))) == []
     # a re-retrieval with only the reader's text: the text alone decides the versions
     assert _kinds(check_answer(answer, _rescan(["rel-40.8.0"], text="[Document 1] Release Notes for v40.8.0"))) == [
-        "unknown_version"]
+        "unknown_version"
+    ]
 
 
 def test_a_stale_state_is_found_whether_or_not_the_reader_saw_the_controller() -> None:
@@ -143,9 +163,17 @@ def test_the_question_subject_comes_from_retrieval_when_the_reader_saw_another()
 
 
 def test_whole_scopes_are_caller_gated() -> None:
-    records = [*MULTI_BRANCH, {
-        "doc_id": "internal", "doc_type": "vulnerability_disclosure", "scope": ELECTRON, "published_at": "2026-02-21",
-        "tenant": "initech", "text": "### Internal note\nFixed in 40.8.5 (internal build)."}]
+    records = [
+        *MULTI_BRANCH,
+        {
+            "doc_id": "internal",
+            "doc_type": "vulnerability_disclosure",
+            "scope": ELECTRON,
+            "published_at": "2026-02-21",
+            "tenant": "initech",
+            "text": "### Internal note\nFixed in 40.8.5 (internal build).",
+        },
+    ]
     answer = "Yes, it is patched in 40.8.5."
     assert _kinds(check_answer(answer, _rescan(["rel-40.8.0"], records))) == []
     acme = CallerContext(tenant="acme")
@@ -156,6 +184,7 @@ def test_whole_scopes_are_caller_gated() -> None:
 
 
 # ---------------------------------------------------------------------------- citations
+
 
 def test_citations_follow_the_evidence_form() -> None:
     graph = _graph(MULTI_BRANCH)
@@ -186,9 +215,14 @@ def test_packet_forms_showed_the_replaced_records_as_provenance() -> None:
 
 def test_findings_cite_as_the_evidence_numbers() -> None:
     graph = _graph(MULTI_BRANCH)
-    for form, first, second in (("documents", "[Document 1]", "[Document 2]"), ("packets", "[EP-1]", "[EP-2]")):
-        (finding,) = check_answer("No, it is not patched.", seen_evidence(graph, ["disclosure", "rel-41.0.0-beta.8"],
-                                                                         form=form)).findings  # type: ignore[arg-type]
+    forms: tuple[tuple[Numbering, str, str], ...] = (
+        ("documents", "[Document 1]", "[Document 2]"),
+        ("packets", "[EP-1]", "[EP-2]"),
+    )
+    for form, first, second in forms:
+        (finding,) = check_answer(
+            "No, it is not patched.", seen_evidence(graph, ["disclosure", "rel-41.0.0-beta.8"], form=form)
+        ).findings
         assert first in finding.message and second in finding.message, finding.message
         other = "EP-" if form == "documents" else "Document"
         assert other not in finding.message
@@ -202,7 +236,6 @@ def test_a_plain_rendering_of_a_result_is_judged_by_document_numbers() -> None:
     report = check_answer("It remains vulnerable [Document 2].", result, policy, form="documents")
     assert _kinds(report) == ["stale_citation", "stale_state"]
     assert _kinds(check_answer("It is patched in 41.0.0-beta.8 [Document 1].", result, policy, form="documents")) == []
-
 
 
 @pytest.mark.parametrize("form, numbering", [("plain", "documents"), ("reader", "packets"), ("audit", "packets")])
@@ -219,7 +252,9 @@ def test_the_guard_takes_the_evidence_form_the_reader_was_shown(form: str, numbe
     with pytest.raises(ValueError, match="'plain', 'reader', 'audit'"):
         check_answer("It is patched.", result, policy, form="xml")  # type: ignore[arg-type]
 
+
 # ---------------------------------------------------------------------------- ambiguity
+
 
 def _puppet(n: int) -> dict[str, Any]:
     return {"package": "puppet", "cve_id": f"CVE-2024-0025{n}"}
@@ -227,22 +262,40 @@ def _puppet(n: int) -> dict[str, Any]:
 
 # Three advisories written alike; only the first was patched.
 PUPPET: list[dict[str, Any]] = [
-    {"doc_id": f"disc-{n}", "doc_type": "cve_disclosed", "scope": _puppet(n), "published_at": "2024-01-02",
-     "text": f"CVE-2024-0025{n} has been identified in puppet. The flaw permits XML external entity injection. "
-             "Affected versions: puppet up to and including 9.8. No patch is currently available."} for n in (1, 2, 3)
-] + [{"doc_id": "patch-1", "doc_type": "patch_released", "scope": _puppet(1), "published_at": "2024-01-20",
-      "text": "Release notice: the maintainer team has published version 35.1 as a maintenance update."}]
+    {
+        "doc_id": f"disc-{n}",
+        "doc_type": "cve_disclosed",
+        "scope": _puppet(n),
+        "published_at": "2024-01-02",
+        "text": f"CVE-2024-0025{n} has been identified in puppet. The flaw permits XML external entity injection. "
+        "Affected versions: puppet up to and including 9.8. No patch is currently available.",
+    }
+    for n in (1, 2, 3)
+] + [
+    {
+        "doc_id": "patch-1",
+        "doc_type": "patch_released",
+        "scope": _puppet(1),
+        "published_at": "2024-01-20",
+        "text": "Release notice: the maintainer team has published version 35.1 as a maintenance update.",
+    }
+]
 
-AMBIGUOUS = Ambiguity(3, {"patched": 1, "vulnerable": 2}, (
-    AmbiguousScope(_puppet(1), 0.34, "patched", ("patch-1",)),
-    AmbiguousScope(_puppet(2), 0.33, "vulnerable", ("disc-2",)),
-    AmbiguousScope(_puppet(3), 0.33, "vulnerable", ("disc-3",)),
-))
+AMBIGUOUS = Ambiguity(
+    3,
+    {"patched": 1, "vulnerable": 2},
+    (
+        AmbiguousScope(_puppet(1), 0.34, "patched", ("patch-1",)),
+        AmbiguousScope(_puppet(2), 0.33, "vulnerable", ("disc-2",)),
+        AmbiguousScope(_puppet(3), 0.33, "vulnerable", ("disc-3",)),
+    ),
+)
 
 
 def _puppet_result(ambiguity: Ambiguity | None) -> RetrievalResult:
-    result, _ = authority_result("security-advisory", PUPPET, ["disc-1", "disc-2", "disc-3"],
-                                 query="Has the XXE flaw in puppet been patched?")
+    result, _ = authority_result(
+        "security-advisory", PUPPET, ["disc-1", "disc-2", "disc-3"], query="Has the XXE flaw in puppet been patched?"
+    )
     result.ambiguity = ambiguity
     return result
 
@@ -288,6 +341,7 @@ def test_ambiguity_reaches_the_guard_with_the_readers_evidence() -> None:
 
 
 # ---------------------------------------------------------------------------- bad input
+
 
 def test_evidence_records_the_store_lacks_are_named() -> None:
     with pytest.raises(ValueError, match="'rel-9.9.9'"):

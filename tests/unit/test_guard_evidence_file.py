@@ -17,10 +17,14 @@ def _write(path: Path, *lines: object) -> Path:
     return path
 
 
-AMBIGUITY = {"scopes": 2, "states": {"patched": 1, "vulnerable": 1}, "members": [
-    {"scope": {"package": "puppet", "cve_id": "CVE-1"}, "probability": 0.5, "state": "patched", "controlling": ["p1"]},
-    {"scope": {"package": "puppet", "cve_id": "CVE-2"}, "probability": 0.5, "state": "vulnerable", "controlling": ["d2"]},
-]}
+AMBIGUITY = {
+    "scopes": 2,
+    "states": {"patched": 1, "vulnerable": 1},
+    "members": [
+        {"scope": {"package": "puppet", "cve_id": "CVE-1"}, "probability": 0.5, "state": "patched", "controlling": ["p1"]},
+        {"scope": {"package": "puppet", "cve_id": "CVE-2"}, "probability": 0.5, "state": "vulnerable", "controlling": ["d2"]},
+    ],
+}
 
 
 def test_every_evidence_shape_is_read(tmp_path: Path) -> None:
@@ -28,8 +32,11 @@ def test_every_evidence_shape_is_read(tmp_path: Path) -> None:
         tmp_path / "e.jsonl",
         {"query_id": "q1", "condition": "car-plain", "records": ["a", "b"]},
         # car-rag query --format json --with-text, with a query id: ranks number the records, texts were seen
-        {"query_id": "q2", "records": [{"rank": 1, "doc_id": "a", "text": "Release 1.2.3"}, {"rank": 3, "doc_id": "c"}],
-         "ambiguity": AMBIGUITY},
+        {
+            "query_id": "q2",
+            "records": [{"rank": 1, "doc_id": "a", "text": "Release 1.2.3"}, {"rank": 3, "doc_id": "c"}],
+            "ambiguity": AMBIGUITY,
+        },
         # an eval-llm answers.jsonl row is evidence as it stands
         {"query_id": "q3", "condition": "car-reader", "answer": "…", "label": "correct", "context_doc_ids": ["a"]},
         {"query_id": "q4", "condition": "x", "text": "[Document 1] (patch_release)\nRelease 1.2.3", "ambiguity": None},
@@ -45,28 +52,39 @@ def test_every_evidence_shape_is_read(tmp_path: Path) -> None:
     assert _form("dense", None) == "documents" and _form("car-xml", None) == "packets"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{not json", ":2: not JSON"),
-    ("[1, 2]", ":2: must be a JSON object"),
-    ({"condition": "dense", "records": ["a"]}, ":2: missing field 'query_id'"),
-    ({"query_id": 7, "records": ["a"]}, ":2: missing field 'query_id'"),
-    ({"query_id": "q", "condition": 3, "records": ["a"]}, ":2: 'condition' must be text"),
-    ({"query_id": "q"}, ":2: no evidence: give 'records', 'context_doc_ids' or 'text'"),
-    ({"query_id": "q", "records": "a"}, ":2: 'records' must be a list"),
-    ({"query_id": "q", "records": [{"rank": 1}]}, r":2: records\[0\]: must be a doc id or a record object with 'doc_id'"),
-    ({"query_id": "q", "records": [{"doc_id": "a", "rank": 0}]}, r":2: records\[0\].rank: must be a whole number >= 1"),
-    ({"query_id": "q", "records": [{"doc_id": "a", "rank": 1}, "b"]}, ":2: 'records': give 'rank' for every record or for none"),
-    ({"query_id": "q", "context_doc_ids": [None]}, r":2: context_doc_ids\[0\]"),
-    ({"query_id": "q", "text": 5}, ":2: 'text' must be the rendered evidence"),
-    ({"query_id": "q", "records": ["a"], "form": "xml"}, ":2: 'form' must be one of"),
-    ({"query_id": "q", "records": ["a"], "dated": "yes"}, ":2: 'dated' must be true or false"),
-    ({"query_id": "q", "records": ["a"], "ambiguity": {"scopes": 1, "states": {}}}, ":2: ambiguity.scopes"),
-    ({"query_id": "q", "records": ["a"], "ambiguity": {"scopes": 2, "states": {"patched": "one"}}}, ":2: ambiguity.states"),
-    ({"query_id": "q", "records": ["a"], "ambiguity": {"scopes": 2, "states": {}, "members": [{"scope": {}}]}},
-     r":2: ambiguity.members\[0\]"),
-    ({"query_id": "ok", "condition": "dense", "records": ["b"]}, ":2: a second evidence line for query 'ok', condition 'dense' "
-     r"\(first: line 1\)"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", ":2: not JSON"),
+        ("[1, 2]", ":2: must be a JSON object"),
+        ({"condition": "dense", "records": ["a"]}, ":2: missing field 'query_id'"),
+        ({"query_id": 7, "records": ["a"]}, ":2: missing field 'query_id'"),
+        ({"query_id": "q", "condition": 3, "records": ["a"]}, ":2: 'condition' must be text"),
+        ({"query_id": "q"}, ":2: no evidence: give 'records', 'context_doc_ids' or 'text'"),
+        ({"query_id": "q", "records": "a"}, ":2: 'records' must be a list"),
+        ({"query_id": "q", "records": [{"rank": 1}]}, r":2: records\[0\]: must be a doc id or a record object with 'doc_id'"),
+        ({"query_id": "q", "records": [{"doc_id": "a", "rank": 0}]}, r":2: records\[0\].rank: must be a whole number >= 1"),
+        (
+            {"query_id": "q", "records": [{"doc_id": "a", "rank": 1}, "b"]},
+            ":2: 'records': give 'rank' for every record or for none",
+        ),
+        ({"query_id": "q", "context_doc_ids": [None]}, r":2: context_doc_ids\[0\]"),
+        ({"query_id": "q", "text": 5}, ":2: 'text' must be the rendered evidence"),
+        ({"query_id": "q", "records": ["a"], "form": "xml"}, ":2: 'form' must be one of"),
+        ({"query_id": "q", "records": ["a"], "dated": "yes"}, ":2: 'dated' must be true or false"),
+        ({"query_id": "q", "records": ["a"], "ambiguity": {"scopes": 1, "states": {}}}, ":2: ambiguity.scopes"),
+        ({"query_id": "q", "records": ["a"], "ambiguity": {"scopes": 2, "states": {"patched": "one"}}}, ":2: ambiguity.states"),
+        (
+            {"query_id": "q", "records": ["a"], "ambiguity": {"scopes": 2, "states": {}, "members": [{"scope": {}}]}},
+            r":2: ambiguity.members\[0\]",
+        ),
+        (
+            {"query_id": "ok", "condition": "dense", "records": ["b"]},
+            ":2: a second evidence line for query 'ok', condition 'dense' "
+            r"\(first: line 1\)",
+        ),
+    ],
+)
 def test_bad_evidence_lines_are_named(tmp_path: Path, line: object, message: str) -> None:
     path = _write(tmp_path / "e.jsonl", {"query_id": "ok", "condition": "dense", "records": ["a"]}, line)
     with pytest.raises(ValueError, match=f"^{path}{message}"):
@@ -94,16 +112,34 @@ def _cli(tmp_path: Path, evidence: Path, capsys: pytest.CaptureFixture[str]) -> 
     corpus = _write(tmp_path / "c.jsonl", {"doc_id": "a", "text": "t", "doc_type": "vulnerability_disclosure"})
     queries = _write(tmp_path / "q.jsonl", {"query_id": "q1", "query": "Is it patched?", "gold_doc_ids": ["a"]})
     answers = _write(tmp_path / "a.jsonl", {"query_id": "q1", "condition": "dense", "answer": "Yes."})
-    code = main(["guard", "--corpus", str(corpus), "--queries", str(queries), "--policy", "security-advisory",
-                 "--answers", str(answers), "--evidence", str(evidence), "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "guard",
+            "--corpus",
+            str(corpus),
+            "--queries",
+            str(queries),
+            "--policy",
+            "security-advisory",
+            "--answers",
+            str(answers),
+            "--evidence",
+            str(evidence),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such file"),
-    ('{"query_id": "q1", "records": ["a"]}\n{oops\n', ":2: not JSON"),
-    ('{"records": ["a"]}\n', ":1: missing field 'query_id'"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ('{"query_id": "q1", "records": ["a"]}\n{oops\n', ":2: not JSON"),
+        ('{"records": ["a"]}\n', ":1: missing field 'query_id'"),
+    ],
+)
 def test_the_command_reports_bad_evidence_without_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
 ) -> None:

@@ -72,8 +72,9 @@ def test_a_line_separator_inside_a_string_does_not_end_the_line(tmp_path, loader
     """U+2028 is legal in a JSON string; str.splitlines() treats it as a line break."""
     good, _, _ = LOADERS[loader]
     path = tmp_path / "c.jsonl"
-    path.write_text("\ufeff" + good.replace("yes", "yes\u2028no").replace("Is it fixed?", "Is it\u2028fixed?") + "\n",
-                    encoding="utf-8")  # with a byte-order mark, as some editors write
+    path.write_text(
+        "\ufeff" + good.replace("yes", "yes\u2028no").replace("Is it fixed?", "Is it\u2028fixed?") + "\n", encoding="utf-8"
+    )  # with a byte-order mark, as some editors write
     loaded = load_queries(path) if loader == "queries" else read_answers(path)
     assert len(loaded) == 1
 

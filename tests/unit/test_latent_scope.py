@@ -21,13 +21,30 @@ ATTACK = "Prototype pollution in the merge function lets a remote attacker chang
 
 
 def disclosure(pkg: str, cve: str, **fields) -> Record:
-    return Record(doc_id=f"{pkg}-disclosure", text=ATTACK, doc_type="vulnerability_disclosure",
-                  scope={"package": pkg, "cve_id": cve}, published_at="2024-01-01", **fields)
+    return Record.model_validate(
+        dict(
+            doc_id=f"{pkg}-disclosure",
+            text=ATTACK,
+            doc_type="vulnerability_disclosure",
+            scope={"package": pkg, "cve_id": cve},
+            published_at="2024-01-01",
+            **fields,
+        )
+    )
 
 
 def patch(pkg: str, cve: str, **fields) -> Record:
-    return Record(doc_id=f"{pkg}-patch", text="Release 2.0.1: maintenance.", doc_type="patch_release",
-                  scope={"package": pkg, "cve_id": cve}, version="2.0.1", published_at="2024-02-01", **fields)
+    return Record.model_validate(
+        dict(
+            doc_id=f"{pkg}-patch",
+            text="Release 2.0.1: maintenance.",
+            doc_type="patch_release",
+            scope={"package": pkg, "cve_id": cve},
+            version="2.0.1",
+            published_at="2024-02-01",
+            **fields,
+        )
+    )
 
 
 def graph_of(*records: Record, policy: Policy = SEC) -> AuthorityGraph:
@@ -78,32 +95,45 @@ def test_two_named_scopes_share_the_probability_by_stage1_evidence():
     named = {"cve_id": ["CVE-2024-1001", "CVE-2024-1002"]}
     posterior = estimate_scope_posterior(hits(("alpha-disclosure", 0.6), ("beta-disclosure", 0.2)), TWO, SEC, named)
     alpha, beta = (posterior.probability(TWO.records[d]) for d in ("alpha-disclosure", "beta-disclosure"))
+    assert alpha is not None and beta is not None
     assert alpha + beta == pytest.approx(1.0)
     assert alpha > beta > 0
 
 
 FIN = Policy(
-    name="fin", scope_keys=("employee", "ticker"),
+    name="fin",
+    scope_keys=("employee", "ticker"),
     rules=(Rule(name="R1", trigger="blackout_announced", target="pre_clearance_approved", within=("employee", "ticker")),),
 )
 FIN_GRAPH = graph_of(
-    Record(doc_id="ok", text="Compliance approved EMP030-Harris's request to trade C.", doc_type="pre_clearance_approved",
-           scope={"employee": "EMP030-Harris", "ticker": "C"}),
-    Record(doc_id="other", text="Compliance approved EMP030-Harris's request to trade GE.",
-           doc_type="pre_clearance_approved", scope={"employee": "EMP030-Harris", "ticker": "GE"}),
+    Record(
+        doc_id="ok",
+        text="Compliance approved EMP030-Harris's request to trade C.",
+        doc_type="pre_clearance_approved",
+        scope={"employee": "EMP030-Harris", "ticker": "C"},
+    ),
+    Record(
+        doc_id="other",
+        text="Compliance approved EMP030-Harris's request to trade GE.",
+        doc_type="pre_clearance_approved",
+        scope={"employee": "EMP030-Harris", "ticker": "GE"},
+    ),
     policy=FIN,
 )
 
 
-@pytest.mark.parametrize(("question", "named"), [
-    ("Does EMP030-Harris's C transaction pass compliance review?", {"employee": ["EMP030-Harris"], "ticker": ["C"]}),
-    ("Is the C trade of EMP030-Harris still cleared?", {"employee": ["EMP030-Harris"], "ticker": ["C"]}),
-    ("Is the C trade still cleared?", {}),  # one key of two: not a scope, and would pull in every C record
-    ("Does EMP999-Nobody's C transaction pass?", {}),  # not a value the store holds
-    ("Does EMP030-Harris's GE transaction pass?", {"employee": ["EMP030-Harris"], "ticker": ["GE"]}),
-    ("Does EMP030-Harris's UNH transaction pass?", {}),  # values held, but by no record together
-    ("Does EMP030-Harris's c transaction pass?", {}),  # identifiers are matched verbatim
-])
+@pytest.mark.parametrize(
+    ("question", "named"),
+    [
+        ("Does EMP030-Harris's C transaction pass compliance review?", {"employee": ["EMP030-Harris"], "ticker": ["C"]}),
+        ("Is the C trade of EMP030-Harris still cleared?", {"employee": ["EMP030-Harris"], "ticker": ["C"]}),
+        ("Is the C trade still cleared?", {}),  # one key of two: not a scope, and would pull in every C record
+        ("Does EMP999-Nobody's C transaction pass?", {}),  # not a value the store holds
+        ("Does EMP030-Harris's GE transaction pass?", {"employee": ["EMP030-Harris"], "ticker": ["GE"]}),
+        ("Does EMP030-Harris's UNH transaction pass?", {}),  # values held, but by no record together
+        ("Does EMP030-Harris's c transaction pass?", {}),  # identifiers are matched verbatim
+    ],
+)
 def test_identifier_like_values_the_store_holds_name_a_scope_when_they_name_all_of_it(question, named):
     assert named_scope_ids(question, FIN, FIN_GRAPH) == named
 
@@ -131,8 +161,17 @@ def test_scopes_the_question_cannot_tell_apart_each_get_an_anchor_in_an_order_bl
 
 def test_exact_ties_are_ordered_by_newest_then_a_hash_never_by_how_stage1_listed_them():
     records = [disclosure(f"p{i}", f"CVE-2024-{2000 + i}") for i in range(5)]
-    records.append(Record(doc_id="newer-disclosure", text=ATTACK, doc_type="vulnerability_disclosure",
-                          scope={"package": "newer", "cve_id": "CVE-2024-2999"}, published_at="2024-06-01"))
+    records.append(
+        Record.model_validate(
+            dict(
+                doc_id="newer-disclosure",
+                text=ATTACK,
+                doc_type="vulnerability_disclosure",
+                scope={"package": "newer", "cve_id": "CVE-2024-2999"},
+                published_at="2024-06-01",
+            )
+        )
+    )
     graph = graph_of(*records)
     scored = [(r.doc_id, 0.1) for r in records]
     forward, backward = hits(*scored), hits(*reversed(scored))
@@ -154,8 +193,9 @@ def test_the_caller_cannot_learn_a_hidden_state_from_the_order():
     posterior = estimate_scope_posterior(candidates, graph, SEC, {})
     for order in ("score", "state"):
         seen = select_anchors(candidates, posterior, graph, SEC, k1=10, tie_order=order, readable=caller.can_read)
-        public = select_anchors(candidates, posterior, graph_of(*[r for r in graph.records.values() if r.tenant is None]),
-                                SEC, k1=10, tie_order=order)
+        public = select_anchors(
+            candidates, posterior, graph_of(*[r for r in graph.records.values() if r.tenant is None]), SEC, k1=10, tie_order=order
+        )
         assert [a.doc_id for a in seen] == [a.doc_id for a in public]
     ambiguity = detect_ambiguity(candidates, posterior, graph, SEC, margin=0.5, readable=caller.can_read)
     assert ambiguity is not None and ambiguity.states == {"vulnerable": 7}
@@ -190,14 +230,20 @@ def test_a_clear_question_a_named_scope_and_a_single_scope_store_report_no_ambig
 def test_a_dominant_scope_keeps_several_anchors_before_a_faint_one():
     graph = graph_of(
         disclosure("alpha", "CVE-2024-1001"),
-        Record(doc_id="alpha-advisory", text="x", doc_type="vulnerability_disclosure",
-               scope={"package": "alpha", "cve_id": "CVE-2024-1001"}),
+        Record(
+            doc_id="alpha-advisory",
+            text="x",
+            doc_type="vulnerability_disclosure",
+            scope={"package": "alpha", "cve_id": "CVE-2024-1001"},
+        ),
         disclosure("beta", "CVE-2024-1002"),
     )
     candidates = hits(("alpha-disclosure", 0.5), ("alpha-advisory", 0.35), ("beta-disclosure", 0.15))
     posterior = estimate_scope_posterior(candidates, graph, SEC, {})
     assert [a.doc_id for a in select_anchors(candidates, posterior, graph, SEC, k1=3)] == [
-        "alpha-disclosure", "alpha-advisory", "beta-disclosure",
+        "alpha-disclosure",
+        "alpha-advisory",
+        "beta-disclosure",
     ]
     # A scope's second anchor is worth half its first: a closer second scope comes before it.
     close = hits(("alpha-disclosure", 0.4), ("alpha-advisory", 0.2), ("beta-disclosure", 0.4))
@@ -217,15 +263,19 @@ def ambiguous_result():
 
 def test_every_evidence_form_and_the_json_say_the_question_does_not_pick_a_subject():
     result = ambiguous_result()
-    sentence = ("The question matches 2 subjects it does not tell apart: 1 patched (alpha, CVE-2024-1001); "
-                "1 vulnerable (beta, CVE-2024-1002). The documents below do not say which one is meant.")
+    sentence = (
+        "The question matches 2 subjects it does not tell apart: 1 patched (alpha, CVE-2024-1001); "
+        "1 vulnerable (beta, CVE-2024-1002). The documents below do not say which one is meant."
+    )
     plain = render_plain(result)
     assert plain.startswith(f"Note: {sentence}\n\n[Document 1]")
     assert f'<ambiguity subjects="2">{sentence}</ambiguity>' in render_reader(result, policy=SEC)
     xml = render_audit(result, policy=SEC)
     assert f'<ambiguity subjects="2">{sentence}' in xml
-    assert '<subject scope="package=alpha; cve_id=CVE-2024-1001" probability="0.50" state="patched" ' \
-           'controlling="alpha-patch"/>' in xml
+    assert (
+        '<subject scope="package=alpha; cve_id=CVE-2024-1001" probability="0.50" state="patched" '
+        'controlling="alpha-patch"/>' in xml
+    )
     data = result.to_dict()["ambiguity"]
     assert data["scopes"] == 2 and data["states"] == {"patched": 1, "vulnerable": 1}
     assert {m["state"] for m in data["members"]} == {"patched", "vulnerable"}
@@ -262,10 +312,18 @@ def test_a_certain_scope_adds_no_words():
 
 def test_a_scope_held_only_by_records_the_caller_may_not_read_is_not_named():
     graph = graph_of(
-        Record(doc_id="ok", text="Compliance approved EMP030-Harris's request to trade C.", doc_type="pre_clearance_approved",
-               scope={"employee": "EMP030-Harris", "ticker": "C"}, tenant="acme"),
+        Record(
+            doc_id="ok",
+            text="Compliance approved EMP030-Harris's request to trade C.",
+            doc_type="pre_clearance_approved",
+            scope={"employee": "EMP030-Harris", "ticker": "C"},
+            tenant="acme",
+        ),
         policy=FIN,
     )
     question = "Does EMP030-Harris's C transaction pass compliance review?"
     assert named_scope_ids(question, FIN, graph, CallerContext("other").can_read) == {}
-    assert named_scope_ids(question, FIN, graph, CallerContext("acme").can_read) == {"employee": ["EMP030-Harris"], "ticker": ["C"]}
+    assert named_scope_ids(question, FIN, graph, CallerContext("acme").can_read) == {
+        "employee": ["EMP030-Harris"],
+        "ticker": ["C"],
+    }

@@ -62,7 +62,8 @@ def test_new_readers_wait_behind_a_waiting_writer_and_the_writer_is_alone() -> N
         time.sleep(0.001)
     threads.append(threading.Thread(target=late_reader))
     threads[2].start()
-    while len(lock._cond._waiters) < 2 and not order:  # both wait on the lock's condition, or one got in (wrongly)
+    # both wait on the lock's condition (CPython's Condition keeps its waiters in _waiters, untyped), or one got in (wrongly)
+    while len(lock._cond._waiters) < 2 and not order:  # type: ignore[attr-defined]
         time.sleep(0.001)
     assert order == []  # the late reader queues behind the writer, which waits for reader 1
     release_first.set()

@@ -55,8 +55,9 @@ def test_the_store_reports_under_one_logger_whichever_module_writes() -> None:
 def test_stage2_lookups_are_logged(caplog) -> None:
     store = DictStore.of(load_records(DEMO / "corpus.jsonl").records)
     with caplog.at_level(logging.DEBUG, logger="car_rag"):
-        result = store.resolve(load_policy(DEMO / "policy.toml"), "Is lodash still vulnerable?",
-                               ["sec-lodash-cve-2099-10001-disclosure"])
+        result = store.resolve(
+            load_policy(DEMO / "policy.toml"), "Is lodash still vulnerable?", ["sec-lodash-cve-2099-10001-disclosure"]
+        )
     assert result.doc_ids(1) == ["sec-lodash-4.17.12-release"]
     [message] = [r.getMessage() for r in caplog.records if r.name == "car_rag.lookup"]
     assert message.startswith("Stage 2 over DictStore: 1 anchors, ") and "lookup rounds" in message

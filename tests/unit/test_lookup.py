@@ -12,9 +12,19 @@ import pytest
 
 import car_rag
 from car_rag import CallerContext, Record, load_policy, load_records
-from car_rag.adapters import LAYOUT_VERSION, Anchor, AuthorityGraph, DictStore, LayoutError, RecordLayout, ScopeQuery, resolve_authority
+from car_rag.adapters import (
+    LAYOUT_VERSION,
+    Anchor,
+    AuthorityGraph,
+    DictStore,
+    LayoutError,
+    RecordLayout,
+    ScopeQuery,
+    resolve_authority,
+)
 from car_rag.annotations import annotations_for, result_from_annotations
 from car_rag.lookup import minimal_queries
+from helpers_records import retrieved
 
 DEMO = Path(car_rag.__file__).parent / "data" / "demo"
 POLICY = load_policy(DEMO / "policy.toml")
@@ -52,7 +62,9 @@ def test_demo_queries_with_named_scopes_resolve_as_over_the_whole_graph():
 
 
 def _rec(doc_id, doc_type, scope, day, **fields):
-    return Record(doc_id=doc_id, text=f"text {doc_id}", doc_type=doc_type, scope=scope, published_at=f"2024-01-{day:02d}", **fields)
+    return Record.model_validate(
+        dict(doc_id=doc_id, text=f"text {doc_id}", doc_type=doc_type, scope=scope, published_at=f"2024-01-{day:02d}", **fields)
+    )
 
 
 SEC = load_policy("security-advisory")
@@ -69,15 +81,15 @@ def test_a_chain_is_followed_to_its_head_round_by_round():
     result = store.resolve(SEC, "is lodash fixed?", ["disc"])
     assert result.doc_ids() == ["fix-2", "fix-1", "disc"]
     assert [r.status for r in result] == ["active", "superseded", "superseded"]
-    assert result.get("disc").superseded_by == ["fix-2"]
+    assert retrieved(result, "disc").superseded_by == ["fix-2"]
     assert _shape(result) == _shape(_reference(CHAIN, SEC, "is lodash fixed?", ["disc"]))
 
 
 def test_an_explicit_edge_from_another_scope_is_found():
     elsewhere = _rec("bulletin", "vendor_bulletin", {"package": "other"}, 9, supersedes=["disc"])
     result = DictStore.of([*CHAIN, elsewhere]).resolve(SEC, "q", ["disc"])
-    assert "bulletin" in result.get("disc").superseded_by
-    assert result.get("bulletin").role == "superseder"
+    assert "bulletin" in retrieved(result, "disc").superseded_by
+    assert retrieved(result, "bulletin").role == "superseder"
     assert _shape(result) == _shape(_reference([*CHAIN, elsewhere], SEC, "q", ["disc"]))
 
 
@@ -100,7 +112,7 @@ def test_a_superseder_the_caller_may_not_read_is_hidden_not_named():
     caller = CallerContext(tenant="other")
     result = DictStore.of(secret).resolve(SEC, "q", ["disc"], caller=caller)
     assert "fix-2" not in result.doc_ids()
-    fix1 = result.get("fix-1")
+    fix1 = retrieved(result, "fix-1")
     assert fix1.status == "superseded" and fix1.hidden_superseder and fix1.superseded_by == []
     assert _shape(result) == _shape(_reference(secret, SEC, "q", ["disc"], caller))
 
@@ -109,7 +121,7 @@ def test_eligibility_keeps_restricted_records_out():
     private = [CHAIN[0], _rec("fix-1", "patch_release", LODASH, 2, version="1.0.1", allowed_principals=["sec"])]
     outsider = DictStore.of(private).resolve(SEC, "q", ["disc"], caller=CallerContext())
     insider = DictStore.of(private).resolve(SEC, "q", ["disc"], caller=CallerContext(principals={"sec"}))
-    assert outsider.doc_ids() == ["disc"] and outsider.get("disc").hidden_superseder
+    assert outsider.doc_ids() == ["disc"] and retrieved(outsider, "disc").hidden_superseder
     assert insider.doc_ids() == ["fix-1", "disc"]
 
 
@@ -125,11 +137,23 @@ def test_queries_collapse_and_naming_queries_stay_apart():
         ScopeQuery.make({})
 
 
-FULL = Record(
-    doc_id="r-1", text="Release 9.9.9.", doc_type="patch_release", scope={"package": "pkg", "cve_id": "CVE-2099-1"},
-    published_at="2024-01-02T03:04:05+00:00", effective_at="2024-01-05", version="9.9.9", source="notes",
-    uri="https://example.invalid/r-1", authority=0.5, tenant="acme", allowed_principals=["a", "b"],
-    supersedes=["r-0"], metadata={"section": "2.1", "tags": ["x"]},
+FULL = Record.model_validate(
+    dict(
+        doc_id="r-1",
+        text="Release 9.9.9.",
+        doc_type="patch_release",
+        scope={"package": "pkg", "cve_id": "CVE-2099-1"},
+        published_at="2024-01-02T03:04:05+00:00",
+        effective_at="2024-01-05",
+        version="9.9.9",
+        source="notes",
+        uri="https://example.invalid/r-1",
+        authority=0.5,
+        tenant="acme",
+        allowed_principals=["a", "b"],
+        supersedes=["r-0"],
+        metadata={"section": "2.1", "tags": ["x"]},
+    )
 )
 
 
@@ -172,7 +196,11 @@ def test_annotations_rebuild_the_result_they_describe():
     assert [r.stage1.rank if r.stage1 else None for r in back] == [r.stage1.rank if r.stage1 else None for r in result]
     by_id = {record.doc_id: meta for record, meta in annotated}
     assert by_id["fix-2"]["car_voids"][1] == {
-        "doc_id": "fix-1", "rule": "later_patch", "doc_type": "patch_release", "version": "1.0.1", "scope": LODASH,
+        "doc_id": "fix-1",
+        "rule": "later_patch",
+        "doc_type": "patch_release",
+        "version": "1.0.1",
+        "scope": LODASH,
         "status": "superseded",
     }
     cut = result_from_annotations(annotated[:1], query="q", policy=SEC, linked=True)
@@ -189,8 +217,15 @@ def test_a_layout_1_record_still_reads_and_layout_2_carries_edge_confidence():
     layout = RecordLayout()
     old = {"doc_id": "d", "doc_type": "patch_release", "car_layout": 1, "package": "p", "cve_id": "CVE-1", "supersedes": '["x"]'}
     assert list(layout.record(old, "text", SEC).supersedes) == ["x"]
-    weak = Record(doc_id="w", text="t", doc_type="patch_release", scope={"package": "p", "cve_id": "CVE-1"},
-                  supersedes=[{"id": "x", "confidence": 0.4}])
+    weak = Record.model_validate(
+        dict(
+            doc_id="w",
+            text="t",
+            doc_type="patch_release",
+            scope={"package": "p", "cve_id": "CVE-1"},
+            supersedes=[{"id": "x", "confidence": 0.4}],
+        )
+    )
     meta = layout.metadata(weak)
     assert meta["car_layout"] == LAYOUT_VERSION == 2
     assert layout.record(meta, "t", SEC).supersedes_confidence == {"x": 0.4}

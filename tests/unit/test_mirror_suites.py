@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import mirror_suites as ms  # evals/ is on pytest's pythonpath (pyproject.toml)
 import pytest
 
+import mirror_suites as ms  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag.graph import AuthorityGraph
 from car_rag.policy import load_policy
 from car_rag.records import parse_records

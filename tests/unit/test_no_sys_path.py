@@ -38,7 +38,8 @@ def path_edits(source: str) -> list[tuple[int, str]]:
                 if name.name in ("path", "addsitedir"):
                     found.append((node.lineno, f"from {node.module} import {name.name}"))
         if (isinstance(node, ast.Attribute) and node.attr == "spec_from_file_location") or (
-                isinstance(node, ast.alias) and node.name == "spec_from_file_location"):
+            isinstance(node, ast.alias) and node.name == "spec_from_file_location"
+        ):
             found.append((getattr(node, "lineno", 0), "spec_from_file_location"))
     return sorted(set(found))
 
@@ -47,19 +48,28 @@ def python_files() -> list[Path]:
     files = []
     for folder in FOLDERS:
         assert (ROOT / folder).is_dir(), f"{folder}/ is not in the checkout {ROOT}"
-        files += [path for path in sorted((ROOT / folder).rglob("*.py"))
-                  if not any(part in SKIPPED or part.startswith(".") or part.endswith(".egg-info")
-                             for part in path.relative_to(ROOT).parts)]
+        files += [
+            path
+            for path in sorted((ROOT / folder).rglob("*.py"))
+            if not any(
+                part in SKIPPED or part.startswith(".") or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts
+            )
+        ]
     return files
 
 
 def test_no_file_edits_the_import_path() -> None:
     files = python_files()
     assert len(files) > 200, len(files)  # the walk reached the tree
-    offenders = [f"{path.relative_to(ROOT)}:{line}: {what}"
-                 for path in files for line, what in path_edits(path.read_text(encoding="utf-8"))]
-    assert not offenders, ("import a shared module from the harness (car_rag_evals) or, in a test, an evals/ "
-                           "script through pytest's pythonpath (pyproject.toml); found:\n" + "\n".join(offenders))
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in files
+        for line, what in path_edits(path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, (
+        "import a shared module from the harness (car_rag_evals) or, in a test, an evals/ "
+        "script through pytest's pythonpath (pyproject.toml); found:\n" + "\n".join(offenders)
+    )
 
 
 def test_the_check_sees_every_form_and_ignores_words() -> None:
@@ -79,6 +89,11 @@ importlib.util.spec_from_file_location("m", "evals/m.py")       # 13
 note = "sys.path.insert(0, here)"                               # a string: not code
 '''
     assert path_edits(source) == [
-        (7, "from sys import path"), (8, "spec_from_file_location"), (9, "sys.path"), (10, "sys.path"), (11, "sys.path"),
-        (12, "site.addsitedir"), (13, "spec_from_file_location"),
+        (7, "from sys import path"),
+        (8, "spec_from_file_location"),
+        (9, "sys.path"),
+        (10, "sys.path"),
+        (11, "sys.path"),
+        (12, "site.addsitedir"),
+        (13, "spec_from_file_location"),
     ]

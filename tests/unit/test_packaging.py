@@ -50,9 +50,13 @@ def _declared_version(folder: Path) -> str:
     """The literal ``__version__ = "..."`` of a distribution's package, read as setuptools reads it."""
     module = VERSION_ATTRS[folder].rsplit(".", 1)[0]
     init = folder.joinpath(*module.split("."), "__init__.py")
-    values = [node.value.value for node in ast.parse(init.read_text(encoding="utf-8")).body
-              if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__version__"]
-              and isinstance(node.value, ast.Constant)]
+    values = [
+        node.value.value
+        for node in ast.parse(init.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["__version__"]
+        and isinstance(node.value, ast.Constant)
+    ]
     assert len(values) == 1, f"{init}: expected one literal __version__ assignment, found {values}"
     return str(values[0])
 

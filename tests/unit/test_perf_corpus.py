@@ -7,6 +7,7 @@ from collections import Counter
 from car_rag import Record, load_policy
 from car_rag.adapters import AuthorityGraph
 from car_rag_evals.perf.corpus import ATTACKS, generalised_policy, generate
+from helpers_records import policy_rule
 
 
 def test_generation_is_seeded_and_sized() -> None:
@@ -22,7 +23,7 @@ def test_gold_is_the_active_frontier_of_its_chain_and_never_names_the_flaw() -> 
     for record in corpus.records:
         graph.add(Record(**record))
     phrases = {p.lower() for attack, components, impact, short in ATTACKS for p in (attack, short, impact, *components)}
-    depths = Counter()
+    depths: Counter[int] = Counter()
     for q in corpus.queries:
         (anchor,), (gold,) = q.anchor_doc_ids, q.gold_doc_ids
         chain = graph.ancestors(anchor)
@@ -40,12 +41,25 @@ def test_gold_is_the_active_frontier_of_its_chain_and_never_names_the_flaw() -> 
 
 def test_the_generalised_perf_policy_exercises_levels_disputes_and_confidences() -> None:
     policy = generalised_policy()
-    assert policy.rule("patch_fixes_disclosure").confidence == 0.8 and "higher_source" in policy.hierarchical_rules
+    assert policy_rule(policy, "patch_fixes_disclosure").confidence == 0.8 and "higher_source" in policy.hierarchical_rules
     scope = {"package": "p", "cve_id": "CVE-1"}
     graph = AuthorityGraph(policy)
-    for doc_id, doc_type, day, level in (("d", "vulnerability_disclosure", 1, None), ("vendor", "patch_release", 2, "vendor"),
-                                         ("community", "patch_release", 3, "community")):
-        graph.add(Record(doc_id=doc_id, text=doc_id, doc_type=doc_type, scope=scope, published_at=f"2024-01-0{day}",
-                         metadata={"source_level": level} if level else {}))
+    for doc_id, doc_type, day, level in (
+        ("d", "vulnerability_disclosure", 1, None),
+        ("vendor", "patch_release", 2, "vendor"),
+        ("community", "patch_release", 3, "community"),
+    ):
+        graph.add(
+            Record.model_validate(
+                dict(
+                    doc_id=doc_id,
+                    text=doc_id,
+                    doc_type=doc_type,
+                    scope=scope,
+                    published_at=f"2024-01-0{day}",
+                    metadata={"source_level": level} if level else {},
+                )
+            )
+        )
     assert {(e.superseder, e.target) for e in graph.disputed_edges()} == {("vendor", "community"), ("community", "vendor")}
     assert {e.confidence for e in graph.superseders("d")} == {0.8}

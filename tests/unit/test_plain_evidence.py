@@ -5,8 +5,8 @@ stated. No model, no vector store (fast tier)."""
 from __future__ import annotations
 
 import pytest
-from authority_fixtures import SCENARIOS, authority_result
 
+from authority_fixtures import SCENARIOS, authority_result
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import approx_tokens, render_plain
 from car_rag.prompts import evidence_messages, load_prompt, plain_messages
@@ -26,8 +26,11 @@ def _headers(text: str) -> list[str]:
 def test_documents_follow_cars_order_with_whole_texts() -> None:
     result = _security()
     text = render_plain(result, k=5)
-    assert _headers(text) == ["[Document 1] (patch_release)", "[Document 2] (vulnerability_disclosure)",
-                              "[Document 3] (vulnerability_disclosure)"]
+    assert _headers(text) == [
+        "[Document 1] (patch_release)",
+        "[Document 2] (vulnerability_disclosure)",
+        "[Document 3] (vulnerability_disclosure)",
+    ]
     for r in result.top(5):
         assert r.record.text in text
     assert render_plain(result, k=1).count("[Document ") == 1
@@ -37,11 +40,16 @@ def test_documents_follow_cars_order_with_whole_texts() -> None:
 
 def test_dated_documents_run_oldest_first_with_their_dates() -> None:
     text = render_plain(_security(), k=5, dated=True)
-    assert _headers(text) == ["[Document 1] (vulnerability_disclosure, 2019-07-01)", "[Document 2] (patch_release, 2019-07-09)",
-                              "[Document 3] (vulnerability_disclosure, 2022-03-17)"]
+    assert _headers(text) == [
+        "[Document 1] (vulnerability_disclosure, 2019-07-01)",
+        "[Document 2] (patch_release, 2019-07-09)",
+        "[Document 3] (vulnerability_disclosure, 2022-03-17)",
+    ]
     undated = Record(doc_id="u", text="undated note", doc_type="memo")
     assert _headers(render_plain([Record.model_validate(SCENARIOS["security-advisory"]["records"][0]), undated], dated=True)) == [
-        "[Document 1] (memo, date unknown)", "[Document 2] (vulnerability_disclosure, 2019-07-01)"]
+        "[Document 1] (memo, date unknown)",
+        "[Document 2] (vulnerability_disclosure, 2019-07-01)",
+    ]
 
 
 def test_the_budget_keeps_whole_documents_and_cuts_only_a_lone_first() -> None:

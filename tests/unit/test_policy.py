@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from car_rag.policy import EXPLICIT_RULE, Policy, PolicyError, Rule, builtin_policies, load_policy, version_is_higher
-from helpers_records import rec
+from helpers_records import policy_rule, rec
 
 BUILTINS = ["drug-regulation", "legal-precedent", "sec-204a1", "security-advisory", "versioned-document"]
 
@@ -61,7 +61,7 @@ def test_sec_204a1_has_the_paper_rules_r1_to_r10_then_the_blackout_exception():
     assert scopes["R3"] == ("employee", "ticker")
     assert scopes["R7"] == ("employee",)
     assert scopes["R10"] == ()
-    assert policy.rule("R2").trigger == "blackout_lifted" and policy.rule("R2").target == "blackout_announced"
+    assert policy_rule(policy, "R2").trigger == "blackout_lifted" and policy_rule(policy, "R2").target == "blackout_announced"
     assert policy.rule("R11") is None
 
 
@@ -81,8 +81,8 @@ def test_load_policy_from_user_toml(tmp_path):
         assert policy.name == "sop"
         assert policy.scope_keys == ("sop_id", "site")
         assert [r.name for r in policy.rules] == ["revision", "withdrawal"]
-        assert policy.rule("revision").order == "higher_version"
-        assert policy.rule("withdrawal").order == "any"
+        assert policy_rule(policy, "revision").order == "higher_version"
+        assert policy_rule(policy, "withdrawal").order == "any"
         assert policy.scope_ids_in("see SOP-12 and SOP-7, SOP-12 again") == {"sop_id": ["SOP-12", "SOP-7"]}
 
 
@@ -99,8 +99,8 @@ def test_load_policy_from_json(tmp_path):
     path.write_text(json.dumps(data), encoding="utf-8")
     policy = load_policy(path)
     assert policy.name == "contracts"
-    assert policy.rule("amend").within == ("contract",)
-    assert policy.rule("renew").order == "later"
+    assert policy_rule(policy, "amend").within == ("contract",)
+    assert policy_rule(policy, "renew").order == "later"
     a = rec("c1", "contract", at=1, scope={"contract": "K"})
     b = rec("a1", "amendment", at=0, scope={"contract": "K"})
     assert policy.edges_between(b, a) == ["amend"]
@@ -276,7 +276,7 @@ def test_fires_never_on_itself():
     rule = Rule(name="r", trigger="*", target="*", order="later")
     a = rec("a", at=1)
     assert not rule.fires(a, a)
-    assert not rule.fires(a, a.model_copy(update={"published_at": datetime(2000, 1, 1, tzinfo=timezone.utc)}))
+    assert not rule.fires(a, a.model_copy(update={"published_at": datetime(2000, 1, 1, tzinfo=UTC)}))
 
 
 def test_order_later():
@@ -292,9 +292,9 @@ def test_order_later():
 def test_order_later_uses_effective_date():
     rule = Rule(name="r", trigger="x", target="y", order="later")
     # published later but effective earlier than the target's publication: does not fire
-    trig = rec("t", "x", at=10, effective_at=datetime(2023, 6, 1, tzinfo=timezone.utc))
+    trig = rec("t", "x", at=10, effective_at=datetime(2023, 6, 1, tzinfo=UTC))
     assert not rule.fires(trig, rec("u", "y", at=1))
-    trig2 = rec("t2", "x", at=0, effective_at=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    trig2 = rec("t2", "x", at=0, effective_at=datetime(2025, 1, 1, tzinfo=UTC))
     assert rule.fires(trig2, rec("u", "y", at=1))
 
 
@@ -363,8 +363,9 @@ def test_order_higher_version():
     assert not rule.fires(v(1, "2.0"), rec("n", "policy_doc", scope={"document": "HR"}))  # target has no version
     assert not rule.fires(rec("n", "policy_doc", scope={"document": "HR"}), v(2, "1.0"))
     # version order does not look at dates
-    assert rule.fires(rec("a", "x", at=1, version="3", scope={"document": "HR"}),
-                      rec("b", "x", at=9, version="2", scope={"document": "HR"}))
+    assert rule.fires(
+        rec("a", "x", at=1, version="3", scope={"document": "HR"}), rec("b", "x", at=9, version="2", scope={"document": "HR"})
+    )
 
 
 def test_edges_between_lists_explicit_first_then_rules():
@@ -380,7 +381,7 @@ def test_edges_between_lists_explicit_first_then_rules():
     assert EXPLICIT_RULE == "explicit"
 
 
-# --------------------------------------------------------------------------- bad input (issue "Bad input and measurement integrity")
+# ------------------------------------------------------------------------ bad input (issue "Bad input and measurement integrity")
 
 MINIMAL = 'name = "p"\nscope_keys = ["a"]\n'
 

@@ -125,6 +125,7 @@ def test_the_query_format_doc_names_every_field_and_the_commands_point_to_it():
         assert f"| `{name}` |" in doc, name
     assert "oldest first" in doc
     for command in ("bench", "report"):
-        shown = subprocess.run([sys.executable, "-m", "car_rag", command, "--help"], capture_output=True, text=True,
-                               timeout=60, cwd=ROOT)
+        shown = subprocess.run(
+            [sys.executable, "-m", "car_rag", command, "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
         assert "docs/bench-queries.md" in "".join(shown.stdout.split()), command

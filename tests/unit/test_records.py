@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -46,9 +46,9 @@ def test_valid_record_round_trips_through_json():
     assert again.scope == {"package": "lodash", "cve_id": "CVE-2019-10744"}
     assert again.supersedes == ["CVE-2019-10744-disclosure"]
     assert again.metadata["tags"] == ["npm"]
-    assert again.published_at == datetime(2019, 7, 9, tzinfo=timezone.utc)
+    assert again.published_at == datetime(2019, 7, 9, tzinfo=UTC)
     # `time` prefers effective_at over published_at
-    assert again.time == datetime(2019, 7, 10, 12, 30, tzinfo=timezone.utc)
+    assert again.time == datetime(2019, 7, 10, 12, 30, tzinfo=UTC)
 
 
 def test_round_trip_through_dict_and_fingerprint_tracks_content():
@@ -68,8 +68,9 @@ def test_minimal_record_defaults():
 
 
 def test_time_falls_back_to_published_at():
-    record = Record(doc_id="a", text="t", doc_type="note", published_at="2024-03-01T00:00:00Z")
-    assert record.time == datetime(2024, 3, 1, tzinfo=timezone.utc)
+    # ISO text: the model parses it (here and below; typed as a datetime)
+    record = Record(doc_id="a", text="t", doc_type="note", published_at="2024-03-01T00:00:00Z")  # type: ignore[arg-type]
+    assert record.time == datetime(2024, 3, 1, tzinfo=UTC)
 
 
 def test_naive_datetimes_become_utc():
@@ -77,22 +78,22 @@ def test_naive_datetimes_become_utc():
         doc_id="a",
         text="t",
         doc_type="note",
-        published_at="2024-01-02T03:04:05",
+        published_at="2024-01-02T03:04:05",  # type: ignore[arg-type]
         effective_at=datetime(2024, 2, 1, 0, 0),
     )
-    assert record.published_at.tzinfo is not None
+    assert record.published_at is not None and record.published_at.tzinfo is not None
     assert record.published_at.utcoffset() == timedelta(0)
-    assert record.published_at == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    assert record.effective_at == datetime(2024, 2, 1, tzinfo=timezone.utc)
+    assert record.published_at == datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert record.effective_at == datetime(2024, 2, 1, tzinfo=UTC)
     # comparable with an aware datetime in another zone
-    other = Record(doc_id="b", text="t", doc_type="note", published_at="2024-01-02T04:00:00+02:00")
-    assert other.published_at < record.published_at
+    other = Record(doc_id="b", text="t", doc_type="note", published_at="2024-01-02T04:00:00+02:00")  # type: ignore[arg-type]
+    assert other.published_at is not None and other.published_at < record.published_at
 
 
 def test_aware_datetime_keeps_its_offset():
-    record = Record(doc_id="a", text="t", doc_type="note", published_at="2024-01-02T03:00:00+05:00")
-    assert record.published_at.utcoffset() == timedelta(hours=5)
-    assert record.published_at == datetime(2024, 1, 1, 22, tzinfo=timezone.utc)
+    record = Record(doc_id="a", text="t", doc_type="note", published_at="2024-01-02T03:00:00+05:00")  # type: ignore[arg-type]
+    assert record.published_at is not None and record.published_at.utcoffset() == timedelta(hours=5)
+    assert record.published_at == datetime(2024, 1, 1, 22, tzinfo=UTC)
 
 
 def test_record_superseding_itself_is_rejected():
@@ -197,12 +198,12 @@ def test_load_records_reports_every_bad_line_and_keeps_good_ones(tmp_path):
     assert isinstance(report, LoadReport)
 
     assert [r.doc_id for r in report.records] == ["ok-1", "ok-2", "ok-3", "ok-4"]
-    assert report.records[1].published_at == datetime(2024, 1, 2, tzinfo=timezone.utc)
+    assert report.records[1].published_at == datetime(2024, 1, 2, tzinfo=UTC)
     assert report.records[2].supersedes == ["ok-1"]
     assert report.records[3].text == "caf\u00e9 \u2603"
 
     by_line = {e.line: e for e in report.errors}
-    assert sorted(by_line) == [2, 3, 5, 6, 7, 9, 10, 11, 13, 14]
+    assert set(by_line) == {2, 3, 5, 6, 7, 9, 10, 11, 13, 14}
     assert len(report.errors) == 10  # exactly one error per bad line
     assert all(e.source == str(path) for e in report.errors)
 
@@ -262,7 +263,7 @@ def test_parse_records_accepts_records_and_dicts_and_rejects_repeats():
 
 def test_parse_records_reports_every_field_of_one_bad_item():
     report = parse_records([{"doc_id": "x", "authority": 2, "scope": {"k": 1}}])
-    fields = sorted(e.field for e in report.errors)
+    fields = sorted(e.field or "" for e in report.errors)
     assert fields == ["authority", "doc_type", "scope.k", "text"]
     assert {e.doc_id for e in report.errors} == {"x"}
     assert {e.line for e in report.errors} == {1}
@@ -279,7 +280,7 @@ def test_real_cvepatchqa_corpus_loads_cleanly():
     assert first.doc_id == "cvepatchqa-distractor:00001"
     assert first.doc_type == "cve_disclosed"
     assert first.scope == {"package": "spring-framework", "cve_id": "CVE-2024-00001"}
-    assert first.published_at == datetime(2024, 1, 2, tzinfo=timezone.utc)
+    assert first.published_at == datetime(2024, 1, 2, tzinfo=UTC)
     assert all(r.published_at is None or r.published_at.tzinfo is not None for r in report.records)
     assert {r.doc_type for r in report.records} >= {"cve_disclosed", "patch_released"}
 
@@ -303,7 +304,7 @@ def test_authority_accepts_an_integer_weight():
     assert Record.model_validate(_good("a", authority=1)).authority == 1.0
 
 
-# --------------------------------------------------------------------------- bad input (issue "Bad input and measurement integrity")
+# ------------------------------------------------------------------------ bad input (issue "Bad input and measurement integrity")
 
 
 @pytest.mark.parametrize(
@@ -333,7 +334,8 @@ def test_records_with_an_empty_scope_value_cannot_be_linked_by_a_rule(tmp_path):
     report = load_records(path)
     assert report.records == []
     assert [(e.line, e.doc_id, e.field) for e in report.errors] == [
-        (1, "disclosure", "scope.package"), (2, "unrelated-patch", "scope.package")
+        (1, "disclosure", "scope.package"),
+        (2, "unrelated-patch", "scope.package"),
     ]
 
 
@@ -358,10 +360,10 @@ def test_boolean_dates_are_rejected(value):
 @pytest.mark.parametrize(
     "value, expected",
     [
-        ("2024-01-31", datetime(2024, 1, 31, tzinfo=timezone.utc)),
-        ("2024-01-31T12:00:00Z", datetime(2024, 1, 31, 12, tzinfo=timezone.utc)),
-        ("2024-01-31T12:00:00+02:00", datetime(2024, 1, 31, 10, tzinfo=timezone.utc)),
-        (datetime(2024, 1, 31), datetime(2024, 1, 31, tzinfo=timezone.utc)),
+        ("2024-01-31", datetime(2024, 1, 31, tzinfo=UTC)),
+        ("2024-01-31T12:00:00Z", datetime(2024, 1, 31, 12, tzinfo=UTC)),
+        ("2024-01-31T12:00:00+02:00", datetime(2024, 1, 31, 10, tzinfo=UTC)),
+        (datetime(2024, 1, 31), datetime(2024, 1, 31, tzinfo=UTC)),
     ],
 )
 def test_iso_dates_and_datetime_objects_are_still_accepted(value, expected):
@@ -370,7 +372,9 @@ def test_iso_dates_and_datetime_objects_are_still_accepted(value, expected):
 
 def test_numeric_date_in_a_corpus_names_line_record_and_field(tmp_path):
     path = tmp_path / "c.jsonl"
-    path.write_text(json.dumps(_good("ok", published_at="2024-01-01")) + "\n" + json.dumps(_good("year", published_at=2024)) + "\n")
+    path.write_text(
+        json.dumps(_good("ok", published_at="2024-01-01")) + "\n" + json.dumps(_good("year", published_at=2024)) + "\n"
+    )
     report = load_records(path)
     assert [r.doc_id for r in report.records] == ["ok"]
     [err] = report.errors

@@ -73,7 +73,10 @@ def test_the_audit_xml_module_warns_on_import_and_keeps_its_names(result) -> Non
     from car_rag.evidence.wording import compact_relation_text
 
     assert (audit_xml.format_scope, audit_xml.parse_scope, audit_xml.compact_relation_text) == (
-        format_scope, parse_scope, compact_relation_text)
+        format_scope,
+        parse_scope,
+        compact_relation_text,
+    )
     with _warns("render_audit"):
         assert audit_xml.render_xml(result) == render_audit(result)
 
@@ -82,10 +85,14 @@ def test_the_ambiguity_sentence_moved_to_wording() -> None:
     from car_rag.ambiguity import Ambiguity, AmbiguousScope
     from car_rag.evidence import digest, wording
 
-    ambiguity = Ambiguity(2, {"patched": 1, "vulnerable": 1}, (
-        AmbiguousScope({"package": "p", "cve_id": "A"}, 0.5, "patched", ("a",)),
-        AmbiguousScope({"package": "p", "cve_id": "B"}, 0.5, "vulnerable", ("b",)),
-    ))
+    ambiguity = Ambiguity(
+        2,
+        {"patched": 1, "vulnerable": 1},
+        (
+            AmbiguousScope({"package": "p", "cve_id": "A"}, 0.5, "patched", ("a",)),
+            AmbiguousScope({"package": "p", "cve_id": "B"}, 0.5, "vulnerable", ("b",)),
+        ),
+    )
     with _warns("car_rag.evidence.wording.ambiguity_sentence"):
         said = digest.ambiguity_sentence(ambiguity)
     assert said == wording.ambiguity_sentence(ambiguity)
@@ -95,19 +102,58 @@ def test_the_ambiguity_sentence_moved_to_wording() -> None:
 # Every name these modules exported before the split (0eec40e), by module.
 BEFORE = {
     "car_rag.policy": [
-        "EXPLICIT_RULE", "Hierarchy", "LLMScopeExtractor", "LEVEL_ORDERS", "Policy", "PolicyArg", "PolicyError",
-        "RecordScope", "Rule", "State", "WILDCARD", "builtin_policies", "builtin_vocabularies", "load_policy",
+        "EXPLICIT_RULE",
+        "Hierarchy",
+        "LLMScopeExtractor",
+        "LEVEL_ORDERS",
+        "Policy",
+        "PolicyArg",
+        "PolicyError",
+        "RecordScope",
+        "Rule",
+        "State",
+        "WILDCARD",
+        "builtin_policies",
+        "builtin_vocabularies",
+        "load_policy",
         "version_is_higher",
     ],
     "car_rag.guard": [
-        "EvidenceForm", "Finding", "FindingKind", "GuardEvidence", "GuardReport", "check_answer", "repair_messages",
-        "scope_evidence", "seen_evidence",
+        "EvidenceForm",
+        "Finding",
+        "FindingKind",
+        "GuardEvidence",
+        "GuardReport",
+        "check_answer",
+        "repair_messages",
+        "scope_evidence",
+        "seen_evidence",
     ],
     "car_rag.evidence": [
-        "HIDDEN_SUPERSEDER_TEXT", "AuthorityLink", "CitationCoordinates", "ConflictIndicators", "EpistemicMetadata",
-        "EvidencePacket", "FreshnessStatus", "Governance", "PacketContent", "Provenance", "RetrievalRationale",
-        "SupersededMode", "build_packets", "hidden_only", "matching_spans", "record_label", "scope_groups", "DigestLine",
-        "authority_digest", "oldest_first", "render_plain", "render_reader", "TokenCounter", "approx_tokens",
+        "HIDDEN_SUPERSEDER_TEXT",
+        "AuthorityLink",
+        "CitationCoordinates",
+        "ConflictIndicators",
+        "EpistemicMetadata",
+        "EvidencePacket",
+        "FreshnessStatus",
+        "Governance",
+        "PacketContent",
+        "Provenance",
+        "RetrievalRationale",
+        "SupersededMode",
+        "build_packets",
+        "hidden_only",
+        "matching_spans",
+        "record_label",
+        "scope_groups",
+        "DigestLine",
+        "authority_digest",
+        "oldest_first",
+        "render_plain",
+        "render_reader",
+        "TokenCounter",
+        "approx_tokens",
     ],
 }
 
@@ -125,5 +171,9 @@ def test_the_moved_names_are_the_same_objects() -> None:
     from car_rag.guard import evidence, findings
 
     assert (policy.Rule, policy.Hierarchy, policy.WILDCARD, policy.version_is_higher) == (
-        rules.Rule, rules.Hierarchy, rules.WILDCARD, rules.version_is_higher)
+        rules.Rule,
+        rules.Hierarchy,
+        rules.WILDCARD,
+        rules.version_is_higher,
+    )
     assert (guard.GuardEvidence, guard.Finding, guard.EvidenceForm) == (evidence.GuardEvidence, findings.Finding, guard.Numbering)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers_records import rec
 
 from car_rag import Policy
 from car_rag.channels.fusion import RRF_K
@@ -17,7 +16,8 @@ from car_rag.graph import AuthorityGraph, Edge
 from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import _parse
 from car_rag.records import Record
-from car_rag.resolution import Anchor, RetrievedRecord, resolve_authority
+from car_rag.resolution import Anchor, ResolutionMode, RetrievedRecord, resolve_authority
+from helpers_records import rec, retrieved
 
 TOPIC = {"topic": "t1"}
 UNRULED = Policy(name="notes", scope_keys=("topic",))
@@ -44,9 +44,17 @@ def test_a_record_built_without_saying_otherwise_has_no_hidden_superseder() -> N
 
 def test_edges_as_json_name_the_other_record_and_an_uncertain_confidence_only() -> None:
     sure, weak = Edge("new", "old", "explicit"), Edge("newer", "old", "later_note", 0.4)
-    item = RetrievedRecord(record=rec("old"), status="superseded", role="anchor", rank=1, voided_by=[sure],
-                           voids=[Edge("old", "older", "explicit")], contested_by=[weak], disputed_by=[Edge("rival", "old", "r")],
-                           scope_probability=1 / 3)
+    item = RetrievedRecord(
+        record=rec("old"),
+        status="superseded",
+        role="anchor",
+        rank=1,
+        voided_by=[sure],
+        voids=[Edge("old", "older", "explicit")],
+        contested_by=[weak],
+        disputed_by=[Edge("rival", "old", "r")],
+        scope_probability=1 / 3,
+    )
     out = item.to_dict()
     assert out["voided_by"] == [{"doc_id": "new", "rule": "explicit"}]
     assert out["voids"] == [{"doc_id": "older", "rule": "explicit"}]
@@ -65,8 +73,12 @@ def test_the_results_accessors() -> None:
 
 
 def test_the_timestamp_baseline_voids_every_earlier_record_of_a_scope_and_no_tie() -> None:
-    records = [rec("first", at=1, scope=TOPIC), rec("tie-a", at=2, scope=TOPIC), rec("tie-b", at=2, scope=TOPIC),
-               rec("elsewhere", at=0, scope={"topic": "t2"})]
+    records = [
+        rec("first", at=1, scope=TOPIC),
+        rec("tie-a", at=2, scope=TOPIC),
+        rec("tie-b", at=2, scope=TOPIC),
+        rec("elsewhere", at=0, scope={"topic": "t2"}),
+    ]
     result = _resolve(records, ["first", "tie-a", "tie-b", "elsewhere"], resolution="timestamp")
     statuses = {r.doc_id: r.status for r in result}
     assert statuses == {"first": "superseded", "tie-a": "active", "tie-b": "active", "elsewhere": "active"}
@@ -100,13 +112,20 @@ def test_the_scope_cap_is_twenty_records_by_default() -> None:
     assert sorted(result.doc_ids()) == [f"n{day:02d}" for day in range(5, 25)]
 
 
-@pytest.mark.parametrize(("anchors", "expected"), [
-    (["hidden"], ["hidden", "named-2", "named-1"]),  # Stage-1 rank 1, after two records of the named scope
-    (["first", "hidden"], ["named-1", "hidden", "first"]),  # rank 2, at place 3 behind the named scope's record
-])
+@pytest.mark.parametrize(
+    ("anchors", "expected"),
+    [
+        (["hidden"], ["hidden", "named-2", "named-1"]),  # Stage-1 rank 1, after two records of the named scope
+        (["first", "hidden"], ["named-1", "hidden", "first"]),  # rank 2, at place 3 behind the named scope's record
+    ],
+)
 def test_an_anchor_voided_only_by_hidden_records_keeps_its_stage1_place(anchors: list[str], expected: list[str]) -> None:
-    records = [rec("named-1", at=1, scope={"topic": "t2"}), rec("first", at=9, scope={"topic": "t3"}),
-               rec("hidden", at=1, scope=TOPIC), rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=["hidden"])]
+    records = [
+        rec("named-1", at=1, scope={"topic": "t2"}),
+        rec("first", at=9, scope={"topic": "t3"}),
+        rec("hidden", at=1, scope=TOPIC),
+        rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=["hidden"]),
+    ]
     if len(anchors) == 1:
         records.append(rec("named-2", at=2, scope={"topic": "t2"}))
     result = _resolve(records, anchors, CallerContext("globex"), scope_ids={"topic": ["t2"]})
@@ -115,8 +134,11 @@ def test_an_anchor_voided_only_by_hidden_records_keeps_its_stage1_place(anchors:
 
 
 def test_each_record_carries_its_own_scopes_probability_else_its_anchors() -> None:
-    records = [rec("anchor", at=1, scope=TOPIC), rec("sure", at=2, scope={"topic": "t2"}, supersedes=["anchor"]),
-               rec("unseen", at=3, scope={"topic": "t3"}, supersedes=["anchor"])]
+    records = [
+        rec("anchor", at=1, scope=TOPIC),
+        rec("sure", at=2, scope={"topic": "t2"}, supersedes=["anchor"]),
+        rec("unseen", at=3, scope={"topic": "t3"}, supersedes=["anchor"]),
+    ]
     posterior = ScopePosterior(("topic",), {("t1",): 0.7, ("t2",): 0.2})
     result = _resolve(records, ["anchor"], posterior=posterior)
     assert {r.doc_id: r.scope_probability for r in result} == {"anchor": 0.7, "sure": 0.2, "unseen": 0.7}
@@ -129,7 +151,8 @@ def test_the_resolution_time_is_part_of_the_calls_time() -> None:
     assert 0 <= result.timings_ms["stage23"] <= took_ms
 
 
-COURTS = _parse("""
+COURTS = _parse(
+    """
 name = "courts"
 scope_keys = ["question"]
 [hierarchies.court]
@@ -148,15 +171,18 @@ target = "ruling"
 within = ["question"]
 order = "higher_level"
 hierarchy = "court"
-""", ".toml", "courts.toml")
+""",
+    ".toml",
+    "courts.toml",
+)
 
 
 @pytest.mark.parametrize(("resolution", "expected"), [("rules", ["district", "supreme"]), ("timestamp", ["district"])])
-def test_only_rule_resolution_brings_in_the_other_side_of_a_dispute(resolution: str, expected: list[str]) -> None:
+def test_only_rule_resolution_brings_in_the_other_side_of_a_dispute(resolution: ResolutionMode, expected: list[str]) -> None:
     # a later district ruling against an earlier supreme one: chronology and hierarchy disagree (Definition 10)
     graph = AuthorityGraph(COURTS)
     for doc_id, level, day in (("supreme", "supreme", 1), ("district", "district", 2)):
         graph.add(rec(doc_id, "ruling", at=day, scope={"question": "Q1"}, metadata={"court_level": level}))
     result = resolve_authority(graph, COURTS, "q", [Anchor("district", 1)], resolution=resolution)
     assert sorted(result.doc_ids()) == sorted(expected)
-    assert bool(result.get("district").disputed_by) == (resolution == "rules")
+    assert bool(retrieved(result, "district").disputed_by) == (resolution == "rules")

@@ -48,13 +48,16 @@ LABELS = graph_of(
 )
 
 
-@pytest.mark.parametrize(("question", "linked"), [
-    ("Is metformin still approved?", [("drug", "metformin", "metformin")]),
-    ("Is Metformin's label current?", [("drug", "metformin", "Metformin")]),       # case, possessive
-    ("Are the metformins recalled?", [("drug", "metformin", "metformins")]),        # a plural ending, fuzzy
-    ("Is glyburide or metformin recalled?", [("drug", "glyburide", "glyburide"), ("drug", "metformin", "metformin")]),
-    ("Is the insulin label current?", []),                                         # a value no record holds
-])
+@pytest.mark.parametrize(
+    ("question", "linked"),
+    [
+        ("Is metformin still approved?", [("drug", "metformin", "metformin")]),
+        ("Is Metformin's label current?", [("drug", "metformin", "Metformin")]),  # case, possessive
+        ("Are the metformins recalled?", [("drug", "metformin", "metformins")]),  # a plural ending, fuzzy
+        ("Is glyburide or metformin recalled?", [("drug", "glyburide", "glyburide"), ("drug", "metformin", "metformin")]),
+        ("Is the insulin label current?", []),  # a value no record holds
+    ],
+)
 def test_plain_word_values_the_store_holds_are_candidates(question, linked):
     assert [(c.key, c.value, c.words) for c in candidate_links(question, LABELS)] == linked
 
@@ -74,8 +77,11 @@ def test_punctuation_and_run_together_forms_match_and_the_longest_match_wins():
 
 
 def test_short_values_link_only_verbatim():
-    graph = graph_of(SEC, record("c", "C trade", package="C", cve_id="CVE-2024-1"),
-                     record("go", "go module", package="go", cve_id="CVE-2024-2"))
+    graph = graph_of(
+        SEC,
+        record("c", "C trade", package="C", cve_id="CVE-2024-1"),
+        record("go", "go module", package="go", cve_id="CVE-2024-2"),
+    )
     assert [c.value for c in candidate_links("Is the C trade cleared?", graph)] == ["C"]
     assert candidate_links("Is the c trade cleared?", graph) == []
     assert candidate_links("Go ahead and trade?", graph) == []
@@ -93,8 +99,9 @@ def test_stop_words_and_questions_of_only_stop_words_link_nothing():
 
 def test_a_specific_word_with_stage1_support_is_linked_and_narrows_the_posterior_to_it():
     candidates = hits(("gly-1", 0.3), ("met-1", 0.25), ("met-2", 0.2), ("exp-1", 0.25))
-    scope = read_question_scope("Has metformin been recalled?", candidates, LABELS, DRUG,
-                                document_frequency=bm25(LABELS).document_frequency)
+    scope = read_question_scope(
+        "Has metformin been recalled?", candidates, LABELS, DRUG, document_frequency=bm25(LABELS).document_frequency
+    )
     assert [(link.value, link.specificity) for link in scope.links] == [("metformin", 1.0)]
     assert scope.posterior.probability(LABELS.records["met-1"]) == pytest.approx(1.0)
     assert scope.posterior.probability(LABELS.records["gly-1"]) == pytest.approx(0.0)
@@ -107,17 +114,21 @@ def test_a_common_word_is_not_linked_where_the_posterior_says_no():
     candidates = hits(("met-1", 0.5), ("met-2", 0.49), ("exp-1", 0.01))
     found = candidate_links("How do labels express the metformin dose?", LABELS)
     assert {c.value for c in found} == {"express", "metformin"}
-    prior = read_question_scope("How do labels express the metformin dose?", candidates, LABELS, DRUG,
-                                document_frequency=bm25(LABELS).document_frequency)
+    prior = read_question_scope(
+        "How do labels express the metformin dose?", candidates, LABELS, DRUG, document_frequency=bm25(LABELS).document_frequency
+    )
     assert [link.value for link in prior.links] == ["metformin"]
     # A value whose word most records use for something else is weak evidence: only Stage 1 can link it.
-    common = graph_of(DRUG, *[record(f"r{i}", "Take with food; express concerns to your doctor.", drug=f"d{i}")
-                              for i in range(9)], record("x", "express", drug="express"))
+    common = graph_of(
+        DRUG,
+        *[record(f"r{i}", "Take with food; express concerns to your doctor.", drug=f"d{i}") for i in range(9)],
+        record("x", "express", drug="express"),
+    )
     [candidate] = candidate_links("Is express recalled?", common)
     weak = accepted_links([candidate], common, lambda _k, _v: 0.2, bm25(common).document_frequency)
     assert weak == []
     strong = accepted_links([candidate], common, lambda _k, _v: 0.6, bm25(common).document_frequency)
-    assert [(x.value, x.specificity) for x in strong] == [("express", pytest.approx(0.1))]
+    assert [x.value for x in strong] == ["express"] and strong[0].specificity == pytest.approx(0.1)
 
 
 def test_a_value_held_only_by_records_the_caller_may_not_read_is_never_a_candidate():
@@ -136,7 +147,16 @@ def test_values_added_after_the_index_was_built_are_found():
 
 
 def test_words_are_normalised():
-    assert words("Lodash's merge() in Node.js — CVE-2019-10744") == ["lodash", "merge", "in", "node", "js", "cve", "2019", "10744"]
+    assert words("Lodash's merge() in Node.js — CVE-2019-10744") == [
+        "lodash",
+        "merge",
+        "in",
+        "node",
+        "js",
+        "cve",
+        "2019",
+        "10744",
+    ]
 
 
 def test_a_named_scope_too_large_to_look_up_whole_only_narrows_the_posterior():
@@ -145,11 +165,23 @@ def test_a_named_scope_too_large_to_look_up_whole_only_narrows_the_posterior():
     policy = Policy(name="proposals", scope_keys=("project",), rules=())
     graph = graph_of(policy, *[record(f"eip-{i}", f"Ethereum proposal {i}", project="ethereum") for i in range(30)])
     candidates = hits(("eip-3", 0.5), ("eip-7", 0.3), ("eip-1", 0.2))
-    scope = read_question_scope("Which Ethereum proposal defines tokens?", candidates, graph, policy,
-                                document_frequency=bm25(graph).document_frequency, lookup_limit=20)
+    scope = read_question_scope(
+        "Which Ethereum proposal defines tokens?",
+        candidates,
+        graph,
+        policy,
+        document_frequency=bm25(graph).document_frequency,
+        lookup_limit=20,
+    )
     assert [link.value for link in scope.links] == ["ethereum"]
     assert scope.named == {}
     assert scope.posterior.probability(graph.records["eip-3"]) == pytest.approx(1.0)
-    small = read_question_scope("Which Ethereum proposal defines tokens?", candidates, graph, policy,
-                                document_frequency=bm25(graph).document_frequency, lookup_limit=30)
+    small = read_question_scope(
+        "Which Ethereum proposal defines tokens?",
+        candidates,
+        graph,
+        policy,
+        document_frequency=bm25(graph).document_frequency,
+        lookup_limit=30,
+    )
     assert small.named == {"project": ["ethereum"]}

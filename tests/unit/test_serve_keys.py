@@ -33,14 +33,17 @@ sha256 = "{hash_key("secret-p")}"
     assert keys.lookup("secret-x") is None and keys.lookup(hash_key("secret-a")) is None  # the hash is not a key
 
 
-@pytest.mark.parametrize(("entries", "message"), [
-    ([{"name": "a", "sha256": "secret-in-clear"}], r"keys\[0\]: sha256: String should match pattern"),
-    ([{"name": "a", "sha256": hash_key("k"), "tenant": "*"}], r"keys\[0\]: tenant: .*not '\*'"),
-    ([{"name": "a", "sha256": hash_key("k"), "principals": [" "]}], r"keys\[0\]: principals: .*blank"),
-    ([{"name": "a", "sha256": hash_key("k"), "tenat": "x"}], r"keys\[0\]: tenat: Extra inputs"),
-    ([{"name": "a", "sha256": hash_key("k")}, {"name": "b", "sha256": hash_key("k")}], r"keys\[1\] \('b'\) repeats"),
-    ([], r"non-empty list 'keys'"),
-])
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([{"name": "a", "sha256": "secret-in-clear"}], r"keys\[0\]: sha256: String should match pattern"),
+        ([{"name": "a", "sha256": hash_key("k"), "tenant": "*"}], r"keys\[0\]: tenant: .*not '\*'"),
+        ([{"name": "a", "sha256": hash_key("k"), "principals": [" "]}], r"keys\[0\]: principals: .*blank"),
+        ([{"name": "a", "sha256": hash_key("k"), "tenat": "x"}], r"keys\[0\]: tenat: Extra inputs"),
+        ([{"name": "a", "sha256": hash_key("k")}, {"name": "b", "sha256": hash_key("k")}], r"keys\[1\] \('b'\) repeats"),
+        ([], r"non-empty list 'keys'"),
+    ],
+)
 def test_a_bad_keys_file_is_named_by_entry_and_field(tmp_path, entries, message) -> None:
     path = tmp_path / "keys.json"
     path.write_text(json.dumps({"keys": entries}))

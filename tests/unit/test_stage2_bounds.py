@@ -5,13 +5,13 @@ one below it neither voids a record nor hides it behind a superseder the caller 
 from __future__ import annotations
 
 import pytest
-from helpers_records import rec
 
 from car_rag import Policy
 from car_rag.eligibility import CallerContext
 from car_rag.graph import AuthorityGraph
 from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, Anchor, resolve_authority
+from helpers_records import rec, retrieved
 
 TOPIC = {"topic": "t1"}
 UNRULED = Policy(name="notes", scope_keys=("topic",))
@@ -37,8 +37,9 @@ def test_the_scope_cap_keeps_the_newest_records_of_the_named_scope() -> None:
 def test_the_scope_cap_counts_only_records_the_caller_may_read() -> None:
     readable = [rec(f"n{day:02d}", at=day, scope=TOPIC) for day in range(10)]
     private = [rec(f"p{day:02d}", at=day, scope=TOPIC, tenant="acme") for day in range(10, 20)]  # newer, not globex's
-    result = resolve_authority(_graph(readable + private), UNRULED, "q", [], CallerContext("globex"),
-                               scope_ids={"topic": ["t1"]}, scope_lookup_limit=5)
+    result = resolve_authority(
+        _graph(readable + private), UNRULED, "q", [], CallerContext("globex"), scope_ids={"topic": ["t1"]}, scope_lookup_limit=5
+    )
     assert sorted(r.doc_id for r in result) == [f"n{day:02d}" for day in range(5, 10)]
 
 
@@ -48,7 +49,7 @@ def test_an_edge_exactly_at_the_threshold_is_followed_and_voids() -> None:
     graph = _graph(records)
     assert graph.ancestors("old", TAU) == {"new"}
     assert graph.ancestors("old", TAU + 0.01) == set()
-    old = resolve_authority(graph, UNRULED, "q", [Anchor("old", 1)], min_confidence=TAU).get("old")
+    old = retrieved(resolve_authority(graph, UNRULED, "q", [Anchor("old", 1)], min_confidence=TAU), "old")
     assert (old.status, old.superseded_by) == ("superseded", ["new"])
 
 
@@ -62,9 +63,11 @@ def test_an_edge_exactly_at_the_threshold_is_followed_and_voids() -> None:
     ],
 )
 def test_a_hidden_superseder_voids_only_at_the_threshold(confidence: float, status: str, hidden: bool) -> None:
-    records = [rec("public", at=1, scope=TOPIC),
-               rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=[{"id": "public", "confidence": confidence}])]
+    records = [
+        rec("public", at=1, scope=TOPIC),
+        rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=[{"id": "public", "confidence": confidence}]),
+    ]
     result = resolve_authority(_graph(records), UNRULED, "q", [Anchor("public", 1)], CallerContext("globex"), min_confidence=TAU)
     assert [r.doc_id for r in result] == ["public"]  # the caller never sees the other
-    public = result.get("public")
+    public = retrieved(result, "public")
     assert (public.status, public.hidden_superseder, public.superseded_by) == (status, hidden, [])

@@ -21,8 +21,16 @@ from car_rag_evals.suites import (
     store_path,
 )
 
-PAPER = ("ghsa-freeform", "ghsa-structured", "finsuperqa", "finsuperqa-contaminated", "cvepatchqa",
-         "cvepatchqa-freeform", "legalprecedentqa", "legalprecedentqa-freeform")
+PAPER = (
+    "ghsa-freeform",
+    "ghsa-structured",
+    "finsuperqa",
+    "finsuperqa-contaminated",
+    "cvepatchqa",
+    "cvepatchqa-freeform",
+    "legalprecedentqa",
+    "legalprecedentqa-freeform",
+)
 
 
 def test_the_paper_suites_stay_as_they_are_and_the_dev_extras_are_apart():
@@ -62,8 +70,14 @@ def test_a_mirror_store_copied_from_its_base_answers_as_one_built_from_scratch(c
     base = _records(corpora)
     disclosures = [r for r in base if r["doc_type"] == "cve_disclosed" and "supersedes" not in r][:3]
     added = [
-        {"doc_id": f"mirror-{i}", "doc_type": "patch_released", "scope": d["scope"], "published_at": "2025-01-01T00:00:00",
-         "text": f"Release notice: version {i}.0 resolves recently disclosed security concerns.", "supersedes": [d["doc_id"]]}
+        {
+            "doc_id": f"mirror-{i}",
+            "doc_type": "patch_released",
+            "scope": d["scope"],
+            "published_at": "2025-01-01T00:00:00",
+            "text": f"Release notice: version {i}.0 resolves recently disclosed security concerns.",
+            "supersedes": [d["doc_id"]],
+        }
         for i, d in enumerate(disclosures)
     ]
     files = {}

@@ -50,10 +50,12 @@ class CAREmbeddings(Embeddings):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        return self.embedder.encode(list(texts)).tolist()
+        vectors: list[list[float]] = self.embedder.encode(list(texts)).tolist()  # numpy types tolist() as Any
+        return vectors
 
     def embed_query(self, text: str) -> list[float]:
-        return self.embedder.encode([text])[0].tolist()
+        vector: list[float] = self.embedder.encode([text])[0].tolist()
+        return vector
 
     def __repr__(self) -> str:
         return f"CAREmbeddings(model_name={self.model_name!r})"

@@ -22,7 +22,7 @@ are rendered as current packets in their order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from car_rag import Policy, RetrievalResult, builtin_policies, load_policy, render
 from car_rag.adapters import RecordLayout
@@ -35,7 +35,11 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda
 
 __all__ = [
-    "CARAnswerPrompt", "answer_prompt", "answer_prompt_template", "documents_to_result", "evidence_formatter",
+    "CARAnswerPrompt",
+    "answer_prompt",
+    "answer_prompt_template",
+    "documents_to_result",
+    "evidence_formatter",
     "format_evidence",
 ]
 
@@ -75,7 +79,11 @@ def _policy_for(documents: Sequence[Document]) -> Policy | None:
     if len(names) != 1 or (name := names.pop()) not in builtin_policies():
         return None
     policy = load_policy(name)
-    rules = {link["rule"] for d in documents for link in [*(d.metadata or {}).get("car_voided_by", []), *(d.metadata or {}).get("car_voids", [])]}
+    rules = {
+        link["rule"]
+        for d in documents
+        for link in [*(d.metadata or {}).get("car_voided_by", []), *(d.metadata or {}).get("car_voids", [])]
+    }
     known = {r.name for r in policy.rules} | {"explicit"}
     return policy if rules <= known else None
 
@@ -116,9 +124,20 @@ def evidence_formatter(
         policy_ = bound or _policy_for(docs)
         result, shown = _build(docs, policy_, None, doc_id_key)
         # Records beyond the documents are text-less placeholders here: no provenance packets.
-        return render(result, form, policy=policy_, k=shown if k is None else min(k, shown), superseded=superseded,
-                      token_budget=token_budget, token_counter=token_counter, query_id=query_id, indent=indent,
-                      provenance=False, rationale=rationale, compact=compact)
+        return render(
+            result,
+            form,
+            policy=policy_,
+            k=shown if k is None else min(k, shown),
+            superseded=superseded,
+            token_budget=token_budget,
+            token_counter=token_counter,
+            query_id=query_id,
+            indent=indent,
+            provenance=False,
+            rationale=rationale,
+            compact=compact,
+        )
 
     return RunnableLambda(format_evidence, name="format_evidence")
 
@@ -158,7 +177,8 @@ def _packaged_templates() -> list[str]:
 def answer_prompt_template() -> CARAnswerPrompt:
     """A fresh :class:`CARAnswerPrompt` (``answer_prompt`` is one)."""
     system, user = _packaged_templates()
-    return CARAnswerPrompt.from_messages([("system", system), ("human", user)])
+    # from_messages builds the class it is called on, but is typed as returning ChatPromptTemplate
+    return cast(CARAnswerPrompt, CARAnswerPrompt.from_messages([("system", system), ("human", user)]))
 
 
 answer_prompt: ChatPromptTemplate = answer_prompt_template()

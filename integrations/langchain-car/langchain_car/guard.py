@@ -31,8 +31,15 @@ from langchain_car.evidence import _build, _policy_for
 __all__ = ["authority_guard", "check_documents"]
 
 
-def check_documents(answer: Any, documents: list[Document], policy: Policy | str | None = None, *, k: int | None = None,
-                    doc_id_key: str = "doc_id", form: EvidenceForm = "plain") -> GuardReport:
+def check_documents(
+    answer: Any,
+    documents: list[Document],
+    policy: Policy | str | None = None,
+    *,
+    k: int | None = None,
+    doc_id_key: str = "doc_id",
+    form: EvidenceForm = "plain",
+) -> GuardReport:
     """The guard's verdict on ``answer`` (text or a chat message) given the ``documents`` it was
     generated from, read in the evidence ``form`` the model saw (``format_evidence``'s default,
     plain: citations are ``[Document n]``; reader and audit: ``[EP-n]``)."""
@@ -43,9 +50,15 @@ def check_documents(answer: Any, documents: list[Document], policy: Policy | str
     return check_answer(text, result, policy_, k=shown if k is None else min(k, shown), form=form)
 
 
-def authority_guard(policy: Policy | str | None = None, *, k: int | None = None, doc_id_key: str = "doc_id",
-                    answer_key: str = "answer", documents_key: str = "documents",
-                    form: EvidenceForm = "plain") -> Runnable[dict[str, Any], dict[str, Any]]:
+def authority_guard(
+    policy: Policy | str | None = None,
+    *,
+    k: int | None = None,
+    doc_id_key: str = "doc_id",
+    answer_key: str = "answer",
+    documents_key: str = "documents",
+    form: EvidenceForm = "plain",
+) -> Runnable[dict[str, Any], dict[str, Any]]:
     """A runnable placed after the model: takes a dict holding the answer (``answer_key``)
     and the documents it was generated from (``documents_key``), and returns the same dict
     with ``guard``: a :class:`car_rag.guard.GuardReport` (``flagged``, ``findings``), reading

@@ -36,7 +36,13 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import InMemoryVectorStore
 
 __all__ = [
-    "ChromaLookup", "DocumentListLookup", "InMemoryLookup", "MetadataLookup", "PGVectorLookup", "WhereStore", "as_lookup",
+    "ChromaLookup",
+    "DocumentListLookup",
+    "InMemoryLookup",
+    "MetadataLookup",
+    "PGVectorLookup",
+    "WhereStore",
+    "as_lookup",
     "matches_where",
 ]
 
@@ -221,14 +227,14 @@ def as_lookup(store: Any) -> MetadataLookup:
 
 def _compare(value: Any, condition: Any) -> bool:
     if not isinstance(condition, Mapping):
-        return value == condition
+        return bool(value == condition)
     if len(condition) != 1:
         raise ValueError(f"a field condition takes exactly one operator, got {dict(condition)}")
     ((op, operand),) = condition.items()
     if op == "$eq":
-        return value == operand
+        return bool(value == operand)
     if op == "$ne":
-        return value != operand
+        return bool(value != operand)
     if op == "$in":
         return value in operand
     if op == "$nin":

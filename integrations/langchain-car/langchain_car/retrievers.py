@@ -194,8 +194,13 @@ class CARRetriever(BaseRetriever):
 
         def passed(entry: tuple[int, Document, int, float | None]) -> Document:
             _, doc, rank, score = entry
-            meta = {**(doc.metadata or {}), **unresolved, CAR_STAGE1_RANK: rank, CAR_STAGE1_SCORE: score,
-                    CAR_STAGE1_CHANNEL: channel}
+            meta = {
+                **(doc.metadata or {}),
+                **unresolved,
+                CAR_STAGE1_RANK: rank,
+                CAR_STAGE1_SCORE: score,
+                CAR_STAGE1_CHANNEL: channel,
+            }
             return Document(id=doc.id, page_content=doc.page_content, metadata=meta)
 
         for item in result.ranked:

@@ -1,4 +1,4 @@
-"""A small security-advisory corpus shared by the tests.
+"""A small security-advisory corpus shared by the tests, and how they read the evidence XML.
 
 ``lodash``: a disclosure and the patch release that voids it, worded with no shared
 content word (the release note never names the vulnerability, the package or the CVE).
@@ -10,15 +10,18 @@ pollution and merging, so relevance search ranks them above the lodash release n
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
+from typing import Any
 
 from car_rag import Record
+from langchain_core.documents import Document
 
 QUERY = "Is the prototype pollution in lodash merge still exploitable?"
 ANCHOR = "lodash-disclosure"
 SUPERSEDER = "lodash-4.17.99-release"
 CHAIN_QUERY = "Is zipcraft archive extraction still open to Zip Slip path traversal?"
 
-RECORDS = [
+RECORDS: list[dict[str, Any]] = [
     {
         "doc_id": ANCHOR,
         "text": "CVE-2099-20001: prototype pollution in lodash merge. An attacker who controls an object "
@@ -122,3 +125,23 @@ def content_words(text: str) -> set[str]:
 
 def records() -> list[Record]:
     return [Record.model_validate(r) for r in RECORDS]
+
+
+def child(el: ET.Element, path: str) -> ET.Element:
+    """The first element at ``path`` under ``el``, which must exist (``find`` may be None)."""
+    found = el.find(path)
+    assert found is not None, f"no {path!r} under <{el.tag}>"
+    return found
+
+
+def text_of(el: ET.Element, path: str | None = None) -> str:
+    """The text of ``el``, or of its first element at ``path``; an element without text fails."""
+    node = el if path is None else child(el, path)
+    assert node.text is not None, f"<{node.tag}> has no text"
+    return node.text
+
+
+def doc_id(document: Document) -> str:
+    """The id of a document made from a record (``Document.id`` may be None)."""
+    assert document.id is not None, document
+    return document.id

@@ -45,14 +45,16 @@ class FakeEvidenceChatModel(BaseChatModel):
             if root.find("packet") is not None or root.find("digest") is not None:  # reader-first form
                 packets = list(root.iter("packet"))
                 active = [f"[{p.get('id')}]" for p in packets if p.get("status") == "current"]
-                stale = [f"[{p.get('id')}] is superseded by {p.get('replaced-by')}" for p in packets if p.get("status") == "replaced"]
+                stale = [
+                    f"[{p.get('id')}] is superseded by {p.get('replaced-by')}" for p in packets if p.get("status") == "replaced"
+                ]
             else:
                 packets = list(root.iter("evidence-packet"))
                 active = [f"{p.get('doc-id')} [{p.get('id')}]" for p in packets if p.get("status") == "active"]
                 stale = []
                 for p in packets:
                     if p.get("status") == "superseded":
-                        by = [s.get("doc-id") for s in p.iter("superseded-by") if s.get("controlling") == "true"]
+                        by = [s.get("doc-id", "") for s in p.iter("superseded-by") if s.get("controlling") == "true"]
                         stale.append(f"{p.get('doc-id')} [{p.get('id')}] is superseded by {', '.join(by) or 'a hidden record'}")
             answer = "Active evidence: " + "; ".join(active) + "."
             if stale:

@@ -4,6 +4,7 @@ suite can run in one session with car-rag's own tests)."""
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from typing import Any
 
 from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
@@ -62,3 +63,17 @@ class FakeLLM(CustomLLM):
                 yield CompletionResponse(text=so_far, delta=delta)
 
         return gen()
+
+
+def child(el: ET.Element, path: str) -> ET.Element:
+    """The first element at ``path`` under ``el``, which must exist (``find`` may be None)."""
+    found = el.find(path)
+    assert found is not None, f"no {path!r} under <{el.tag}>"
+    return found
+
+
+def text_of(el: ET.Element, path: str | None = None) -> str:
+    """The text of ``el``, or of its first element at ``path``; an element without text fails."""
+    node = el if path is None else child(el, path)
+    assert node.text is not None, f"<{node.tag}> has no text"
+    return node.text

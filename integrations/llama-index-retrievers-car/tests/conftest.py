@@ -26,13 +26,13 @@ from chromadb.config import Settings as ChromaSettings  # noqa: E402
 from llama_index.core import StorageContext, VectorStoreIndex  # noqa: E402
 from llama_index.vector_stores.chroma import ChromaVectorStore  # noqa: E402
 
-from llama_index.retrievers.car import CAREmbedding, records_to_nodes  # noqa: E402
-
 from car_li_support import POLICY, FakeLLM  # noqa: E402
+from llama_index.retrievers.car import CAREmbedding, records_to_nodes  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 CORPORA = Path(__file__).resolve().parents[4] / "shared" / "data" / "car-benchmarks" / "corpora"
 """The CAR benchmark corpora (``../shared`` beside the repository); tests using them skip without."""
+
 
 @pytest.fixture(scope="session")
 def policy() -> Policy:
@@ -49,7 +49,7 @@ def records() -> list[Record]:
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     emb = Embedder()
-    emb.model  # load once, before any timing
+    _ = emb.model  # load once, before any timing
     return emb
 
 

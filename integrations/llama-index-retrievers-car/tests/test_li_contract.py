@@ -13,12 +13,11 @@ from llama_index.core import Settings
 from llama_index.core.base.llms.types import LLMMetadata
 from llama_index.core.prompts import ChatPromptTemplate
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import TextNode
+from llama_index.core.schema import BaseNode, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
-from llama_index.retrievers.car import DEFAULT_K, CARRetriever, EvidenceSynthesizer, evidence_prompt_template
-
 from car_li_support import FakeLLM
+from llama_index.retrievers.car import DEFAULT_K, CARRetriever, EvidenceSynthesizer, evidence_prompt_template
 from test_li_retriever import YAML_Q
 
 HIDDEN_RULE = load_prompt("reader_hidden").strip().splitlines()[0]
@@ -50,7 +49,7 @@ def test_k_caps_the_records_returned(index, policy):
 
 
 def test_doc_id_key(nodes, policy):
-    renamed = [
+    renamed: list[BaseNode] = [
         TextNode(id_=f"n{i}", text=n.text, metadata={("rid" if k == "doc_id" else k): v for k, v in n.metadata.items()})
         for i, n in enumerate(nodes)
     ]
@@ -62,7 +61,9 @@ def test_prompt_is_a_chat_template_and_the_hidden_rule_is_sent_only_when_needed(
     assert isinstance(evidence_prompt_template(), ChatPromptTemplate)
     base = index.as_retriever(similarity_top_k=1)
     synthesizer = EvidenceSynthesizer(llm=fake_llm, policy=policy, form="reader")
-    RetrieverQueryEngine(retriever=CARRetriever(base, index.vector_store, policy), response_synthesizer=synthesizer).query(VAULT_Q)
+    RetrieverQueryEngine(retriever=CARRetriever(base, index.vector_store, policy), response_synthesizer=synthesizer).query(
+        VAULT_Q
+    )
     assert HIDDEN_RULE not in fake_llm.prompts[-1]
     outsider = CARRetriever(base, index.vector_store, policy, caller=CallerContext("other-co", {"dev"}))
     RetrieverQueryEngine(retriever=outsider, response_synthesizer=synthesizer).query(VAULT_Q)

@@ -12,7 +12,6 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
 
 from llama_index.retrievers.car import CARResolutionEvent, CARRetriever
-
 from test_li_retriever import YAML_Q
 
 
@@ -45,7 +44,8 @@ def _check(spans: SimpleSpanHandler, events: _Events) -> None:
     fetches = [i for i, n in names.items() if n.startswith("VectorStoreAuthorityLookup.") and "fetch" in n]
     assert len(resolve) == 1 and fetches
     assert all(by_id[f].parent_id == resolve[0] for f in fetches)  # lookups nest in the resolution
-    assert names[by_id[resolve[0]].parent_id].startswith("CARRetriever.")  # which nests in the retriever's span
+    parent = by_id[resolve[0]].parent_id
+    assert parent is not None and names[parent].startswith("CARRetriever.")  # which nests in the retriever's span
     [event] = [e for e in events.events if isinstance(e, CARResolutionEvent)]
     assert event.span_id == resolve[0] and event.lookups >= 1 and event.rounds >= 1
     assert "adv-yamlette-2.0.1-release" in event.active

@@ -6,28 +6,30 @@ import json
 
 import pytest
 from car_rag import Record
+from car_rag.lookup import ScopeQuery, minimal_queries
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index.retrievers.car import MetadataLayout, node_to_record, record_to_node, records_to_nodes
-from car_rag.lookup import ScopeQuery, minimal_queries
 
 
 def test_round_trip_every_field(policy):
-    record = Record(
-        doc_id="r-1",
-        text="Release 9.9.9. Hardened input handling.",
-        doc_type="patch_release",
-        scope={"package": "pkg", "cve_id": "CVE-2099-1"},
-        published_at="2024-01-02T03:04:05+00:00",
-        effective_at="2024-01-05",
-        version="9.9.9",
-        source="notes",
-        uri="https://example.invalid/r-1",
-        authority=0.5,
-        tenant="acme",
-        allowed_principals=["a", "b"],
-        supersedes=["r-0"],
-        metadata={"section": "2.1", "page": 3},
+    record = Record.model_validate(
+        dict(
+            doc_id="r-1",
+            text="Release 9.9.9. Hardened input handling.",
+            doc_type="patch_release",
+            scope={"package": "pkg", "cve_id": "CVE-2099-1"},
+            published_at="2024-01-02T03:04:05+00:00",
+            effective_at="2024-01-05",
+            version="9.9.9",
+            source="notes",
+            uri="https://example.invalid/r-1",
+            authority=0.5,
+            tenant="acme",
+            allowed_principals=["a", "b"],
+            supersedes=["r-0"],
+            metadata={"section": "2.1", "page": 3},
+        )
     )
     node = record_to_node(record)
     assert node.node_id == "r-1" and node.ref_doc_id == "r-1"

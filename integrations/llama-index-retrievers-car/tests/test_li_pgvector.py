@@ -10,14 +10,14 @@ import json
 import logging
 from pathlib import Path
 
+import car_rag
 import pytest
+from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy, load_records
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.schema import NodeWithScore, TextNode
-from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CARRetriever, MetadataLayout, records_to_nodes
 from llama_index.vector_stores.postgres import PGVectorStore
 
-import car_rag
-from car_rag import CARStore, ControllingAuthorityRetriever, Record, load_policy, load_records
+from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CARRetriever, MetadataLayout, records_to_nodes
 
 DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
 NATIVE = MetadataLayout(json_lists=False)
@@ -87,8 +87,16 @@ def test_dense_stage1_on_pgvector_gives_the_core_top5(demo_index, demo_core, dem
 
 
 def _bulletin() -> Record:
-    return Record(doc_id="vendor-bulletin", text="Vendor bulletin 12.", doc_type="vendor_bulletin",
-                  scope={"package": "elsewhere"}, published_at="2030-01-01", supersedes=["adv-yamlette-disclosure"])
+    return Record.model_validate(
+        dict(
+            doc_id="vendor-bulletin",
+            text="Vendor bulletin 12.",
+            doc_type="vendor_bulletin",
+            scope={"package": "elsewhere"},
+            published_at="2030-01-01",
+            supersedes=["adv-yamlette-disclosure"],
+        )
+    )
 
 
 def test_explicit_edge_from_another_scope_is_found_on_jsonb_lists(pg_database, records, policy, embed_model):
@@ -111,8 +119,10 @@ def test_json_string_lists_find_explicit_edges_within_a_scope_only(pg_database, 
 
 
 def test_a_table_without_car_rag_keys_is_passed_through_unresolved(pg_database, embed_model, policy):
-    plain = [TextNode(id_=f"plain-{i}", text=t, metadata={"source": "wiki", "package": "yamlette"})
-             for i, t in enumerate(["yamlette load executes python object tags", "yamlette 2 notes", "unrelated"])]
+    plain = [
+        TextNode(id_=f"plain-{i}", text=t, metadata={"source": "wiki", "package": "yamlette"})
+        for i, t in enumerate(["yamlette load executes python object tags", "yamlette 2 notes", "unrelated"])
+    ]
     index = pg_index(pg_database(), plain, embed_model, "plain")
     got = CARRetriever(index.as_retriever(similarity_top_k=3), index.vector_store, policy).retrieve(YAML_Q)
     assert len(got) == 3 and {n.node.metadata[CAR_STATUS] for n in got} == {"unresolved"}
@@ -132,14 +142,45 @@ def test_numeric_looking_scope_values_are_compared_as_text(pg_database, embed_mo
     """PGVectorStore casts the column to float for an ``==`` whose value parses as a number; car-rag
     sends scope values as ``in [...]`` (text), so "2024" never meets "2024.0" nor fails on "abc"."""
     rows = [
-        Record(doc_id="d-2024", text="Disclosure.", doc_type="vulnerability_disclosure",
-               scope={"package": "2024", "cve_id": "CVE-1"}, published_at="2024-01-01"),
-        Record(doc_id="r-2024", text="Release.", doc_type="patch_release", scope={"package": "2024", "cve_id": "CVE-1"},
-               published_at="2024-02-01", version="1.0"),
-        Record(doc_id="r-float", text="Release.", doc_type="patch_release", scope={"package": "2024.0", "cve_id": "CVE-1"},
-               published_at="2024-03-01", version="1.1"),
-        Record(doc_id="r-text", text="Release.", doc_type="patch_release", scope={"package": "abc", "cve_id": "CVE-1"},
-               published_at="2024-03-01", version="1.1"),
+        Record.model_validate(
+            dict(
+                doc_id="d-2024",
+                text="Disclosure.",
+                doc_type="vulnerability_disclosure",
+                scope={"package": "2024", "cve_id": "CVE-1"},
+                published_at="2024-01-01",
+            )
+        ),
+        Record.model_validate(
+            dict(
+                doc_id="r-2024",
+                text="Release.",
+                doc_type="patch_release",
+                scope={"package": "2024", "cve_id": "CVE-1"},
+                published_at="2024-02-01",
+                version="1.0",
+            )
+        ),
+        Record.model_validate(
+            dict(
+                doc_id="r-float",
+                text="Release.",
+                doc_type="patch_release",
+                scope={"package": "2024.0", "cve_id": "CVE-1"},
+                published_at="2024-03-01",
+                version="1.1",
+            )
+        ),
+        Record.model_validate(
+            dict(
+                doc_id="r-text",
+                text="Release.",
+                doc_type="patch_release",
+                scope={"package": "abc", "cve_id": "CVE-1"},
+                published_at="2024-03-01",
+                version="1.1",
+            )
+        ),
     ]
     index = pg_index(pg_database(), records_to_nodes(rows, NATIVE), embed_model, "numeric")
     anchor = [NodeWithScore(node=records_to_nodes(rows[:1], NATIVE)[0], score=1.0)]

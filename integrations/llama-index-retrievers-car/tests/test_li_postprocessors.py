@@ -11,7 +11,6 @@ from llama_index.core.schema import QueryBundle
 
 from llama_index.postprocessor.car import ActiveStatusFilter, SupersessionExpander
 from llama_index.retrievers.car import CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDS, CARRetriever
-
 from test_li_retriever import TAR_Q, YAML_Q, by_id, ids
 
 
@@ -71,18 +70,14 @@ def test_filter_mark_mode_keeps_everything_active_first(index, policy):
 def test_filter_alone_with_a_store_drops_a_stale_anchor(index, policy):
     """Straight after a plain vector retriever: the fix is not in the list, but the store knows it."""
     plain = index.as_retriever(similarity_top_k=3).retrieve(YAML_Q)
-    marked = ActiveStatusFilter(store=index.vector_store, policy=policy, mode="mark").postprocess_nodes(
-        plain, query_str=YAML_Q
-    )
+    marked = ActiveStatusFilter(store=index.vector_store, policy=policy, mode="mark").postprocess_nodes(plain, query_str=YAML_Q)
     assert set(ids(marked)) == set(ids(plain))  # a filter adds nothing
     disclosure = by_id(marked)["adv-yamlette-disclosure"]
     assert disclosure[CAR_STATUS] == "superseded"
     assert disclosure[CAR_SUPERSEDED_BY] == ["adv-yamlette-2.0.1-release"]
     dropped = ActiveStatusFilter(store=index.vector_store, policy=policy).postprocess_nodes(plain, query_str=YAML_Q)
     assert "adv-yamlette-disclosure" not in ids(dropped)
-    asyn = asyncio.run(
-        ActiveStatusFilter(store=index.vector_store, policy=policy).apostprocess_nodes(plain, query_str=YAML_Q)
-    )
+    asyn = asyncio.run(ActiveStatusFilter(store=index.vector_store, policy=policy).apostprocess_nodes(plain, query_str=YAML_Q))
     assert ids(asyn) == ids(dropped)
 
 

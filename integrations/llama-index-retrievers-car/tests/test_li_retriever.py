@@ -7,9 +7,11 @@ import asyncio
 import pytest
 from car_rag import CallerContext, ControllingAuthorityRetriever
 from llama_index.core.retrievers import QueryFusionRetriever, VectorIndexRetriever
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever
 
+from car_li_support import content_words
 from llama_index.retrievers.car import (
     CAR_ANCHOR_ID,
     CAR_HIDDEN_SUPERSEDER,
@@ -24,8 +26,6 @@ from llama_index.retrievers.car import (
     CARRetriever,
     NodeAuthorityLookup,
 )
-
-from car_li_support import content_words
 
 YAML_Q = "Can untrusted YAML with python object tags still execute code through yamlette load?"
 TAR_Q = "Is tarnish extraction still vulnerable to path traversal via crafted archive member names?"
@@ -65,7 +65,9 @@ def test_retriever_puts_the_fix_first_and_marks_the_disclosure(index, policy):
     assert disclosure[CAR_STATUS] == "superseded"
     assert disclosure[CAR_SUPERSEDED_BY] == ["adv-yamlette-2.0.1-release"]
     assert disclosure[CAR_RULE] == "patch_fixes_disclosure"
-    assert [(e["doc_id"], e["rule"]) for e in disclosure[CAR_VOIDED_BY]] == [("adv-yamlette-2.0.1-release", "patch_fixes_disclosure")]
+    assert [(e["doc_id"], e["rule"]) for e in disclosure[CAR_VOIDED_BY]] == [
+        ("adv-yamlette-2.0.1-release", "patch_fixes_disclosure")
+    ]
     assert disclosure[CAR_STAGE1_RANK] == 1 and isinstance(disclosure[CAR_STAGE1_SCORE], float)
     # superseded records come after every active one, nothing is dropped
     statuses = [n.node.metadata[CAR_STATUS] for n in nodes]
@@ -159,7 +161,7 @@ def test_query_fusion_stage1(index, nodes, policy, fake_llm):
         [index.as_retriever(similarity_top_k=3), BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=3)],
         llm=fake_llm,
         num_queries=1,  # no query generation: the fake LLM is never called
-        mode="reciprocal_rerank",
+        mode=FUSION_MODES.RECIPROCAL_RANK,
         similarity_top_k=3,
         use_async=False,
     )
@@ -226,7 +228,7 @@ def test_chunks_of_one_record_stay_together(policy, records):
     node = records_to_nodes([r for r in records if r.doc_id == "adv-yamlette-disclosure"])[0]
     first = node.model_copy(update={"id_": "chunk-a", "text": node.text[:80]})
     second = node.model_copy(update={"id_": "chunk-b", "text": node.text[80:]})
-    pool = [first, second, *records_to_nodes(r for r in records if r.doc_id != "adv-yamlette-disclosure")]
+    pool: list[BaseNode] = [first, second, *records_to_nodes(r for r in records if r.doc_id != "adv-yamlette-disclosure")]
     stage1 = [NodeWithScore(node=first, score=0.9), NodeWithScore(node=second, score=0.8)]
     resolved = CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes
     assert [n.node.node_id for n in resolved] == ["adv-yamlette-2.0.1-release", "chunk-a", "chunk-b"]
@@ -237,11 +239,20 @@ def test_chunks_of_one_record_stay_together(policy, records):
 def test_explicit_edge_from_another_scope_is_found(policy, records):
     # The core plans a lookup for records naming the anchor in `supersedes`, wherever their scope.
     from car_rag import Record
+
     from llama_index.retrievers.car import records_to_nodes
 
-    bulletin = Record(doc_id="vendor-bulletin", text="Vendor bulletin 12.", doc_type="vendor_bulletin",
-                      scope={"package": "elsewhere"}, published_at="2030-01-01", supersedes=["adv-yamlette-disclosure"])
-    pool = records_to_nodes([*records, bulletin])
+    bulletin = Record.model_validate(
+        dict(
+            doc_id="vendor-bulletin",
+            text="Vendor bulletin 12.",
+            doc_type="vendor_bulletin",
+            scope={"package": "elsewhere"},
+            published_at="2030-01-01",
+            supersedes=["adv-yamlette-disclosure"],
+        )
+    )
+    pool: list[BaseNode] = [*records_to_nodes([*records, bulletin])]
     stage1 = [NodeWithScore(node=n, score=1.0) for n in pool if n.node_id == "adv-yamlette-disclosure"]
     meta = by_id(CARRetriever(BM25Retriever.from_defaults(nodes=pool), pool, policy).resolve(YAML_Q, stage1).nodes)
     assert "vendor-bulletin" in meta["adv-yamlette-disclosure"][CAR_SUPERSEDED_BY]
@@ -259,8 +270,14 @@ def test_an_ambiguous_question_carries_its_ambiguity_and_scope_probabilities(emb
         Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure", scope={"package": pkg, "cve_id": cve})
         for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002"))
     ]
-    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
-                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+    records.append(
+        Record(
+            doc_id="alpha-utils-p",
+            text="Release 3.1.0: maintenance.",
+            doc_type="patch_release",
+            scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"},
+        )
+    )
     index = VectorStoreIndex(records_to_nodes(records), embed_model=embed_model)
     retriever = CARRetriever.from_index(index, load_policy("security-advisory"), similarity_top_k=2)
     nodes = retriever.retrieve("Has the prototype pollution in merge been fixed?")

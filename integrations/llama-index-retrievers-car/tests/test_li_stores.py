@@ -98,8 +98,11 @@ def test_a_store_without_get_nodes_is_refused_naming_its_class_and_what_it_lacks
     store = _TextStoreWithoutLookups()
     store.add(list(nodes))
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
-    with pytest.raises(TypeError, match=r"_TextStoreWithoutLookups cannot be filtered by metadata \(it does not implement "
-                                        r"get_nodes\).*get_nodes\(filters=.*index\.docstore"):
+    with pytest.raises(
+        TypeError,
+        match=r"_TextStoreWithoutLookups cannot be filtered by metadata \(it does not implement "
+        r"get_nodes\).*get_nodes\(filters=.*index\.docstore",
+    ):
         CARRetriever(index.as_retriever(), store, policy)
 
 
@@ -108,8 +111,11 @@ def test_a_store_that_refuses_metadata_filters_is_a_clear_error_on_the_first_que
     store.add(list(nodes))
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
     retriever = CARRetriever(index.as_retriever(similarity_top_k=2), store, policy)
-    with pytest.raises(TypeError, match=r"_TextStoreWithoutFilters cannot be filtered by metadata \(metadata filters are "
-                                        r"not supported\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"_TextStoreWithoutFilters cannot be filtered by metadata \(metadata filters are "
+        r"not supported\)",
+    ):
         retriever.retrieve(YAML_Q)
     with pytest.raises(TypeError, match=r"_TextStoreWithoutFilters cannot be filtered by metadata"):
         asyncio.run(retriever.aretrieve(YAML_Q))

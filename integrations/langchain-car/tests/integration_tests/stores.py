@@ -38,7 +38,7 @@ def new_chroma(docs: list[Document], client_: chromadb.ClientAPI | None = None, 
         collection_name=f"{prefix}-{uuid.uuid4().hex[:12]}",
         embedding_function=embeddings(),
         client=client_ or client(),
-        collection_configuration={"hnsw": dict(DEFAULT_HNSW)},
+        collection_configuration={"hnsw": {**DEFAULT_HNSW}},
     )
     store.add_documents(docs, ids=[d.id for d in docs])
     return store

@@ -8,9 +8,8 @@ import re
 
 import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder
-from car_rag.evidence import render_audit
-from car_rag.evidence import render_plain, render_reader
 from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
+from car_rag.evidence import render_audit, render_plain, render_reader
 from langchain_community.retrievers import BM25Retriever
 
 from langchain_car import CARRetriever
@@ -58,7 +57,9 @@ def test_bm25_stage1_gives_the_same_records_and_the_same_evidence(core_store, qu
 
 def test_dense_stage1_gives_the_same_records(core_store, queries) -> None:
     chroma = stores.demo_chroma()
-    wrapped = CARRetriever(base_retriever=chroma.as_retriever(search_kwargs={"k": 10}), store=chroma, policy=stores.demo_policy(), k=5)
+    wrapped = CARRetriever(
+        base_retriever=chroma.as_retriever(search_kwargs={"k": 10}), store=chroma, policy=stores.demo_policy(), k=5
+    )
     core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
     for q in queries:
         expected = core.retrieve(q["query"])

@@ -12,7 +12,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_car import CARRetriever
-from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER
+from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, doc_id
 from tests.integration_tests import stores
 
 POLICY = load_policy("security-advisory")
@@ -22,7 +22,7 @@ POLICY = load_policy("security-advisory")
 def memory_store() -> InMemoryVectorStore:
     store = InMemoryVectorStore(embedding=stores.embeddings())
     docs = stores.corpus_docs()
-    store.add_documents(docs, ids=[d.id for d in docs])
+    store.add_documents(docs, ids=[doc_id(d) for d in docs])
     return store
 
 
@@ -45,7 +45,9 @@ def test_in_memory_vector_store_as_stage1_and_stage2(memory_store) -> None:
 
 
 def test_in_memory_explicit_chain(memory_store) -> None:
-    docs = CARRetriever(base_retriever=memory_store.as_retriever(search_kwargs={"k": 3}), store=memory_store, policy=POLICY, k=10).invoke(CHAIN_QUERY)
+    docs = CARRetriever(
+        base_retriever=memory_store.as_retriever(search_kwargs={"k": 3}), store=memory_store, policy=POLICY, k=10
+    ).invoke(CHAIN_QUERY)
     assert docs[0].id == "zipcraft-2.3.4-release"
     assert {d.id: d.metadata for d in docs}["zipcraft-2.3.1-release"]["car_status"] == "superseded"
 
@@ -69,11 +71,17 @@ def test_an_ambiguous_question_carries_its_ambiguity_where_stage1_gives_scores()
         Record(doc_id=f"{pkg}-d", text=attack, doc_type="vulnerability_disclosure", scope={"package": pkg, "cve_id": cve})
         for pkg, cve in (("alpha-utils", "CVE-2034-0001"), ("beta-utils", "CVE-2034-0002"))
     ]
-    records.append(Record(doc_id="alpha-utils-p", text="Release 3.1.0: maintenance.", doc_type="patch_release",
-                          scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"}))
+    records.append(
+        Record(
+            doc_id="alpha-utils-p",
+            text="Release 3.1.0: maintenance.",
+            doc_type="patch_release",
+            scope={"package": "alpha-utils", "cve_id": "CVE-2034-0001"},
+        )
+    )
     store = InMemoryVectorStore(embedding=stores.embeddings())
     docs = [record_to_document(r) for r in records]
-    store.add_documents(docs, ids=[d.id for d in docs])
+    store.add_documents(docs, ids=[doc_id(d) for d in docs])
 
     def scored(query: str) -> list:
         hits = store.similarity_search_with_score(query, k=2)  # cosine similarity

@@ -13,7 +13,8 @@ def test_chroma_lookups_find_the_fix_under_the_mapped_names(tmp_path) -> None:
     chroma = stores.new_chroma(DOCS, prefix="mapped")
     stage1 = KeywordRetriever(documents=DOCS, k=1)
     assert statuses(CARRetriever(base_retriever=stage1, store=chroma, policy=policy(tmp_path, True))) == [
-        ("release", "active"), ("disclosure", "superseded"),
+        ("release", "active"),
+        ("disclosure", "superseded"),
     ]
     assert statuses(CARRetriever(base_retriever=stage1, store=chroma, policy=policy(tmp_path, False))) == [
         ("disclosure", "active"),

@@ -10,23 +10,24 @@ import uuid
 import warnings
 
 import pytest
-from langchain_car import CARRetriever, PGVectorLookup, record_to_document
-from langchain_car.lookup import WhereStore, as_lookup
+from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Record, load_policy
+from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
 from langchain_community.retrievers import BM25Retriever
 from langchain_core.documents import Document
 from langchain_postgres import PGVector
 
-from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Record, load_policy
-from car_rag.channels.rank_bm25_index import tokenize as rank_bm25_tokens
-from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER
+from langchain_car import CARRetriever, PGVectorLookup, record_to_document
+from langchain_car.lookup import WhereStore, as_lookup
+from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, doc_id
 from tests.integration_tests import stores
 
 POLICY = load_policy("security-advisory")
 
 
 def new_pgvector(uri: str, docs: list[Document], prefix: str) -> PGVector:
-    store = PGVector(embeddings=stores.embeddings(), collection_name=f"{prefix}-{uuid.uuid4().hex[:12]}",
-                     connection=uri, use_jsonb=True)
+    store = PGVector(
+        embeddings=stores.embeddings(), collection_name=f"{prefix}-{uuid.uuid4().hex[:12]}", connection=uri, use_jsonb=True
+    )
     store.add_documents(docs, ids=[d.id for d in docs])
     return store
 
@@ -63,13 +64,19 @@ def queries() -> list[dict]:
 def test_pgvector_is_looked_up_in_its_own_filter_syntax(corpus_pg) -> None:
     lookup = as_lookup(corpus_pg)
     assert isinstance(lookup, PGVectorLookup)
-    where = {"$or": [{"$and": [{"package": "lodash"}, {"doc_type": {"$in": ["patch_release", "x"]}}]},
-                     {"supersedes": {"$contains": "zipcraft-2.3.1-release"}}]}
-    assert lookup.pg_filter(where) == {"$or": [
-        {"$and": [{"package": {"$eq": "lodash"}}, {"doc_type": {"$in": ["patch_release", "x"]}}]},
-        {"supersedes": {"$eq": "zipcraft-2.3.1-release"}},
-    ]}
-    assert sorted(d.id for d in lookup.get(where)) == [SUPERSEDER, "zipcraft-2.3.4-release"]
+    where = {
+        "$or": [
+            {"$and": [{"package": "lodash"}, {"doc_type": {"$in": ["patch_release", "x"]}}]},
+            {"supersedes": {"$contains": "zipcraft-2.3.1-release"}},
+        ]
+    }
+    assert lookup.pg_filter(where) == {
+        "$or": [
+            {"$and": [{"package": {"$eq": "lodash"}}, {"doc_type": {"$in": ["patch_release", "x"]}}]},
+            {"supersedes": {"$eq": "zipcraft-2.3.1-release"}},
+        ]
+    }
+    assert sorted(doc_id(d) for d in lookup.get(where)) == [SUPERSEDER, "zipcraft-2.3.4-release"]
 
 
 def test_pgvector_as_stage1_and_stage2(corpus_pg) -> None:
@@ -85,24 +92,39 @@ def test_pgvector_as_stage1_and_stage2(corpus_pg) -> None:
 
 async def test_pgvector_async_path(corpus_pg, corpus_uri) -> None:
     # PGVector answers async calls only in async_mode (its own async engine): the same collection, opened so.
-    store = PGVector(embeddings=stores.embeddings(), collection_name=corpus_pg.collection_name,
-                     connection=corpus_uri,
-                     use_jsonb=True, async_mode=True)
-    docs = await CARRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), store=store,
-                              policy=POLICY).ainvoke(QUERY)
+    store = PGVector(
+        embeddings=stores.embeddings(),
+        collection_name=corpus_pg.collection_name,
+        connection=corpus_uri,
+        use_jsonb=True,
+        async_mode=True,
+    )
+    docs = await CARRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), store=store, policy=POLICY).ainvoke(
+        QUERY
+    )
     assert docs[0].id == SUPERSEDER and {d.id: d.metadata for d in docs}[ANCHOR]["car_status"] == "superseded"
     with pytest.raises(RuntimeError, match="async_mode"):
-        CARRetriever(base_retriever=BM25Retriever.from_documents(stores.corpus_docs(), k=3), store=store,
-                     policy=POLICY).invoke(QUERY)
+        CARRetriever(base_retriever=BM25Retriever.from_documents(stores.corpus_docs(), k=3), store=store, policy=POLICY).invoke(
+            QUERY
+        )
 
 
 def test_explicit_edge_from_another_scope_is_found_on_jsonb_lists(pg_database) -> None:
-    bulletin = Record(doc_id="vendor-bulletin", text="Vendor bulletin 12.", doc_type="vendor_bulletin",
-                      scope={"package": "elsewhere"}, published_at="2030-01-01", supersedes=[ANCHOR])
+    bulletin = Record.model_validate(
+        dict(
+            doc_id="vendor-bulletin",
+            text="Vendor bulletin 12.",
+            doc_type="vendor_bulletin",
+            scope={"package": "elsewhere"},
+            published_at="2030-01-01",
+            supersedes=[ANCHOR],
+        )
+    )
     store = new_pgvector(pg_database(), [*stores.corpus_docs(), record_to_document(bulletin)], "edge")
     anchor = [d for d in stores.corpus_docs() if d.id == ANCHOR]
-    result = CARRetriever(base_retriever=BM25Retriever.from_documents(anchor, k=1), store=store, policy=POLICY,
-                          k=10).retrieve(QUERY)
+    result = CARRetriever(base_retriever=BM25Retriever.from_documents(anchor, k=1), store=store, policy=POLICY, k=10).retrieve(
+        QUERY
+    )
     by_id = {r.doc_id: r for r in result.ranked}
     assert by_id[ANCHOR].status == "superseded" and "vendor-bulletin" in by_id[ANCHOR].superseded_by
 
@@ -123,8 +145,9 @@ def test_same_records_and_statuses_as_the_core_given_the_same_anchors(demo_pg, c
 
 def test_dense_stage1_on_pgvector_gives_the_core_records(demo_pg, core_store, queries) -> None:
     """PGVector's exact (unindexed) cosine search vs the core's exact dense channel."""
-    wrapped = CARRetriever(base_retriever=demo_pg.as_retriever(search_kwargs={"k": 10}), store=demo_pg,
-                           policy=stores.demo_policy(), k=5)
+    wrapped = CARRetriever(
+        base_retriever=demo_pg.as_retriever(search_kwargs={"k": 10}), store=demo_pg, policy=stores.demo_policy(), k=5
+    )
     core = ControllingAuthorityRetriever(core_store, anchors="dense", k1=10, fusion="rrf", latent_scope=False)
     for q in queries:
         expected = core.retrieve(q["query"])
@@ -136,8 +159,10 @@ def test_dense_stage1_on_pgvector_gives_the_core_records(demo_pg, core_store, qu
 
 def test_a_table_without_car_rag_keys_is_passed_through_unresolved(pg_database) -> None:
     """Plain documents (no doc_id / doc_type / car_layout): never a status car-rag did not decide."""
-    plain = [Document(id=f"plain-{i}", page_content=text, metadata={"source": "wiki", "package": "lodash"})
-             for i, text in enumerate(["lodash merge prototype pollution", "lodash release notes", "unrelated text"])]
+    plain = [
+        Document(id=f"plain-{i}", page_content=text, metadata={"source": "wiki", "package": "lodash"})
+        for i, text in enumerate(["lodash merge prototype pollution", "lodash release notes", "unrelated text"])
+    ]
     store = new_pgvector(pg_database(), plain, "plain")
     docs = CARRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), store=store, policy=POLICY).invoke(QUERY)
     assert len(docs) == 3
@@ -151,8 +176,9 @@ def test_foreign_rows_found_by_stage2_are_skipped_with_a_warning(pg_database) ->
     store = new_pgvector(pg_database(), [*stores.corpus_docs(), foreign], "foreign")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        docs = CARRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), store=store, policy=POLICY,
-                            k=10).invoke(QUERY)
+        docs = CARRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), store=store, policy=POLICY, k=10).invoke(
+            QUERY
+        )
     messages = [str(w.message) for w in caught]
     assert any("unusable document" in m and "'foreign' has no 'doc_type'" in m for m in messages), messages
     assert docs[0].id == SUPERSEDER and "foreign" not in [d.id for d in docs if d.metadata["car_status"] != "unresolved"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from car_rag import Record, load_policy
@@ -21,8 +21,8 @@ def _full_record() -> Record:
         text="Release 1.0.1 fixes the parser.",
         doc_type="patch_release",
         scope={"package": "p", "cve_id": "CVE-2099-1"},
-        published_at=datetime(2024, 1, 2, tzinfo=timezone.utc),
-        effective_at=datetime(2024, 1, 5, 12, tzinfo=timezone.utc),
+        published_at=datetime(2024, 1, 2, tzinfo=UTC),
+        effective_at=datetime(2024, 1, 5, 12, tzinfo=UTC),
         version="1.0.1",
         source="notes",
         uri="https://example.invalid/1.0.1",

@@ -22,7 +22,10 @@ def _chain(answer: str):
         RunnablePassthrough.assign(documents=itemgetter("question") | retriever)
         | RunnablePassthrough.assign(
             answer={"context": itemgetter("documents") | format_evidence, "question": itemgetter("question")}
-            | answer_prompt | FakeListChatModel(responses=[answer]) | StrOutputParser())
+            | answer_prompt
+            | FakeListChatModel(responses=[answer])
+            | StrOutputParser()
+        )
         | authority_guard()
     )
 

@@ -40,7 +40,8 @@ def test_all_imports() -> None:
 def test_imports_only_langchain_core_and_car_rag() -> None:
     code = (
         "import sys, langchain_car; "
-        "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith(('langchain', 'chromadb', 'torch', 'sentence_transformers'))}))"
+        "print(sorted({m.split('.')[0] for m in sys.modules "
+        "if m.startswith(('langchain', 'chromadb', 'torch', 'sentence_transformers'))}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['langchain_car', 'langchain_core']"

@@ -103,7 +103,11 @@ def test_k1_keeps_the_first_stage1_documents_only() -> None:
 
 
 def test_policy_by_name() -> None:
-    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), store=DOCS, policy="security-advisory")
+    retriever = CARRetriever(
+        base_retriever=KeywordRetriever(documents=DOCS),
+        store=DOCS,
+        policy="security-advisory",  # type: ignore[arg-type]  # a name, which the field's validator loads
+    )
     assert retriever.policy == POLICY and isinstance(retriever.lookup, DocumentListLookup)
 
 
@@ -151,11 +155,27 @@ def test_stage1_document_with_bad_car_metadata_is_passed_through_with_a_warning(
 
 
 def test_caller_gate() -> None:
-    disclosure = Record(doc_id="d", text="timing side channel token recovery vaultkit", doc_type="vulnerability_disclosure",
-                        scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-01-01")
-    fix = Record(doc_id="f", text="release 3.1.0 constant time compare", doc_type="patch_release", version="3.1.0",
-                 scope={"package": "vaultkit", "cve_id": "CVE-2099-1"}, published_at="2024-02-01",
-                 tenant="acme", allowed_principals=["security-team"])
+    disclosure = Record.model_validate(
+        dict(
+            doc_id="d",
+            text="timing side channel token recovery vaultkit",
+            doc_type="vulnerability_disclosure",
+            scope={"package": "vaultkit", "cve_id": "CVE-2099-1"},
+            published_at="2024-01-01",
+        )
+    )
+    fix = Record.model_validate(
+        dict(
+            doc_id="f",
+            text="release 3.1.0 constant time compare",
+            doc_type="patch_release",
+            version="3.1.0",
+            scope={"package": "vaultkit", "cve_id": "CVE-2099-1"},
+            published_at="2024-02-01",
+            tenant="acme",
+            allowed_principals=["security-team"],
+        )
+    )
     docs = [record_to_document(disclosure), record_to_document(fix)]
     stage1 = KeywordRetriever(documents=docs[:1])
     query = "vaultkit timing side channel token recovery"
@@ -172,16 +192,20 @@ def test_doc_id_key_and_its_deprecated_alias() -> None:
     retriever = CARRetriever(base_retriever=KeywordRetriever(documents=docs), store=docs, policy=POLICY, doc_id_key="rid")
     assert retriever.invoke(QUERY)[0].id == SUPERSEDER
     with pytest.warns(DeprecationWarning, match="use doc_id_key="):
-        old = CARRetriever(base_retriever=KeywordRetriever(documents=docs), store=docs, policy=POLICY, id_key="rid")
+        old = CARRetriever(  # type: ignore[call-arg]  # the deprecated name, not in the signature
+            base_retriever=KeywordRetriever(documents=docs), store=docs, policy=POLICY, id_key="rid"
+        )
     assert old.doc_id_key == "rid"
 
 
 def test_unusable_stage2_documents_are_skipped_with_a_warning() -> None:
-    broken = Document(id="junk", page_content="?", metadata={"package": "lodash", "cve_id": "CVE-2099-20001", "doc_type": "patch_release", "authority": 7.0})
-    docs = DOCS + [broken]
-    retriever = CARRetriever(
-        base_retriever=KeywordRetriever(documents=DOCS), store=DocumentListLookup(docs), policy=POLICY
+    broken = Document(
+        id="junk",
+        page_content="?",
+        metadata={"package": "lodash", "cve_id": "CVE-2099-20001", "doc_type": "patch_release", "authority": 7.0},
     )
+    docs = DOCS + [broken]
+    retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), store=DocumentListLookup(docs), policy=POLICY)
     with pytest.warns(UserWarning, match="unusable document"):
         out = retriever.invoke(QUERY)
     assert out[0].id == SUPERSEDER
@@ -269,7 +293,9 @@ def test_a_store_that_cannot_filter_by_metadata_is_named(store: Any) -> None:
 
 def test_vectorstore_is_a_deprecated_alias_of_store() -> None:
     with pytest.warns(DeprecationWarning, match="use store="):
-        retriever = CARRetriever(base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy=POLICY)
+        retriever = CARRetriever(  # type: ignore[call-arg]  # the deprecated name, not in the signature
+            base_retriever=KeywordRetriever(documents=DOCS), vectorstore=DOCS, policy=POLICY
+        )
     assert retriever.invoke(QUERY)[0].id == SUPERSEDER
 
 
@@ -297,4 +323,5 @@ def test_the_resolution_is_a_custom_event_on_the_car_run() -> None:
 
 async def test_the_resolution_event_in_astream_events() -> None:
     events = [e async for e in make().astream_events(QUERY, version="v2") if e["event"] == "on_custom_event"]
-    assert [e["name"] for e in events] == ["car_resolution"] and events[0]["data"]["anchors"][0] == ANCHOR
+    data: Any = events[0]["data"]  # a custom event's data is ours, not a runnable's EventData
+    assert [e["name"] for e in events] == ["car_resolution"] and data["anchors"][0] == ANCHOR

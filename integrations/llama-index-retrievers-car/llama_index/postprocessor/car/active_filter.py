@@ -42,9 +42,7 @@ class ActiveStatusFilter(CARPostprocessorBase):
         return "ActiveStatusFilter"
 
     def _needs_resolution(self, nodes: list[NodeWithScore]) -> bool:
-        return any(
-            CAR_STATUS not in n.node.metadata and self.layout.doc_type(n.node.metadata) is not None for n in nodes
-        )
+        return any(CAR_STATUS not in n.node.metadata and self.layout.doc_type(n.node.metadata) is not None for n in nodes)
 
     def _apply(self, nodes: list[NodeWithScore], resolution: Resolution | None) -> list[NodeWithScore]:
         if resolution is not None:
@@ -56,9 +54,7 @@ class ActiveStatusFilter(CARPostprocessorBase):
         displaced = [_displaced(n) for n in nodes]
         return [n for n, d in zip(nodes, displaced) if not d] + [n for n, d in zip(nodes, displaced) if d]
 
-    def _postprocess_nodes(
-        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
-    ) -> list[NodeWithScore]:
+    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         resolution = self._resolve(nodes, query_bundle) if self._needs_resolution(nodes) else None
         return self._apply(nodes, resolution)
 

@@ -35,9 +35,7 @@ class SupersessionExpander(CARPostprocessorBase):
     def class_name(cls) -> str:
         return "SupersessionExpander"
 
-    def _postprocess_nodes(
-        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
-    ) -> list[NodeWithScore]:
+    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         return self._resolve(nodes, query_bundle).nodes
 
     async def _apostprocess_nodes(

@@ -106,7 +106,7 @@ class CARRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager or getattr(retriever, "callback_manager", None), verbose=verbose)
 
     @classmethod
-    def from_index(cls, index: Any, policy: Policy | str | Path, *, similarity_top_k: int = 10, **kwargs: Any) -> "CARRetriever":
+    def from_index(cls, index: Any, policy: Policy | str | Path, *, similarity_top_k: int = 10, **kwargs: Any) -> CARRetriever:
         """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``, or on
         ``index.docstore`` when the vector store keeps no text (the in-memory default,
         ``SimpleVectorStore``, and any store with ``stores_text=False``)."""

@@ -43,7 +43,8 @@ class CAREmbedding(BaseEmbedding):
         return self._embedder
 
     def _encode(self, texts: list[str]) -> list[Embedding]:
-        return self._embedder.encode(texts).tolist()
+        vectors: list[Embedding] = self._embedder.encode(texts).tolist()  # numpy types tolist() as Any
+        return vectors
 
     def _get_query_embedding(self, query: str) -> Embedding:
         return self._encode([query])[0]

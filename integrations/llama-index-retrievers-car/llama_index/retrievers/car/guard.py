@@ -29,7 +29,12 @@ CAR_GUARD = "car_guard"
 
 
 def check_response(
-    response: Any, policy: Policy | str | Path, *, layout: MetadataLayout | None = None, k: int | None = None, query: str = "",
+    response: Any,
+    policy: Policy | str | Path,
+    *,
+    layout: MetadataLayout | None = None,
+    k: int | None = None,
+    query: str = "",
     form: EvidenceForm = "plain",
 ) -> GuardReport:
     """The guard's verdict on a query engine's ``response`` (its text and ``source_nodes``),

@@ -69,9 +69,7 @@ def load_nodes(path: str | Path, layout: MetadataLayout | None = None) -> list[T
     return records_to_nodes(report.records, layout)
 
 
-def node_to_record(
-    node: BaseNode, policy: Policy, layout: MetadataLayout | None = None, *, text: str | None = None
-) -> Record:
+def node_to_record(node: BaseNode, policy: Policy, layout: MetadataLayout | None = None, *, text: str | None = None) -> Record:
     """The car-rag :class:`~car_rag.Record` a node stands for, read from its metadata.
 
     Raises :class:`car_rag.adapters.LayoutError` (a ``ValueError``) naming the record and field when

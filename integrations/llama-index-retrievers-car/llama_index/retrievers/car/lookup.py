@@ -87,8 +87,7 @@ class VectorStoreAuthorityLookup(AuthorityStore):
 
     def _group_filter(self, queries: Sequence[ScopeQuery]) -> MetadataFilters:
         filters: list[MetadataFilter | MetadataFilters] = [
-            _condition(key, sorted({q.scope[position][1] for q in queries}))
-            for position, (key, _) in enumerate(queries[0].scope)
+            _condition(key, sorted({q.scope[position][1] for q in queries})) for position, (key, _) in enumerate(queries[0].scope)
         ]
         if queries[0].doc_types is not None:
             filters.append(_condition(self.layout.doc_type_key, queries[0].doc_types))
@@ -123,7 +122,8 @@ class VectorStoreAuthorityLookup(AuthorityStore):
     def _refused(self, exc: Exception) -> None:
         logger.warning(
             "car-rag: %s cannot filter list metadata (%s); explicit supersession edges are found within a scope only",
-            type(self.vector_store).__name__, exc,
+            type(self.vector_store).__name__,
+            exc,
         )
         self.lists_filterable = False
 
@@ -180,7 +180,8 @@ class NodeAuthorityLookup(AuthorityStore):
         if query.naming is not None:
             return self._naming.get(query.naming, [])
         if query.scope:
-            candidates: Iterable[int] = min((self._by_pair.get(pair, []) for pair in query.scope), key=len)
+            shortest = min((self._by_pair.get(pair, []) for pair in query.scope), key=len)
+            candidates: Iterable[int] = shortest
         else:
             candidates = (i for t in query.doc_types or () for i in self._by_type.get(t, []))
         return (i for i in candidates if query.matches(self.nodes[i].metadata, self.layout))

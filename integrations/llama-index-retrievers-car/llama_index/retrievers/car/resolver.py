@@ -20,8 +20,20 @@ from car_rag import CallerContext, Policy, RetrievalResult
 from car_rag.adapters import Anchor, AuthorityClosure, AuthorityStore, LayoutError
 from car_rag.annotations import annotations_for, result_from_annotations, unresolved_annotations
 from car_rag.layout import (
-    CAR_AMBIGUITY, CAR_ANCHOR_ID, CAR_ANNOTATION_KEYS, CAR_HIDDEN_SUPERSEDER, CAR_RANK, CAR_ROLE, CAR_RULE, CAR_STAGE1_RANK,
-    CAR_SCOPE_PROBABILITY, CAR_STAGE1_SCORE, CAR_STATUS, CAR_SUPERSEDED_BY, CAR_VOIDED_BY, CAR_VOIDS,
+    CAR_AMBIGUITY,
+    CAR_ANCHOR_ID,
+    CAR_ANNOTATION_KEYS,
+    CAR_HIDDEN_SUPERSEDER,
+    CAR_RANK,
+    CAR_ROLE,
+    CAR_RULE,
+    CAR_SCOPE_PROBABILITY,
+    CAR_STAGE1_RANK,
+    CAR_STAGE1_SCORE,
+    CAR_STATUS,
+    CAR_SUPERSEDED_BY,
+    CAR_VOIDED_BY,
+    CAR_VOIDS,
 )
 from car_rag.lookup import aresolve_closure, resolve_closure
 from car_rag.resolution import RetrievedRecord
@@ -33,9 +45,24 @@ from llama_index.retrievers.car.layout import LLAMA_INDEX_KEYS, MetadataLayout, 
 from llama_index.retrievers.car.lookup import NodeAuthorityLookup
 
 __all__ = [
-    "AuthorityResolver", "CARResolutionEvent", "CAR_AMBIGUITY", "CAR_ANCHOR_ID", "CAR_HIDDEN_SUPERSEDER", "CAR_KEYS", "CAR_RANK", "CAR_ROLE", "CAR_RULE",
-    "CAR_SCOPE_PROBABILITY", "CAR_STAGE1_RANK", "CAR_STAGE1_SCORE", "CAR_STATUS", "CAR_SUPERSEDED_BY", "CAR_VOIDED_BY", "CAR_VOIDS",
-    "Resolution", "nodes_to_result",
+    "AuthorityResolver",
+    "CARResolutionEvent",
+    "CAR_AMBIGUITY",
+    "CAR_ANCHOR_ID",
+    "CAR_HIDDEN_SUPERSEDER",
+    "CAR_KEYS",
+    "CAR_RANK",
+    "CAR_ROLE",
+    "CAR_RULE",
+    "CAR_SCOPE_PROBABILITY",
+    "CAR_STAGE1_RANK",
+    "CAR_STAGE1_SCORE",
+    "CAR_STATUS",
+    "CAR_SUPERSEDED_BY",
+    "CAR_VOIDED_BY",
+    "CAR_VOIDS",
+    "Resolution",
+    "nodes_to_result",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,6 +86,7 @@ class CARResolutionEvent(BaseEvent):
     @classmethod
     def class_name(cls) -> str:
         return "CARResolutionEvent"
+
 
 CAR_KEYS = CAR_ANNOTATION_KEYS
 _SHOWN_TO_LLM = (CAR_STATUS, CAR_SUPERSEDED_BY, CAR_RULE)
@@ -86,8 +114,7 @@ def annotate(nws: NodeWithScore, car: dict[str, Any], score: float | None, stage
         update={
             "metadata": {**node.metadata, **car},
             "excluded_llm_metadata_keys": [k for k in node.excluded_llm_metadata_keys if k not in CAR_KEYS] + hidden,
-            "excluded_embed_metadata_keys": [k for k in node.excluded_embed_metadata_keys if k not in CAR_KEYS]
-            + list(CAR_KEYS),
+            "excluded_embed_metadata_keys": [k for k in node.excluded_embed_metadata_keys if k not in CAR_KEYS] + list(CAR_KEYS),
         }
     )
     return NodeWithScore(node=copy, score=score)
@@ -103,7 +130,8 @@ class _Nodes:
         self.unmanaged: list[tuple[int, NodeWithScore, int]] = []  # (document position, node, stage-1 position)
 
     def add_stage1(self, nodes: Sequence[NodeWithScore], k1: int | None) -> None:
-        layout, positions = self.resolver.layout, {}
+        layout = self.resolver.layout
+        positions: dict[str, int] = {}  # doc -> its place among the Stage-1 documents
         for stage1_rank, nws in enumerate(nodes, 1):
             doc_id = node_doc_id(nws.node, layout)
             if doc_id in positions:  # another chunk of a document already seen
@@ -148,9 +176,11 @@ class _Nodes:
             chain = self.scores.get(item.anchor_id or "", top_score) if item.role != "scope_match" else top_score
             score = self.scores.get(item.doc_id, chain)
             car = annotations_for(item, result)
-            chunks = self.chunks.get(item.doc_id) or [(NodeWithScore(node=self.closure.sources[item.doc_id]), None)]
-            for nws, rank in chunks:
-                out.append(annotate(nws, car, nws.score if rank is not None else score, rank))
+            chunks: Sequence[tuple[NodeWithScore, int | None]] = self.chunks.get(item.doc_id) or [
+                (NodeWithScore(node=self.closure.sources[item.doc_id]), None)
+            ]
+            for nws, stage1_rank in chunks:
+                out.append(annotate(nws, car, nws.score if stage1_rank is not None else score, stage1_rank))
         out += [annotate(nws, unresolved, nws.score, rank) for _, nws, rank in pending]
         return out
 
@@ -166,8 +196,14 @@ class AuthorityResolver:
     """
 
     def __init__(
-        self, lookup: AuthorityStore, policy: Policy, layout: MetadataLayout | None = None, *,
-        scope_lookup_limit: int = 20, max_rounds: int = 32, channel: str = "stage1",
+        self,
+        lookup: AuthorityStore,
+        policy: Policy,
+        layout: MetadataLayout | None = None,
+        *,
+        scope_lookup_limit: int = 20,
+        max_rounds: int = 32,
+        channel: str = "stage1",
     ):
         if max_rounds < 1:
             raise ValueError("max_rounds must be >= 1")

@@ -21,8 +21,8 @@ from typing import Any, Literal
 from car_rag import Policy, load_policy, render
 from car_rag.evidence import EVIDENCE_FORMS, EvidenceForm
 from car_rag.prompts import load_prompt, reader_system_prompt, system_prompt
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core import Settings
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.prompt_helper import PromptHelper
 from llama_index.core.llms import LLM
@@ -44,7 +44,6 @@ _PER_MESSAGE = 4  # chat formats add a few tokens around each message
 _HIDDEN_PROBE = '<evidence-packet id="EP-1"><superseded-by hidden="true"/></evidence-packet><packet replaced-by="hidden">'
 
 
-
 class EvidencePromptTemplate(ChatPromptTemplate):
     """car-rag's answer prompt for one evidence form (:mod:`car_rag.prompts`) as a LlamaIndex
     ``ChatPromptTemplate`` over ``{context_str}`` (the evidence) and ``{query_str}``.
@@ -56,11 +55,20 @@ class EvidencePromptTemplate(ChatPromptTemplate):
 
     form: str = "plain"
 
+    def __init__(self, message_templates: Sequence[ChatMessage], *, form: str = "plain", **kwargs: Any) -> None:
+        # set after the parent's constructor, which would keep an unknown keyword as a template variable
+        super().__init__(message_templates, **kwargs)
+        self.form = form
+
     def format_messages(self, llm: Any = None, **kwargs: Any) -> list[ChatMessage]:
         messages = super().format_messages(llm=llm, **kwargs)
         evidence = {**self.kwargs, **kwargs}.get("context_str")
-        if messages and messages[0].role == MessageRole.SYSTEM and messages[0].content == _system(self.form, "") \
-                and isinstance(evidence, str):
+        if (
+            messages
+            and messages[0].role == MessageRole.SYSTEM
+            and messages[0].content == _system(self.form, "")
+            and isinstance(evidence, str)
+        ):
             messages[0] = ChatMessage(role=MessageRole.SYSTEM, content=_system(self.form, evidence))
         return messages
 
@@ -82,14 +90,13 @@ def evidence_prompt_template(form: EvidenceForm = "plain") -> EvidencePromptTemp
     _check_form(form)
     user = load_prompt(_USER_PROMPT[form])
     user = user.replace("{evidence}", "{context_str}").replace("{question}", "{query_str}")
-    template = EvidencePromptTemplate(
+    return EvidencePromptTemplate(
         message_templates=[
             ChatMessage(role=MessageRole.SYSTEM, content=_system(form, "")),
             ChatMessage(role=MessageRole.USER, content=user.strip()),
         ],
+        form=form,
     )
-    template.form = form  # a field, not a constructor argument: ChatPromptTemplate keeps extra kwargs as template variables
-    return template
 
 
 def render_evidence(
@@ -195,8 +202,13 @@ class EvidenceSynthesizer(BaseSynthesizer):
         """The evidence this synthesizer puts in front of the LLM for ``nodes``, within
         :meth:`evidence_budget` tokens counted by the LLM's tokenizer."""
         return render_evidence(
-            query, nodes, self.policy, layout=self.layout, token_budget=self.evidence_budget(query),
-            token_counter=self.count_tokens, **self._render_kwargs,
+            query,
+            nodes,
+            self.policy,
+            layout=self.layout,
+            token_budget=self.evidence_budget(query),
+            token_counter=self.count_tokens,
+            **self._render_kwargs,
         )
 
     # The base class hands get_response only the nodes' text; pass the nodes along.
@@ -218,7 +230,9 @@ class EvidenceSynthesizer(BaseSynthesizer):
     ) -> Any:
         return await super().asynthesize(query, nodes, additional_source_nodes, car_nodes=nodes, **response_kwargs)
 
-    def _messages(self, query_str: str, text_chunks: Sequence[str], car_nodes: Sequence[NodeWithScore] | None) -> list[ChatMessage]:
+    def _messages(
+        self, query_str: str, text_chunks: Sequence[str], car_nodes: Sequence[NodeWithScore] | None
+    ) -> list[ChatMessage]:
         if car_nodes is None:  # called directly with text: each chunk is an unresolved document
             car_nodes = [NodeWithScore(node=TextNode(text=t, id_=f"chunk-{i}")) for i, t in enumerate(text_chunks, 1)]
         evidence = self.render(query_str, car_nodes)
