@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import sys
 from pathlib import Path
 
@@ -38,12 +39,25 @@ def _run(args: argparse.Namespace) -> int:
     from car_rag.serve.workers import WorkerSettings, run_workers
     from car_rag.store import CARStore
 
+    loopback = _is_loopback(args.host)
+    if args.api_keys is None and not loopback and not args.insecure:
+        raise UsageError(
+            f"--host {args.host}: a server without --api-keys lets every client read and write every record; it "
+            "listens on loopback only, unless told --insecure (behind a proxy that authenticates)"
+        )
     if not shared and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     keys = load_api_keys(args.api_keys) if args.api_keys is not None else None  # a bad file fails here, not in a worker
     if keys is None:
         print(UNRESTRICTED_WARNING, file=sys.stderr)
     log_level = "info" if args.verbose else "warning"
+    app_options = {
+        "max_body_bytes": int(args.max_body_mb * 2**20),
+        "body_timeout_s": args.body_timeout_s,
+        "allowed_hosts": _allowed_hosts(args, keyed=keys is not None, loopback=loopback),
+        "public_metrics": args.public_metrics,
+        "public_docs": args.public_docs,
+    }
     if args.workers != 1:
         settings = WorkerSettings(
             store=str(args.store),
@@ -54,8 +68,8 @@ def _run(args: argparse.Namespace) -> int:
             insert_window_ms=args.insert_window_ms,
             anchors=args.anchors,
             retriever_options=retriever_options(args),
-            max_body_bytes=int(args.max_body_mb * 2**20),
             chroma_timeout_s=args.chroma_timeout_s,
+            app_options=app_options,
         )
         run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
         return 0
@@ -68,14 +82,61 @@ def _run(args: argparse.Namespace) -> int:
             anchors=args.anchors,
             **retriever_options(args),
         )
-        app = create_app(service, max_body_bytes=int(args.max_body_mb * 2**20))
+        app = create_app(service, **app_options)
         uvicorn.run(app, host=args.host, port=args.port, log_level=log_level)
     return 0
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``--host`` listens on this machine's loopback only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: it may resolve to any address
+        return False
+
+
+def _allowed_hosts(args: argparse.Namespace, *, keyed: bool, loopback: bool) -> list[str] | None:
+    """The ``Host`` names the server answers to: without keys, or off loopback, this machine's
+    loopback names, the address it listens on and each --allowed-host (a page that rebinds its own
+    name to 127.0.0.1 sends its own name); a server with keys on loopback, any unless told."""
+    if keyed and loopback and not args.allowed_host:
+        return None
+    wildcard = args.host in ("0.0.0.0", "::", "")
+    return ["localhost", "127.0.0.1", "::1", *([] if wildcard else [args.host.strip("[]")]), *args.allowed_host]
+
+
 def _arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--store", type=Path, required=True, help="store directory, made by car-rag ingest")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (without --api-keys: a loopback address, unless --insecure)",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="let a server without --api-keys listen off loopback (behind a proxy that authenticates)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name clients reach the server by (repeat it); without keys or off loopback, requests for "
+        "any other Host are refused (DNS rebinding); localhost and the --host address are always allowed",
+    )
+    serve.add_argument(
+        "--public-metrics",
+        action="store_true",
+        help="with --api-keys: answer /metrics and the detail of /readyz without a key (default: a key is needed)",
+    )
+    serve.add_argument(
+        "--public-docs",
+        action="store_true",
+        help="with --api-keys: answer /docs and /openapi.json without a key (default: a key is needed)",
+    )
     serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     serve.add_argument(
         "--workers",
@@ -99,6 +160,12 @@ def _arguments(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--max-body-mb", type=positive, default=16.0, help="larger request bodies are refused (413)")
     serve.add_argument(
+        "--body-timeout-s",
+        type=positive,
+        default=30.0,
+        help="a request body not received whole within this many seconds is refused (408) and its connection closed",
+    )
+    serve.add_argument(
         "--insert-window-ms",
         type=non_negative,
         default=INSERT_WINDOW_MS,
@@ -117,9 +184,11 @@ SERVE = Command(
         "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag serve --store ./cache --workers 2 --api-keys keys.toml",
     ),
     "Serve a store over HTTP (FastAPI + uvicorn): POST /retrieve, POST /records, GET /healthz, /readyz, /metrics; "
-    "OpenAPI at /docs. With --api-keys each request's key decides its tenant and principals (401 without one); "
-    "without it the server is unrestricted. A dense channel slower than 3/4 of --timeout-ms is left out of the "
-    "answer, which says so (diagnostics.degraded).",
+    "OpenAPI at /docs. With --api-keys each request's key decides its tenant and principals (401 without one, "
+    "before the body is read; /metrics, /readyz's detail and /docs need one too unless --public-metrics / "
+    "--public-docs); without it the server is unrestricted and listens on loopback only unless --insecure. "
+    "Cross-site browser requests, bodies that are not JSON and Host names not allowed are refused. A dense "
+    "channel slower than 3/4 of --timeout-ms is left out of the answer, which says so (diagnostics.degraded).",
     _arguments,
     _run,
 )

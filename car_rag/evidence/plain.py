@@ -17,7 +17,10 @@ car-rag's resolution, so the order itself carries authority.
 
 Each record's text is whole; a ``token_budget`` keeps whole documents in rank order while
 they fit, and cuts the first only when it alone does not fit. A record's text cannot forge
-a document header: a line of it that starts like one is marked as quoted. A record voided
+a document header: a line of it that starts like one is marked as quoted, after every Unicode
+line break is made a line feed; a value in a header (type, label, rule, scope value) is folded
+onto one line and quoted where it holds one of the header's delimiters; control and
+bidirectional characters are written as ``<U+XXXX>`` everywhere. A record voided
 only by a record the caller may not read says so in its header, without naming it. ``dated=True``
 adds each record's date and orders them oldest first, as FreshPrompt does (Vu et al. 2023;
 the ``fresh-plain`` condition of ``car-rag eval-llm``).
@@ -36,8 +39,10 @@ from car_rag.evidence.wording import (
     ambiguity_note,
     disputed_note,
     document_header,
+    plain_line,
+    plain_text,
+    plain_value,
     possibly_superseded_note,
-    quote_forged_headers,
     record_label,
     scope_probability_note,
     subject_phrase,
@@ -60,8 +65,8 @@ def clip_text(text: str, max_chars: int | None) -> str:
 
 
 def _text(record: Record, max_chars: int | None) -> str:
-    """The record's text, cut as :func:`clip_text` does, with any forged header quoted."""
-    return quote_forged_headers(clip_text(record.text, max_chars))
+    """The record's text, cut as :func:`clip_text` does, escaped (:func:`plain_text`)."""
+    return plain_text(clip_text(record.text, max_chars))
 
 
 def oldest_first(records: Iterable[Record]) -> list[Record]:
@@ -74,7 +79,7 @@ def oldest_first(records: Iterable[Record]) -> list[Record]:
 
 def _label(result: RetrievalResult, doc_id: str) -> str:
     other = result.get(doc_id)
-    return record_label(other.record.doc_type, other.record.version, doc_id) if other else doc_id
+    return plain_value(record_label(other.record.doc_type, other.record.version, doc_id) if other else doc_id)
 
 
 def render_plain(
@@ -107,13 +112,15 @@ def render_plain(
     if hasattr(evidence, "top"):
         result = cast("RetrievalResult", evidence)
         if result.ambiguity is not None:
-            lead = f"{ambiguity_note(result.ambiguity, result.policy)}\n\n"
+            lead = f"{plain_line(ambiguity_note(result.ambiguity, result.policy))}\n\n"
         shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
         # Named by label, not by document number: a token budget can renumber the documents.
         possibly = {
             r.doc_id: [(_label(result, e.superseder), e.confidence) for e in r.contested_by] for r in shown if r.contested
         }
-        disputed = {r.doc_id: [(_label(result, e.superseder), e.rule) for e in r.disputed_by] for r in shown if r.disputed_by}
+        disputed = {
+            r.doc_id: [(_label(result, e.superseder), plain_value(e.rule)) for e in r.disputed_by] for r in shown if r.disputed_by
+        }
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]
@@ -129,8 +136,9 @@ def render_plain(
         if rec.doc_id in disputed:
             notes.append(disputed_note(disputed[rec.doc_id]))
         if rec.doc_id in guessed:
-            notes.append(scope_probability_note(guessed[rec.doc_id], subject_phrase(rec.scope)))
-        return f"{document_header(i, rec.doc_type, notes, dated=dated, date=iso_date(rec.time))}\n{text}"
+            scope = {key: plain_value(value) for key, value in rec.scope.items()}
+            notes.append(scope_probability_note(guessed[rec.doc_id], subject_phrase(scope)))
+        return f"{document_header(i, plain_value(rec.doc_type), notes, dated=dated, date=iso_date(rec.time))}\n{text}"
 
     texts = [_text(rec, max_chars) for rec in records]
     kept: list[str] = []

@@ -21,6 +21,7 @@ line of its own.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -71,6 +72,9 @@ __all__ = [
     "possibly_superseded_note",
     "possibly_superseded_sentence",
     "quote_forged_headers",
+    "plain_line",
+    "plain_text",
+    "plain_value",
     "reader_status",
     "record_label",
     "record_phrase",
@@ -346,7 +350,15 @@ HIDDEN_REPLACER_NOTE = "replaced by a record you are not permitted to read"
 CUT_MARK = " […]"
 """Where a text was cut to fit a token budget."""
 
-_HEADER = re.compile(r"^([ \t]*)\[(Document \d+)\]", re.MULTILINE | re.IGNORECASE)
+_HEADER = re.compile(r"^([^\S\n]*)\[[^\S\n]*(Document[^\S\n]*\d+)[^\S\n]*\]", re.MULTILINE | re.IGNORECASE)
+_LINE_BREAKS = re.compile("\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Every character Unicode (and so a reader's tokenizer, or its display) may break a line at."""
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+"""Control characters and the bidirectional controls, which reorder what is shown of a line (a
+value could make a header read backwards): written as ``<U+202E>``, visible and inert."""
+_DELIMITERS = re.compile(r'[()\[\];,"]')
+"""What separates a plain header's parts: a value holding one is quoted, so it cannot close the
+header's parentheses or add a note of its own."""
 
 
 def document_header(number: int, doc_type: str, notes: Sequence[str], *, dated: bool = False, date: str | None = None) -> str:
@@ -358,6 +370,30 @@ def document_header(number: int, doc_type: str, notes: Sequence[str], *, dated: 
 def quote_forged_headers(text: str) -> str:
     """A record's text with any line that starts like a document header marked as quoted."""
     return _HEADER.sub(r"\1[quoted: \2]", text)
+
+
+def _visible(text: str) -> str:
+    return _INVISIBLE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
+def plain_text(text: str) -> str:
+    """A record's text as the plain form writes it: every Unicode line break a line feed (so a
+    header forged after a line or paragraph separator starts a line, and is quoted), control and
+    bidirectional characters made visible, lines that start like a document header quoted."""
+    return quote_forged_headers(_visible(_LINE_BREAKS.sub("\n", text)))
+
+
+def plain_value(value: str) -> str:
+    """A record's value (type, label, rule, scope value) as a plain header writes it: on one line
+    (white space of every kind folded), control and bidirectional characters made visible, and
+    quoted as a JSON string where it holds a header delimiter."""
+    folded = _visible(" ".join(value.split()))
+    return json.dumps(folded, ensure_ascii=False) if _DELIMITERS.search(folded) else folded
+
+
+def plain_line(text: str) -> str:
+    """A line of the plain form built from record values (the ambiguity note): controls visible."""
+    return _visible(" ".join(text.split()))
 
 
 def possibly_superseded_note(voider: str, confidence: float) -> str:

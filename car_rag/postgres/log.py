@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import numpy as np
 
@@ -54,9 +55,30 @@ PGVECTOR_MIN = (0, 8)
 returning fewer than k records (``hnsw.iterative_scan``)."""
 
 
+_REDACTED = "***"
+
+
 def redact_url(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+    """``url`` without its password, for messages and logs: a ``postgresql://`` URL keeps its
+    form with the password of its user part and of its ``?password=`` parameter replaced; a
+    key-value DSN (``host=h password=...``) is read by libpq's rules (``psycopg.conninfo``) and
+    written back with the password replaced. Whatever cannot be read that way is not shown."""
+    parts = urlsplit(url)
+    if parts.scheme in ("postgres", "postgresql"):
+        userinfo, at, hostport = parts.netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        query = [(k, _REDACTED if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        netloc = f"{user}{colon and ':' + _REDACTED}{at}{hostport}"
+        return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{urlencode(query, safe='*/')}" if query else "")
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(url)
+    except Exception:  # psycopg missing, or not a DSN libpq reads: it may hold a password anywhere
+        return "<a connection string that is not a postgresql:// URL or a DSN libpq reads>"
+    if "password" in params:
+        params["password"] = _REDACTED
+    return make_conninfo("", **params)
 
 
 def _vector_bytes(vector: np.ndarray) -> bytes:

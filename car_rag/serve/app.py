@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -20,10 +20,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from car_rag import __version__
 from car_rag.eligibility import CallerContext
 from car_rag.records import Record
-from car_rag.serve.asgi import RequestEdge
+from car_rag.serve.asgi import KEY_STATE, MISSING_KEY, Gate, RequestEdge
 from car_rag.serve.errors import Forbidden, Unavailable
-from car_rag.serve.keys import ApiKey, ApiKeys
-from car_rag.serve.schema import RecordsRejected, RecordsResponse, RetrieveRequest, RetrieveResponse
+from car_rag.serve.keys import ApiKey
+from car_rag.serve.schema import RecordsRejected, RecordsResponse, RetrieveRequest, RetrieveResponse, unstorable
 from car_rag.serve.service import Service
 
 __all__ = ["create_app"]
@@ -46,26 +46,40 @@ _BEARER = HTTPBearer(auto_error=False, description="an API key of the server's k
 
 
 def _authenticate(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
+    request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
 ) -> ApiKey | None:
-    """The key a request presents (None on a server without keys); 401 without a known one."""
-    keys: ApiKeys | None = request.app.state.service.api_keys
-    if keys is None:
-        return None
-    if credentials is None:
-        raise HTTPException(401, "missing API key: send 'Authorization: Bearer KEY'", {"WWW-Authenticate": "Bearer"})
-    key = keys.lookup(credentials.credentials)
-    if key is None:
-        raise HTTPException(401, "unknown API key", {"WWW-Authenticate": "Bearer"})
+    """The key the :class:`~car_rag.serve.asgi.RequestEdge` found before the body was read (None on
+    a server without keys); 401 without one (``_credentials``: the scheme, for the OpenAPI document)."""
+    key: ApiKey | None = getattr(request.state, KEY_STATE, None)
+    if key is None and request.app.state.service.api_keys is not None:
+        raise HTTPException(401, MISSING_KEY, {"WWW-Authenticate": "Bearer"})
     return key
 
 
 Key = Annotated[ApiKey | None, Depends(_authenticate)]
 
 
-def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
+def create_app(
+    service: Service,
+    *,
+    max_body_bytes: int = 16 * 2**20,
+    body_timeout_s: float = 30.0,
+    allowed_hosts: Iterable[str] | None = None,
+    public_metrics: bool = False,
+    public_docs: bool = False,
+) -> Any:
     """The ASGI application over ``service`` (the retriever is built when the app starts, so the
-    port opens at once and /readyz says when it can answer)."""
+    port opens at once and /readyz says when it can answer).
+
+    On a server with keys, /metrics, the detail of /readyz and the OpenAPI pages need a key unless
+    ``public_metrics`` / ``public_docs``; ``allowed_hosts``: the ``Host`` names it answers to (None:
+    any); a body has ``body_timeout_s`` to arrive (:class:`~car_rag.serve.asgi.RequestEdge`)."""
+    gate = Gate(
+        service.api_keys,
+        None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts),
+        Gate.paths(public_metrics=public_metrics, public_docs=public_docs),
+        body_timeout_s,
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -143,6 +157,13 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
         items = data if isinstance(data, list) else [data]
         if not items:
             return JSONResponse(RecordsRejected(detail="no records in the body", errors=[]).model_dump(), 422)
+        if problems := unstorable(items):
+            return JSONResponse(
+                RecordsRejected(
+                    detail=f"{len(problems)} fields cannot be stored; nothing was stored", errors=problems
+                ).model_dump(),
+                422,
+            )
         if key is not None and key.tenant is not None:
             for number, item in enumerate(items, start=1):
                 if not isinstance(item, dict) or item.get("tenant") != key.tenant:
@@ -163,19 +184,21 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
         return {"status": "ok"}
 
     @app.get("/readyz", responses={503: {"description": "not ready, and why"}})
-    async def readyz() -> JSONResponse:
+    async def readyz(request: Request) -> JSONResponse:
         """The store is open, the retriever (with its model) is loaded and, for a shared store, its
-        database answers."""
+        database answers. The detail (store size, head, why not ready) needs a key on a server with
+        keys, unless its metrics are public."""
         reason = service.readiness()
-        body: dict[str, Any] = {
-            "ready": reason is None,
-            "records": len(service.store),
-            "anchors": service.anchors,
-            "auth": "api-keys" if service.api_keys is not None else "none",
-            "head": service.store.head,
-        }
-        if reason:
-            body["reason"] = reason
+        body: dict[str, Any] = {"ready": reason is None}
+        if service.api_keys is None or public_metrics or getattr(request.state, KEY_STATE, None) is not None:
+            body |= {
+                "records": len(service.store),
+                "anchors": service.anchors,
+                "auth": "api-keys" if service.api_keys is not None else "none",
+                "head": service.store.head,
+            }
+            if reason:
+                body["reason"] = reason
         return JSONResponse(body, 200 if reason is None else 503)
 
     @app.get("/metrics")
@@ -183,4 +206,4 @@ def create_app(service: Service, *, max_body_bytes: int = 16 * 2**20) -> Any:
         """Prometheus text: request latency by path and status, /retrieve stages, degraded answers, store size."""
         return Response(service.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
-    return RequestEdge(app, service.metrics, max_body_bytes)
+    return RequestEdge(app, service.metrics, max_body_bytes, gate)

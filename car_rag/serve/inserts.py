@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from car_rag.extractors import missing_scope
@@ -20,6 +20,7 @@ from car_rag.serve.keys import ApiKey
 from car_rag.serve.metrics import Metrics
 from car_rag.serve.schema import EdgeOut, RecordProblem, RecordsRejected, RecordsResponse
 from car_rag.store import CARStore, IngestReport
+from car_rag.store.ingest import CycleRefused
 
 __all__ = ["Inserts"]
 
@@ -141,7 +142,7 @@ class Inserts:
                 "the doc_id is taken by a record this key does not own; nothing was stored"
             )
         elif report.errors:
-            pending.answer = self._rejected(report.errors, len(pending.records))
+            pending.answer = self._rejected([self._as_read_by(e, pending) for e in report.errors], len(pending.records))
         else:
             pending.warnings += [w for w in report.warnings if w not in pending.warnings]  # vectors in the outbox
             pending.answer = self._answer(pending, report.added, report.updated, report.new_edges)
@@ -165,6 +166,24 @@ class Inserts:
             newly_superseded=sorted({e.target for e in shown}),
             new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in shown],
             warnings=pending.warnings,
+        )
+
+    def _as_read_by(self, error: RecordError, pending: _Insert) -> RecordError:
+        """``error`` as the request's key may be told it: a cycle through records the key may not
+        read is said to be one, without their ids or rules (the records of the request itself it
+        may read)."""
+        key = pending.key
+        if not isinstance(error, CycleRefused) or key is None:
+            return error
+        mine = {r.doc_id for r in pending.records}
+        with self.store.lock.read():
+            records = self.store.records
+            hidden = [d for d in error.cycle if d not in mine and not (d in records and key.caller.can_read(records[d]))]
+        if not hidden:
+            return error
+        return replace(
+            error,
+            message=f"record {error.doc_id!r} would close a supersession cycle through records this key may not read",
         )
 
     def _rejected(self, errors: list[RecordError], count: int) -> RecordsRejected:

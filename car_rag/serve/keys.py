@@ -16,16 +16,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from car_rag.eligibility import CallerContext
 from car_rag.records import PUBLIC_TENANT
 
 __all__ = ["ApiKey", "ApiKeys", "KeysFileError", "hash_key", "load_api_keys"]
+
+log = logging.getLogger(__name__)
+
+_EMPTY_KEY = hashlib.sha256(b"").hexdigest()
+"""The SHA-256 of the empty key: an entry holding it lets any request that sends ``Bearer`` with
+nothing after it in."""
 
 
 class KeysFileError(ValueError):
@@ -46,11 +54,14 @@ class ApiKey(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$", description="SHA-256 of the key, hex")
     tenant: str | None = None
     principals: tuple[str, ...] = ()
-    write: bool = False
+    write: StrictBool = False
+    """Strict: ``"false"`` or ``"no"`` (text, not a boolean) would otherwise read as a writer or not."""
 
     @field_validator("sha256")
     @classmethod
     def _lower(cls, value: str) -> str:
+        if value.lower() == _EMPTY_KEY:
+            raise ValueError('is the SHA-256 of the empty key (printf %s "$KEY" | sha256sum with KEY unset?)')
         return value.lower()
 
     @field_validator("tenant")
@@ -86,6 +97,7 @@ def load_api_keys(path: str | Path) -> ApiKeys:
     """Read a keys file (``.toml``, else JSON: ``{"keys": [...]}``); every problem is a
     :class:`KeysFileError` naming the file, the entry and the field."""
     path = Path(path)
+    _check_permissions(path)
     try:
         text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
@@ -109,3 +121,20 @@ def load_api_keys(path: str | Path) -> ApiKeys:
         by_hash[key.sha256] = key
         names.add(key.name)
     return ApiKeys(by_hash)
+
+
+def _check_permissions(path: Path) -> None:
+    """Refuse a keys file that users other than its owner may change (any of them could add a key
+    of any tenant, or a writer); warn where they may read it (the hashes of short keys can be
+    guessed offline)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise KeysFileError(f"{path}: cannot read the keys file: {exc}") from None
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise KeysFileError(
+            f"{path}: the keys file is writable by other users (mode {stat.filemode(mode)}): "
+            f"anyone who may change it may add a key; chmod go-w {path}"
+        )
+    if mode & stat.S_IROTH:
+        log.warning("%s: the keys file is readable by every user (mode %s): chmod o-r %s", path, stat.filemode(mode), path)

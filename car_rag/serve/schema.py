@@ -4,6 +4,7 @@ them into the OpenAPI document at ``/openapi.json`` and ``/docs``."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
@@ -28,6 +29,7 @@ __all__ = [
     "RecordProblem",
     "RecordsRejected",
     "MAX_QUERY_CHARS",
+    "unstorable",
 ]
 
 Format = Literal["json", "plain", "reader", "audit", "xml"]
@@ -35,6 +37,45 @@ Format = Literal["json", "plain", "reader", "audit", "xml"]
 name of ``audit``, accepted for one release; the pack says which form it holds."""
 MAX_QUERY_CHARS = 4096
 """Longer questions are refused: MiniLM reads 256 tokens, and BM25 time grows with the query."""
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""What no store keeps: NUL (PostgreSQL's text refuses it) and lone UTF-16 surrogates (JSON's
+``\\ud800`` escapes read as text no UTF-8 encoder writes)."""
+
+
+def _unstorable_in(value: Any) -> bool:
+    if isinstance(value, str):
+        return _UNSTORABLE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_unstorable_in(k) or _unstorable_in(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_unstorable_in(v) for v in value)
+    return False
+
+
+def unstorable(items: list[Any]) -> list[RecordProblem]:
+    """Each field of each record of a POST /records body that holds a character no store keeps,
+    found before the records are parsed, so that the answer is a 422 naming the record and field
+    on every store rather than the database's refusal mid-write. The record's doc_id is named
+    only where it holds none itself."""
+    problems = []
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            continue
+        doc_id = item.get("doc_id")
+        named = doc_id if isinstance(doc_id, str) and not _unstorable_in(doc_id) else None
+        problems += [
+            RecordProblem(
+                item=number,
+                doc_id=named,
+                field=field if not _unstorable_in(field) else None,
+                message="holds a NUL character or a lone UTF-16 surrogate, which no store keeps",
+            )
+            for field, value in item.items()
+            if _unstorable_in(field) or _unstorable_in(value)
+        ]
+    return problems
 
 
 class _Strict(BaseModel):
@@ -63,6 +104,8 @@ class RetrieveRequest(_Strict):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("query must not be blank")
+        if _UNSTORABLE.search(value):
+            raise ValueError("query must not hold a NUL character or a lone UTF-16 surrogate")
         return value
 
 

@@ -98,7 +98,7 @@ class Service:
             self.not_ready = None
         except Exception as exc:
             log.exception("the retriever could not be built")
-            self.not_ready = f"the retriever could not be built: {type(exc).__name__}: {exc}"
+            self.not_ready = f"the retriever could not be built ({type(exc).__name__}; the server's log says why)"
 
     def close(self) -> None:
         self._dense_pool.shutdown(wait=False, cancel_futures=True)
@@ -114,11 +114,14 @@ class Service:
         return self._feed_down()
 
     def _feed_down(self) -> str | None:
+        """Why the shared store's feed is down, as a response may say it: the error's type alone
+        (its message names the database's host and user; the log has it)."""
         feed = self.store.feed
         if feed is None or feed.connected:
             return None
         since = "" if feed.down_since is None else f" for {time.time() - feed.down_since:.0f} s"
-        return f"the shared store is unreachable{since} ({feed.error}): records written meanwhile are missing here"
+        kind = (feed.error or "").split(":", 1)[0]
+        return f"the shared store is unreachable{since} ({kind}): records written meanwhile are missing here"
 
     # ------------------------------------------------------------------ retrieval
     def answer(self, request: RetrieveRequest, caller: CallerContext | None) -> RetrieveResponse:

@@ -41,8 +41,9 @@ class WorkerSettings(BaseModel):
     insert_window_ms: float = 2.0
     anchors: AnchorMode = "hybrid"
     retriever_options: dict[str, Any] = {}
-    max_body_bytes: int = 16 * 2**20
     chroma_timeout_s: float | None = None
+    app_options: dict[str, Any] = {}
+    """:func:`~car_rag.serve.app.create_app`'s options (body limits, allowed hosts, public paths)."""
 
 
 def _thread_lock_for_progress_bars() -> None:
@@ -82,7 +83,7 @@ def worker_app() -> Any:
         owns_store=True,
         **settings.retriever_options,
     )
-    return create_app(service, max_body_bytes=settings.max_body_bytes)
+    return create_app(service, **settings.app_options)
 
 
 def run_workers(settings: WorkerSettings, *, host: str, port: int, workers: int, log_level: str) -> None:

@@ -32,7 +32,7 @@ from car_rag.store.indexes import Indexes
 from car_rag.store.locking import ReadWriteLock
 from car_rag.store.replica import Replica
 
-__all__ = ["DEFAULT_CHUNK", "Ingest", "IngestReport"]
+__all__ = ["DEFAULT_CHUNK", "CycleRefused", "Ingest", "IngestReport"]
 
 log = logging.getLogger(__package__)  # car_rag.store: one logger for all the store says, whichever module
 
@@ -43,6 +43,15 @@ to 1,024 took the time of one chunk within the machine's noise; what chunks add 
 in one chunk, 2.4 to 3.7 s in chunks of 1,024 down to 128). A crash loses at most the chunk being
 embedded: at 512, about 20 s of work on those long texts, under 10 s on short records; its vectors
 take 0.8 MB."""
+
+
+@dataclass(frozen=True)
+class CycleRefused(RecordError):
+    """A record refused because it would close a supersession cycle; the cycle's records and edges
+    too, so that a caller who may read only some of them is told only of those (``car-rag serve``)."""
+
+    cycle: tuple[str, ...] = ()
+    edges: tuple[Edge, ...] = ()
 
 
 @dataclass
@@ -202,14 +211,17 @@ class Ingest:
                             continue
                         previous = held.graph.records.get(record.doc_id)
                         refusal = None if previous is None or may_replace is None else may_replace(previous, record)
-                        problem = None if refusal is None else ("doc_id", refusal)
+                        line = lines.get(record.doc_id)
+                        problem = None if refusal is None else RecordError(label, line, record.doc_id, "doc_id", refusal)
                         if problem is None:
                             try:
                                 part.new_edges.extend(held.graph.add(record))
                             except SupersessionCycleError as exc:
-                                problem = ("supersedes", str(exc))
+                                problem = CycleRefused(
+                                    label, line, record.doc_id, "supersedes", str(exc), tuple(exc.cycle), tuple(exc.edges)
+                                )
                         if problem is not None:
-                            part.errors.append(RecordError(label, lines.get(record.doc_id), record.doc_id, *problem))
+                            part.errors.append(problem)
                             if atomic:
                                 self._undo(accepted, replaced, part)
                                 accepted, replaced = [], []

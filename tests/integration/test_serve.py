@@ -112,16 +112,16 @@ def test_retrieve_answers_the_contract_in_every_format(url, fmt, demo_queries):
 
 
 def test_openapi_describes_the_api_and_docs_are_served(url):
-    spec = httpx.get(f"{url}/openapi.json", timeout=30).json()
+    spec = httpx.get(f"{url}/openapi.json", headers=auth("k-globex"), timeout=30).json()
     assert {"/retrieve", "/records", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
     assert {"RetrieveRequest", "RetrieveResponse", "RecordsResponse", "RecordsRejected"} <= set(spec["components"]["schemas"])
     body = spec["paths"]["/records"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "doc_id" in body["anyOf"][0]["properties"]
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
-    docs = httpx.get(f"{url}/docs", timeout=30)
+    docs = httpx.get(f"{url}/docs", headers=auth("k-globex"), timeout=30)
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     assert httpx.get(f"{url}/healthz", timeout=30).json() == {"status": "ok"}
-    ready = httpx.get(f"{url}/readyz", timeout=30).json()
+    ready = httpx.get(f"{url}/readyz", headers=auth("k-globex"), timeout=30).json()
     assert ready["ready"] and ready["auth"] == "api-keys" and ready["records"] >= 46
 
 
@@ -340,7 +340,8 @@ def test_a_bad_request_gets_a_clear_4xx_echoes_nothing_and_changes_nothing_store
 
 def test_metrics_are_prometheus_text_with_stages_and_store_size(url, store):
     retrieve(url, "k-globex", query="Is lodash still vulnerable?")
-    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text)}
+    metrics = httpx.get(f"{url}/metrics", headers=auth("k-globex"), timeout=30).text
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
     stages = {s.labels["stage"] for s in families["car_rag_retrieve_stage_seconds"].samples}
     assert {"bm25", "dense", "stage1", "latent_scope", "stage23", "total", "evidence"} <= stages
     [size] = families["car_rag_store_records"].samples
@@ -405,7 +406,8 @@ def test_a_stalled_then_dead_vector_store_gives_labelled_bm25_answers_within_the
 
 def degraded_answers(url: str) -> float:
     """The service's count of answers that left a channel out (its /metrics)."""
-    metrics = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text)}
+    text = httpx.get(f"{url}/metrics", headers=auth("k-owner"), timeout=30).text
+    metrics = {f.name: f for f in text_string_to_metric_families(text)}
     return sum(s.value for s in metrics["car_rag_degraded_answers"].samples if s.name.endswith("_total"))
 
 
