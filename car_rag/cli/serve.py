@@ -45,9 +45,9 @@ def _run(args: argparse.Namespace) -> int:
             f"--host {args.host}: a server without --api-keys lets every client read and write every record; it "
             "listens on loopback only, unless told --insecure (behind a proxy that authenticates)"
         )
+    keys = load_api_keys(args.api_keys) if args.api_keys is not None else None  # a bad file fails here, not in a worker
     if not shared and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
-    keys = load_api_keys(args.api_keys) if args.api_keys is not None else None  # a bad file fails here, not in a worker
     if keys is None:
         print(UNRESTRICTED_WARNING, file=sys.stderr)
     log_level = "info" if args.verbose else "warning"
