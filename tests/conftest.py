@@ -32,7 +32,7 @@ settings.register_profile("car-rag", deadline=None, suppress_health_check=[Healt
 settings.load_profile("car-rag")
 # The evidence renderings' invariants are asserts in the harness (evals/fuzz_xml.py runs them too):
 # rewritten like a test's, a failure shows the values compared.
-pytest.register_assert_rewrite("car_rag_evals.xml_fuzz")
+pytest.register_assert_rewrite("car_rag_evals.xml_fuzz", "car_rag_evals.plain_fuzz")
 
 DEMO = Path(car_rag.__file__).resolve().parent / "data" / "demo"
 """The demo corpus shipped in the package (security advisories + case law)."""

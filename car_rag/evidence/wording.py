@@ -350,12 +350,16 @@ HIDDEN_REPLACER_NOTE = "replaced by a record you are not permitted to read"
 CUT_MARK = " […]"
 """Where a text was cut to fit a token budget."""
 
-_HEADER = re.compile(r"^([^\S\n]*)\[[^\S\n]*(Document[^\S\n]*\d+)[^\S\n]*\]", re.MULTILINE | re.IGNORECASE)
+_HEADER = re.compile(r"^((?:[^\S\n]|[\u200c\u200d])*)\[[^\S\n]*(Document[^\S\n]*\d+)[^\S\n]*\]", re.MULTILINE | re.IGNORECASE)
+"""A line that starts like a document header, after any white space or zero-width joiners."""
 _LINE_BREAKS = re.compile("\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 """Every character Unicode (and so a reader's tokenizer, or its display) may break a line at."""
-_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-"""Control characters and the bidirectional controls, which reorder what is shown of a line (a
-value could make a header read backwards): written as ``<U+202E>``, visible and inert."""
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2060\u2066-\u2069\ud800-\udfff\ufeff]"
+)
+"""Control characters, the bidirectional controls (which reorder what is shown of a line: a value
+could make a header read backwards), zero-width spaces and lone surrogates (no UTF-8 encoder writes them): written
+as ``<U+202E>``, visible and inert."""
 _DELIMITERS = re.compile(r'[()\[\];,"]')
 """What separates a plain header's parts: a value holding one is quoted, so it cannot close the
 header's parentheses or add a note of its own."""

@@ -173,7 +173,7 @@ def test_the_flags_make_metrics_and_docs_public(store, tmp_path):
 
 
 # --------------------------------------------------------------------------- unstorable characters
-UNSTORABLE = [
+UNSTORABLE: list[tuple[dict[str, Any], str, str | None]] = [  # a record, the field named, the doc_id named
     ({"doc_id": "nul\x00id", "doc_type": "memo", "text": "t"}, "doc_id", None),
     ({"doc_id": "nul-text", "doc_type": "memo", "text": "a\x00b"}, "text", "nul-text"),
     ({"doc_id": "surrogate-scope", "doc_type": "memo", "text": "t", "scope": {"package": "x\ud800"}}, "scope", "surrogate-scope"),
