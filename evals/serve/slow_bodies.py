@@ -91,7 +91,7 @@ class Sampler(threading.Thread):
 
 
 def head(port: int, length: int, key: str | None) -> bytes:
-    lines = [f"POST /records HTTP/1.1", f"Host: {HOST}:{port}", "Content-Type: application/json", f"Content-Length: {length}"]
+    lines = ["POST /records HTTP/1.1", f"Host: {HOST}:{port}", "Content-Type: application/json", f"Content-Length: {length}"]
     lines += [f"Authorization: Bearer {key}"] if key else []
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
@@ -205,8 +205,8 @@ def main() -> None:
                 sampler.stop.set()
                 proc.terminate()
                 proc.wait(timeout=60)
-            commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-            rows.append((str(tree), commit.stdout.strip(), big, slow))
+            revision = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+            rows.append((str(tree), revision.stdout.strip(), big, slow))
             print(tree, big, slow, flush=True)
     lines = [
         "# Slow and large bodies against `car-rag serve --api-keys`",
