@@ -370,7 +370,7 @@ def next_request(world: World, keys: list[Key]) -> Request:
         request = records_request(world, key, headers)
     else:
         path = rng.choice(["/metrics", "/readyz", "/healthz"])
-        request = Request(f"get:{path}", "GET", path, key, headers, {200})
+        request = Request(f"get:{path}", "GET", path, key, headers, {200 if key is not None or path != "/metrics" else 401})
     request.kind += f" as {who}"
     return request
 
@@ -527,7 +527,9 @@ def run_fuzz(
                 where = f"of request {number}" if logged else "between requests"
                 report.violation(f"log line ({line.split(':')[0]})", f"log line {where} shows {problem}: {line[:200]}")
         report.counts["log lines"] = len(capture.lines)
-        metrics = "".join(client.get("/metrics").text for client in clients)
+        metrics = "".join(
+            client.get("/metrics", headers={"Authorization": f"Bearer {keys[0].secret}"}).text for client in clients
+        )
         for problem in check_metrics(metrics, keys):
             report.violation("/metrics", problem)
         report.counts["metric samples"] = sum(len(f.samples) for f in text_string_to_metric_families(metrics))

@@ -80,13 +80,10 @@ class Gate:
         if self.api_keys is None:
             return None
         scheme, _, presented = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not presented.strip():
-            if scope["path"] in self.open_paths:
-                return None
-            raise _Refused(401, MISSING_KEY, {"WWW-Authenticate": "Bearer"})
-        key = self.api_keys.lookup(presented.strip())
-        if key is None:
-            raise _Refused(401, UNKNOWN_KEY, {"WWW-Authenticate": "Bearer"})
+        bearer = presented.strip() if scheme.lower() == "bearer" else ""
+        key = self.api_keys.lookup(bearer) if bearer else None
+        if key is None and scope["path"] not in self.open_paths:  # an open path answers a bad key as no key
+            raise _Refused(401, UNKNOWN_KEY if bearer else MISSING_KEY, {"WWW-Authenticate": "Bearer"})
         return key
 
 
