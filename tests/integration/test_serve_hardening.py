@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from car_rag import CARStore
 from car_rag.cli import main
@@ -23,6 +24,7 @@ from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.serve.keys import hash_key, load_api_keys
 from car_rag.serve.service import Service
 from car_rag_evals.servers import serving
+from servers import wait_for
 
 KEYS: dict[str, dict[str, Any]] = {  # key -> entry of the keys file
     "k-acme-writer": {"name": "acme-writer", "tenant": "acme", "write": True},
@@ -212,8 +214,10 @@ def test_an_unstorable_character_is_a_422_naming_the_record_and_field(keyed, sto
     assert query.status_code == 422 and "NUL" in query.text
 
 
-def test_an_unstorable_character_is_a_422_on_postgresql_too(tmp_path, demo_policy, embedder):
-    """On PostgreSQL a NUL in a doc_id was a 503 'retry' (its text type refuses NUL mid-write)."""
+def test_an_unstorable_character_is_a_422_on_postgresql_too_and_no_answer_names_the_database(tmp_path, demo_policy, embedder):
+    """On PostgreSQL a NUL in a doc_id was a 503 'retry' (its text type refuses NUL mid-write).
+    Then PostgreSQL stops: /readyz and the degraded answers say the store is unreachable without
+    the database's user, port or URL (the connection error's message names them)."""
     with throwaway_postgres() as pg:
         shared = CARStore.open(
             tmp_path / "cache",
@@ -231,6 +235,16 @@ def test_an_unstorable_character_is_a_422_on_postgresql_too(tmp_path, demo_polic
                 assert len(shared) == 0
                 assert post_records(base, [good], key=None).status_code == 200
                 assert len(shared) == 1
+                database = conninfo_to_dict(pg.url)
+                pg.stop()
+                unready = wait_for(
+                    lambda: (r := httpx.get(f"{base}/readyz", timeout=30)).status_code == 503 and r, "/readyz says not ready"
+                )
+                answer = httpx.post(f"{base}/retrieve", json={"query": "fine"}, timeout=60)
+                for text in (unready.text, answer.text):
+                    assert "shared store is unreachable" in text
+                    assert database["user"] not in text and f":{database['port']}" not in text and "postgresql://" not in text
+                pg.start()
         finally:
             shared.close()
 
