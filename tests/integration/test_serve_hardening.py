@@ -296,3 +296,14 @@ def test_a_keyless_server_refuses_to_listen_off_loopback_unless_insecure(tmp_pat
     for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
         assert main(["serve", "--store", store, "--host", host]) != 0
         assert "no car-rag store" in capsys.readouterr().err
+
+
+def test_a_keys_file_every_user_may_read_is_warned_about_and_still_read(tmp_path, caplog):
+    path = keys_file(tmp_path, mode=0o644)
+    with caplog.at_level("WARNING", logger="car_rag.serve.keys"):
+        keys = load_api_keys(path)
+    assert keys.lookup("k-globex") is not None
+    assert any("readable by every user" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    load_api_keys(keys_file(tmp_path, mode=0o600))
+    assert not caplog.records
