@@ -77,7 +77,11 @@ _NEGATION = re.compile(r"\b(?:not|never|no|cannot|neither|nor|without)\b|n't\b",
 _PART_OF = re.compile(r"\b(?:of|in|within|inside|from|for|on)\b", re.IGNORECASE)
 _PARTIAL = re.compile(r"\b(?:partially|partly|in\s+part)\b", re.IGNORECASE)
 _ATTRIBUTIVE = re.compile(
-    r"[\])]*(?:['’]s\b|\s+(?!(?:and|or|of|dated|which|that|who|with|as|in|into|to|from|for|by|on|at|is|was|are|were|has|had|have|will|but|so|since|because|while|when|where|after|before|until|per|via)\b)[a-z][\w-]*)"
+    r"[\])]*(?:['’]s\b|\s+(?!(?:"
+    r"and|or|of|dated|which|that|who|with|as|in|into|to|from|for|by|on|at|is|was|are|were|has|had|have|will|but|so|"
+    r"since|because|while|when|where|after|before|until|per|via|once|now|effective|immediately|today|here|herein|"
+    r"upon|except|only|also|than|then|if|unless|the|a|an|its|their|this|these|those|[a-z]+ly"
+    r")\b)[a-z][\w-]*)"
 )
 _HEDGE = re.compile(
     r"\b(?:may|might|could|would|should|will|can|if|whether|potentially|eventually|"
@@ -85,7 +89,7 @@ _HEDGE = re.compile(
     re.IGNORECASE,
 )
 _BASE_FORM = re.compile(rf"^(?:{_VERBS})e?$", re.IGNORECASE)
-_MODAL_BEFORE = re.compile(r"\b(?:shall|will|would|may|might|could|should|to|must|can)\s*$", re.IGNORECASE)
+_MODAL_BEFORE = re.compile(r"\b(?:shall|will|would|may|might|could|should|to|must|can|not|never|hereby)\s*$|n't\s*$", re.IGNORECASE)
 _SHALL_BEFORE = re.compile(r"\b(?:shall|hereby)\s*$", re.IGNORECASE)
 _AUXILIARY = re.compile(
     r"(?:\s*\b(?:is|was|are|were|be|been|being|has|have|had|hereby|also|now|fully|formally|officially|"
@@ -242,7 +246,7 @@ def prose_edges(
             confidence = IN_FAVOR
         elif kind == "successor":
             confidence = SUCCESSOR
-        elif subject is not None or _SELF.search(subject_text):
+        elif subject is not None or _SELF.search(subject_text) or _SHALL_BEFORE.search(before):
             confidence = STATED
         else:
             confidence = UNCLEAR_SUBJECT
