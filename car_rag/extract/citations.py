@@ -89,7 +89,9 @@ _HEDGE = re.compile(
     re.IGNORECASE,
 )
 _BASE_FORM = re.compile(rf"^(?:{_VERBS})e?$", re.IGNORECASE)
-_MODAL_BEFORE = re.compile(r"\b(?:shall|will|would|may|might|could|should|to|must|can|not|never|hereby)\s*$|n't\s*$", re.IGNORECASE)
+_MODAL_BEFORE = re.compile(
+    r"\b(?:shall|will|would|may|might|could|should|to|must|can|not|never|hereby)\s*$|n't\s*$", re.IGNORECASE
+)
 _SHALL_BEFORE = re.compile(r"\b(?:shall|hereby)\s*$", re.IGNORECASE)
 _AUXILIARY = re.compile(
     r"(?:\s*\b(?:is|was|are|were|be|been|being|has|have|had|hereby|also|now|fully|formally|officially|"

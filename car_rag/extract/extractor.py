@@ -90,7 +90,7 @@ class AuthorityExtractor:
         self._typer = DocTyper(self.config)
         self._scope = ScopeExtractor(self.policy, cache_dir=cache_dir)
 
-    def extract(self, source: str | Path | Iterable[dict[str, Any]], *, name: str | None = None) -> ExtractReport:
+    def extract(self, source: str | Path | Iterable[Any], *, name: str | None = None) -> ExtractReport:
         """Records from a raw JSONL file or from dicts (``doc_id``, ``text``, optional ``title``,
         record fields and metadata); a document that cannot be read is reported by line and
         field, the others go on."""

@@ -89,7 +89,7 @@ def test_a_list_after_the_verb_gives_one_edge_per_cited_document() -> None:
         ("Replaces: POL-1", {("pol-3", "pol-1")}),
         ("Supersedes: POL-1, POL-2", {("pol-3", "pol-1"), ("pol-3", "pol-2")}),
         ("Superseded-By: POL-2", {("pol-2", "pol-3")}),
-        ("---\ntitle: x\nreplaces:\n  - POL-1\n  - \"POL-2\"\nstatus: final\n---", {("pol-3", "pol-1"), ("pol-3", "pol-2")}),
+        ('---\ntitle: x\nreplaces:\n  - POL-1\n  - "POL-2"\nstatus: final\n---', {("pol-3", "pol-1"), ("pol-3", "pol-2")}),
         ("---\nsuperseded-by: [POL-1]\n---", {("pol-1", "pol-3")}),
         ("| Field | Value |\n|---|---|\n| Supersedes | the old travel rules |", {("pol-3", "pol-1")}),
         ("**Obsoletes:** 2", {("pol-3", "pol-2")}),
@@ -175,7 +175,13 @@ def test_an_edge_whose_superseder_is_not_in_the_input_is_reported_not_stored() -
 # --------------------------------------------------------------------------- records
 def test_records_carry_doc_type_scope_and_edges_with_source_and_confidence() -> None:
     docs = [
-        {"doc_id": "pol-1", "title": "Travel Policy", "text": "Economy only.", "department": "finance", "published_at": "2019-03-01"},
+        {
+            "doc_id": "pol-1",
+            "title": "Travel Policy",
+            "text": "Economy only.",
+            "department": "finance",
+            "published_at": "2019-03-01",
+        },
         {"doc_id": "pol-2", "text": "This notice replaces POL-1.", "metadata": {"kind": "notice", "department": "finance"}},
         {"doc_id": "pol-3", "text": "Lunch is at noon."},
     ]
@@ -235,10 +241,17 @@ def test_bad_documents_are_named_by_line_and_field_and_the_rest_go_on() -> None:
         "not an object",
         {"doc_id": "ok", "text": "again"},
     ]
-    report = AuthorityExtractor(_policy()).extract(items)  # type: ignore[arg-type]
+    report = AuthorityExtractor(_policy()).extract(items)
     assert [r.doc_id for r in report.records] == ["ok"]
     found = {(e.line, e.doc_id, e.field) for e in report.errors}
-    assert found == {(2, "empty", "text"), (3, "garbage", "text"), (4, "huge", "text"), (5, None, "doc_id"), (6, None, None), (7, "ok", "doc_id")}
+    assert found == {
+        (2, "empty", "text"),
+        (3, "garbage", "text"),
+        (4, "huge", "text"),
+        (5, None, "doc_id"),
+        (6, None, None),
+        (7, "ok", "doc_id"),
+    }
     huge = next(e for e in report.errors if e.doc_id == "huge")
     assert "5,000,000 characters" in huge.message and "--max-chars" in huge.message
 
