@@ -219,7 +219,13 @@ class LLMExtractor(LLMScopeExtractor):
     """The LLM route of ``car-rag extract``: asked only for what the patterns left empty (the
     doc_type, the documents a text says it supersedes); its answers carry ``confidence``."""
 
-    confidence: float = Field(default=0.6, ge=0.0, le=1.0, description="Confidence given to an edge the LLM names.")
+    confidence: float = Field(
+        default=0.45,
+        ge=0.0,
+        le=1.0,
+        description="Confidence of an edge the LLM names (default below τ 0.5: it contests until measured).",
+    )
+    doc_type_confidence: float = Field(default=0.6, ge=0.0, le=1.0, description="Confidence of a doc_type it gives.")
 
 
 class Extraction(BaseModel):

@@ -3,7 +3,7 @@
 :class:`AuthorityExtractor` reads each document's headers (:mod:`~car_rag.extract.headers`)
 and prose (:mod:`~car_rag.extract.citations`), types it (:mod:`~car_rag.extract.doc_types`),
 asks the optional LLM route (:mod:`~car_rag.extract.llm`) only for what the patterns left
-empty, fills scope with the policy's ``[record_scope]`` extractors (issue 22's, unchanged),
+empty (a document's type, its edges), fills scope with the policy's ``[record_scope]`` extractors (issue 22's, unchanged),
 and puts each edge on its superseder's record as a ``supersedes`` entry with its
 confidence: below a query's ``min_confidence`` it leaves its target *contested*, not voided
 (Definition 9). Every extracted field's ``source`` and ``confidence`` go in the record's
@@ -23,8 +23,9 @@ from car_rag.extract.doc_types import DocTyper, Typed
 from car_rag.extract.documents import MAX_CHARS, RawDocument, raw_documents, read_raw
 from car_rag.extract.headers import header_edges
 from car_rag.extract.identifiers import IdentifierResolver
+from car_rag.extract.llm import LLMRoute, LLMRouteError
 from car_rag.extract.report import Edge, ExtractReport
-from car_rag.extractors import ScopeExtractionError, ScopeExtractor, missing_scope
+from car_rag.extractors import ScopeExtractionError, ScopeExtractor, default_cache_dir, missing_scope
 from car_rag.policy import Policy, load_policy
 from car_rag.records import Record, RecordError
 
@@ -89,6 +90,11 @@ class AuthorityExtractor:
         self.cache_dir = cache_dir
         self._typer = DocTyper(self.config)
         self._scope = ScopeExtractor(self.policy, cache_dir=cache_dir)
+        self._llm: LLMRoute | None = None
+        if self.config.llm is not None:
+            types = tuple(dict.fromkeys([*(t.doc_type for t in self.config.doc_types), self.config.default_doc_type]))
+            folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            self._llm = LLMRoute(self.config.llm, types, folder)
 
     def extract(self, source: str | Path | Iterable[Any], *, name: str | None = None) -> ExtractReport:
         """Records from a raw JSONL file or from dicts (``doc_id``, ``text``, optional ``title``,
@@ -116,14 +122,27 @@ class AuthorityExtractor:
         resolver = IdentifierResolver(self.config, ids | self.known, {d.doc_id: d.title for d in documents if d.title})
         found: list[ExtractedEdge] = []
         types: dict[str, Typed] = {}
+        failed: set[str] = set()
         for document in documents:
             headers, spans = header_edges(document.doc_id, document.text, resolver)
-            for item in [*headers, *prose_edges(document.doc_id, document.text, resolver, spans)]:
+            read = [*headers, *prose_edges(document.doc_id, document.text, resolver, spans)]
+            typed = self._typer.type_of(document)
+            if self._llm is not None:
+                try:
+                    typed, more = self._ask_llm(document, typed, any(isinstance(i, ExtractedEdge) for i in read), resolver)
+                except LLMRouteError as exc:
+                    report.errors.append(RecordError(where, lines[document.doc_id], document.doc_id, "extract.llm", str(exc)))
+                    failed.add(document.doc_id)
+                    continue
+                read += more
+            for item in read:
                 if isinstance(item, Skipped):
                     report.skipped.append(item)
                 else:
                     found.append(item)
-            types[document.doc_id] = self._typer.type_of(document)
+            types[document.doc_id] = typed
+        documents = [d for d in documents if d.doc_id not in failed]
+        report.llm_calls = self._llm.calls if self._llm is not None else 0
         edges = _merge(found)
         report.cycles = _cycles(edges)
         attached: dict[str, list[Edge]] = {}
@@ -141,6 +160,36 @@ class AuthorityExtractor:
         report.untyped = [d for d, t in types.items() if t.source == "default" and d in stored]
         report.missing_scope = missing_scope(self.policy, report.records)
         return report
+
+    def _ask_llm(
+        self, document: RawDocument, typed: Typed, has_edges: bool, resolver: IdentifierResolver
+    ) -> tuple[Typed, list[ExtractedEdge | Skipped]]:
+        """The LLM route for what the patterns left empty: the type (where the policy has types to
+        choose among), the edges (where no header or sentence gave one)."""
+        assert self._llm is not None
+        want_type = typed.source == "default" and bool(self.config.doc_types)
+        if not want_type and has_edges:
+            return typed, []
+        answer = self._llm.ask(document.text)
+        llm = self._llm.config
+        if want_type and answer.doc_type is not None:
+            typed = Typed(answer.doc_type, "llm", llm.doc_type_confidence)
+        if has_edges:
+            return typed, []
+        read: list[ExtractedEdge | Skipped] = []
+        doc_id = document.doc_id
+        for written, backwards in [*((w, False) for w in answer.supersedes), *((w, True) for w in answer.superseded_by)]:
+            evidence = f"LLM ({llm.model}): {'superseded by' if backwards else 'supersedes'} {written!r}"
+            resolved = resolver.value(written)
+            if not resolved:
+                read.append(Skipped(doc_id, "unresolved", evidence, written))
+            for cited in resolved:
+                if cited.doc_id is None:
+                    read.append(Skipped(doc_id, "unresolved", evidence, written, cited.candidates))
+                elif cited.doc_id != doc_id:
+                    pair = (cited.doc_id, doc_id) if backwards else (doc_id, cited.doc_id)
+                    read.append(ExtractedEdge(pair[0], pair[1], llm.confidence, "llm", doc_id, evidence, (0, 0)))
+        return typed, read
 
     def _record(
         self, document: RawDocument, typed: Typed, edges: list[Edge], where: str, lines: dict[str, int], report: ExtractReport
