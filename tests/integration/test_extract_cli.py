@@ -114,3 +114,18 @@ def test_ingest_extract_names_bad_documents_and_keeps_what_is_stored(tmp_path, c
     with CARStore.open(store) as opened:
         assert sorted(opened.records) == ["hr-1", "hr-2"]
         assert opened.get("hr-2").supersedes == ["hr-1"] and opened.get("hr-1").text == RAW[0]["text"]
+
+
+def test_reingesting_a_changed_document_replaces_its_record_and_its_edges(tmp_path, capsys):
+    policy = tmp_path / "hr.toml"
+    policy.write_text(POLICY, encoding="utf-8")
+    store = tmp_path / "store"
+    argv = ["--store", str(store), "--policy", str(policy), "--extract", "--quiet"]
+    assert main(["ingest", str(_write(tmp_path / "a.jsonl", RAW)), *argv]) == 0
+    changed = {**RAW[1], "text": "Staff may fly business class on flights longer than six hours, as HR-1 allows for executives."}
+    assert main(["ingest", str(_write(tmp_path / "b.jsonl", [changed])), *argv]) == 0
+    assert "0 added, 1 updated" in capsys.readouterr().out
+    with CARStore.open(store) as opened:
+        assert opened.get("hr-2").supersedes == [] and opened.get("hr-2").text == changed["text"]
+        result = ControllingAuthorityRetriever(opened).retrieve("Which class do staff fly on business trips?")
+        assert {r.doc_id: r.status for r in result.top(None)}.get("hr-1") == "active"
