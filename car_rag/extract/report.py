@@ -12,6 +12,10 @@ from car_rag.records import Record, RecordError
 
 __all__ = ["Edge", "ExtractReport"]
 
+SHOWN = 20
+"""Untyped documents named one a line; past this many (a policy without doc-type patterns types
+none), one line counts the rest."""
+
 
 @dataclass
 class Edge:
@@ -72,7 +76,9 @@ class ExtractReport:
 
     def problems(self) -> list[str]:
         """One line per thing a user should look at, each naming its document."""
-        lines = [f"untyped: {d}: no doc_types pattern matched (given the default type)" for d in self.untyped]
+        lines = [f"untyped: {d}: no doc_types pattern matched (given the default type)" for d in self.untyped[:SHOWN]]
+        if len(self.untyped) > SHOWN:
+            lines.append(f"untyped: {len(self.untyped) - SHOWN} more documents (every one in the JSON report)")
         lines += [
             f"{s.reason}: {s.doc_id}: {s.citation!r}"
             + (f" (tried {', '.join(s.tried)}: no such document)" if s.tried else "")

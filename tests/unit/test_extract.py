@@ -283,3 +283,10 @@ def test_a_policy_pattern_that_does_not_compile_names_its_field(section: str, wh
     text = 'name = "p"\nscope_keys = ["org"]\nrules = []\n' + section
     with pytest.raises(PolicyError, match=where):
         _parse(text, ".toml", "bad.toml")
+
+
+def test_many_untyped_documents_are_counted_past_the_first_twenty() -> None:
+    report = AuthorityExtractor(_policy()).extract([{"doc_id": f"d{i}", "text": "x"} for i in range(25)])
+    untyped = [line for line in report.problems() if line.startswith("untyped:")]
+    assert len(report.untyped) == 25 and len(untyped) == 21
+    assert untyped[-1] == "untyped: 5 more documents (every one in the JSON report)"
