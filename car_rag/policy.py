@@ -53,6 +53,10 @@ __all__ = [
     "PolicyError",
     "RecordScope",
     "LLMScopeExtractor",
+    "Extraction",
+    "IdentifierPattern",
+    "DocTypePattern",
+    "LLMExtractor",
     "load_policy",
     "builtin_policies",
     "builtin_vocabularies",
@@ -164,6 +168,81 @@ class RecordScope(BaseModel):
         return bool(self.metadata_fields or self.patterns or self.llm)
 
 
+class IdentifierPattern(BaseModel):
+    """How documents cite each other: a regex over text (``KEP[- ]?(\\d+)``) and the doc_id
+    each match names, a template whose ``{1}``, ``{2}`` … are the regex's groups (``kep-{1}``,
+    ``{0}`` the whole match). With several templates the first that names a known document wins
+    (an "EIP-20" citation may mean ``eip-20`` or ``erc-20``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pattern: str = Field(min_length=1, description="Regex matching one citation of a document.")
+    doc_id: tuple[str, ...] = Field(min_length=1, description="doc_id templates tried in order ('kep-{1}').")
+    ignore_case: bool = Field(default=True, description="Match the pattern case-insensitively.")
+
+    @field_validator("doc_id", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("pattern")
+    @classmethod
+    def _compile(cls, value: str) -> str:
+        _check_regex(value, "pattern")
+        return value
+
+
+class DocTypePattern(BaseModel):
+    """A ``doc_type`` a raw document gets when one of these regexes matches (searched, not
+    anchored): its title, its text, or a metadata field. Entries are tried in order; the
+    first that matches wins."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    doc_type: str = Field(min_length=1, description="The type given.")
+    title: str | None = Field(default=None, description="Regex over the title (case-insensitive).")
+    text: str | None = Field(default=None, description="Regex over the text (case-insensitive).")
+    metadata: dict[str, str] = Field(default_factory=dict, description="Metadata field -> regex over its value.")
+
+    @model_validator(mode="after")
+    def _compiles(self) -> DocTypePattern:
+        table = {"title": self.title, "text": self.text, **{f"metadata.{k}": v for k, v in self.metadata.items()}}
+        named = {k: v for k, v in table.items() if v is not None}
+        if not named:
+            raise ValueError(f"doc type {self.doc_type!r} needs at least one of title, text, metadata")
+        for where, pattern in named.items():
+            _check_regex(pattern, where)
+        return self
+
+
+class LLMExtractor(LLMScopeExtractor):
+    """The LLM route of ``car-rag extract``: asked only for what the patterns left empty (the
+    doc_type, the documents a text says it supersedes); its answers carry ``confidence``."""
+
+    confidence: float = Field(
+        default=0.45,
+        ge=0.0,
+        le=1.0,
+        description="Confidence of an edge the LLM names (default below τ 0.5: it contests until measured).",
+    )
+    doc_type_confidence: float = Field(default=0.6, ge=0.0, le=1.0, description="Confidence of a doc_type it gives.")
+
+
+class Extraction(BaseModel):
+    """How ``car-rag extract`` reads authority out of raw documents (:mod:`car_rag.extract`):
+    citation identifiers, aliases and titles that resolve a cited document, doc-type patterns,
+    the type of a document none matches, and an optional LLM route."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    identifiers: tuple[IdentifierPattern, ...] = Field(default=(), description="Citation patterns -> doc_id.")
+    aliases: dict[str, str] = Field(default_factory=dict, description="A name the texts use -> the doc_id it means.")
+    titles: bool = Field(default=True, description="Resolve a cited document by its exact title too.")
+    doc_types: tuple[DocTypePattern, ...] = Field(default=(), description="Doc-type patterns, first match wins.")
+    default_doc_type: str = Field(default="document", min_length=1, description="The type of a document no pattern types.")
+    llm: LLMExtractor | None = Field(default=None, description="An LLM for what the patterns leave empty; off when absent.")
+
+
 def builtin_vocabularies() -> list[str]:
     """Names of the packaged state vocabularies a policy can include (``vocabulary = [...]``)."""
     folder = resources.files("car_rag") / "vocabularies"
@@ -216,6 +295,9 @@ class Policy(BaseModel):
     )
     hierarchies: dict[str, Hierarchy] = Field(
         default_factory=dict, description="Name -> ordered levels that rules with a level order compare in."
+    )
+    extract: Extraction = Field(
+        default_factory=Extraction, description="How car-rag extract reads doc types and edges out of raw text."
     )
 
     @model_validator(mode="before")

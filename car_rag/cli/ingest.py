@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from car_rag.channels.lexical import BACKENDS
 from car_rag.cli.command import Command, UsageError, count
+from car_rag.cli.extract import extract_arguments, print_report
 from car_rag.cli.options import authority, authority_arguments
 from car_rag.embedding import ENCODERS
 from car_rag.store import DEFAULT_CHUNK, VECTOR_STORES
 
 
 def _arguments(ingest: argparse.ArgumentParser) -> None:
-    ingest.add_argument("corpus", type=Path, help="JSONL corpus in the neutral record format")
+    ingest.add_argument("corpus", type=Path, help="JSONL corpus in the neutral record format (raw documents with --extract)")
     ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
     ingest.add_argument("--policy", help="built-in policy name or .toml/.json file (needed to create a store)")
     ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded)")
@@ -40,6 +42,13 @@ def _arguments(ingest: argparse.ArgumentParser) -> None:
         help="records embedded and committed together: a crash keeps every committed chunk, and running "
         "the same command again resumes after them",
     )
+    ingest.add_argument(
+        "--extract",
+        action="store_true",
+        help="the corpus is raw documents (doc_id and text): make records of them first, as car-rag extract "
+        "does with the store's policy, citations resolving to this input and to the records already stored",
+    )
+    extract_arguments(ingest)
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.add_argument(
         "--strict",
@@ -65,7 +74,21 @@ def _run(args: argparse.Namespace) -> int:
         vector_store=args.vector_store,
         **authority(args),
     ) as store:
-        report = store.ingest(args.corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
+        corpus: Any = args.corpus
+        extracted = None
+        if args.extract:
+            from car_rag.extract import AuthorityExtractor
+
+            extractor = AuthorityExtractor(
+                store.policy, known=store.records.keys(), cache_dir=store.path / "scope-cache", max_chars=args.max_chars
+            )
+            extracted = extractor.extract(args.corpus)
+            print_report(extracted, args.extract_report)
+            print(f"{args.corpus}: extracted {extracted.summary()}")
+            corpus = extracted.records
+        elif args.extract_report is not None:
+            raise UsageError("--extract-report needs --extract")
+        report = store.ingest(corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
         if report.unchanged and (report.added or report.updated):  # a re-run after a crash, or an extended corpus
             print(f"{report.unchanged} records were already stored: skipped, not embedded again")
         for error in report.errors:
@@ -74,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         for line in [str(m) for m in report.missing_scope] + report.warnings:
             print(f"{problem}: {line}", file=sys.stderr)
         print(f"{args.corpus}: {report.summary()}; store {store.location} holds {len(store)} records")
-    return 1 if report.errors or report.strict_refused else 0
+    return 1 if report.errors or report.strict_refused or (extracted is not None and extracted.errors) else 0
 
 
 INGEST = Command(
@@ -83,6 +106,7 @@ INGEST = Command(
     (
         "car-rag ingest corpus.jsonl --store ./store --policy security-advisory",
         "car-rag ingest more.jsonl --store ./store          # the store remembers its policy",
+        "car-rag ingest raw.jsonl --store ./store --policy my-policy.toml --extract   # raw text: extract, then ingest",
         "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag ingest corpus.jsonl --store ./cache --policy security-advisory "
         "--vector-store pgvector",
     ),

@@ -74,6 +74,7 @@ def test_every_option_has_help_with_its_default_and_every_command_an_example() -
     commands = _subparsers(parser)
     assert set(commands) == {
         "ingest",
+        "extract",
         "query",
         "serve",
         "demo",
@@ -104,7 +105,7 @@ def test_every_option_has_help_with_its_default_and_every_command_an_example() -
 
 def test_top_level_help_names_every_command_and_the_exit_codes() -> None:
     text = build_parser().format_help()
-    for name in ("ingest", "query", "serve", "demo", "bench", "eval-llm", "guard", "postgres", "policies"):
+    for name in ("ingest", "extract", "query", "serve", "demo", "bench", "eval-llm", "guard", "postgres", "policies"):
         assert name in text.split("options:")[0]
     assert "1 runtime error" in text and "2 usage error" in text and "--version" in text
 

@@ -19,6 +19,7 @@ from langchain_car.evidence import (
     evidence_formatter,
     format_evidence,
 )
+from langchain_car.extract import CARAuthorityTransformer
 from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CARAnswerPrompt",
+    "CARAuthorityTransformer",
     "CAREmbeddings",
     "CARRetriever",
     "ChromaLookup",

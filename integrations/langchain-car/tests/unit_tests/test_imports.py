@@ -9,6 +9,7 @@ from langchain_car import __all__
 
 EXPECTED_ALL = [
     "CARAnswerPrompt",
+    "CARAuthorityTransformer",
     "CAREmbeddings",
     "CARRetriever",
     "ChromaLookup",

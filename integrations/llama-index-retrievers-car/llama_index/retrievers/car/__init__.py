@@ -8,6 +8,7 @@ The node postprocessors live in :mod:`llama_index.postprocessor.car` (same distr
 
 from llama_index.retrievers.car.base import DEFAULT_K, CARRetriever
 from llama_index.retrievers.car.embedding import CAREmbedding
+from llama_index.retrievers.car.extract import CARAuthorityExtractor
 from llama_index.retrievers.car.guard import CAR_GUARD, check_response
 from llama_index.retrievers.car.layout import (
     MetadataLayout,
@@ -57,6 +58,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AuthorityLookup",
     "AuthorityResolver",
+    "CARAuthorityExtractor",
     "CAREmbedding",
     "CARResolutionEvent",
     "CARRetriever",
