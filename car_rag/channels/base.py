@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,24 +31,28 @@ class ChannelHit:
 class ReaderIndexes(Generic[_Sub]):
     """Indexes over the records a mask selects, for backends whose precomputed scores hold the
     whole corpus's statistics: one per reader set, built on first use from what ``build`` is
-    given (the masked positions), the ``limit`` latest kept. Cleared when the index changes."""
+    given (the masked positions), the ``limit`` latest kept. Cleared when the index changes;
+    queries of several threads (a store's readers) share it."""
 
     def __init__(self, build: Callable[[np.ndarray], _Sub], limit: int = 16) -> None:
         self._build, self._limit = build, limit
         self._held: dict[bytes, tuple[np.ndarray, _Sub]] = {}
+        self._lock = threading.Lock()
 
     def get(self, mask: np.ndarray) -> tuple[np.ndarray, _Sub]:
         """The masked records' positions in the full index, and the index over them alone."""
         key = hashlib.blake2b(np.packbits(mask).tobytes() + len(mask).to_bytes(8, "little"), digest_size=16).digest()
-        if key not in self._held:
-            if len(self._held) >= self._limit:
-                self._held.pop(next(iter(self._held)))
-            positions = np.flatnonzero(mask)
-            self._held[key] = (positions, self._build(positions))
-        return self._held[key]
+        with self._lock:
+            if key not in self._held:
+                if len(self._held) >= self._limit:
+                    self._held.pop(next(iter(self._held)))
+                positions = np.flatnonzero(mask)
+                self._held[key] = (positions, self._build(positions))
+            return self._held[key]
 
     def clear(self) -> None:
-        self._held = {}
+        with self._lock:
+            self._held = {}
 
 
 class LexicalIndex(ABC):
