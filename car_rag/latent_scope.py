@@ -179,7 +179,7 @@ def read_question_scope(
     # Values of two or more keys that name one stored scope together corroborate each other.
     together = _whole_scope_links(found, patterns, graph, policy, can_read) if len(policy.scope_keys) > 1 else []
     prior = estimate_scope_posterior(candidates, graph, policy, patterns, can_read)
-    links = together + accepted_links([f for f in found if f not in together], graph, prior.support, document_frequency)
+    links = together + accepted_links([f for f in found if f not in together], graph, prior.support, document_frequency, readable)
     # Stage 2 looks up what the policy's patterns name (every record of a named CVE id, in any
     # package); only where they name nothing, the linked values that name whole scopes.
     looked_up = [] if patterns else _whole_scope_links(links, patterns, graph, policy, can_read, at_most=lookup_limit)

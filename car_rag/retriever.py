@@ -8,6 +8,7 @@ scopes; Stages 2 and 3 are :mod:`car_rag.resolution`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Collection, Sequence
@@ -208,7 +209,7 @@ class ControllingAuthorityRetriever:
             graph,
             policy,
             readable=can_read,
-            document_frequency=lexical.document_frequency,
+            document_frequency=functools.partial(lexical.document_frequency, mask=self._mask(caller)),
             lookup_limit=self.scope_lookup_limit,
         )
         anchors = select_anchors(

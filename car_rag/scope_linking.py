@@ -193,9 +193,12 @@ def accepted_links(
     graph: AuthorityGraph,
     support: Callable[[str, str], float],
     document_frequency: Callable[[str], int] | None = None,
+    readable: Callable[[Record], bool] | None = None,
 ) -> list[Link]:
     """The candidates the evidence says name the entity (see the module's docstring): each
-    returned with its specificity and support filled in."""
+    returned with its specificity and support filled in. Specificity counts the records
+    ``readable`` allows on both sides (``document_frequency`` must count those alone too), so
+    no other tenant's records move it."""
     kept = []
     for link in links:
         share = support(link.key, link.value)
@@ -203,7 +206,9 @@ def accepted_links(
         if document_frequency is not None:
             held_by = document_frequency(" ".join(words(link.value)))
             if held_by > 0:
-                specificity = min(1.0, len(graph.scope_members(link.key, link.value)) / held_by)
+                members = graph.scope_members(link.key, link.value)
+                scoped = len(members) if readable is None else sum(1 for d in members if readable(graph.records[d]))
+                specificity = min(1.0, scoped / held_by)
         specific = specificity is not None and specificity >= LINK_SPECIFICITY and share >= LINK_MIN_SUPPORT
         if share >= LINK_SUPPORT or specific:
             kept.append(Link(link.key, link.value, link.words, link.match, specificity, share))

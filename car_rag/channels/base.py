@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 
-__all__ = ["ChannelHit", "LexicalIndex"]
+__all__ = ["ChannelHit", "LexicalIndex", "ReaderIndexes"]
+
+_Sub = TypeVar("_Sub")
 
 
 @dataclass(frozen=True)
@@ -23,8 +28,39 @@ class ChannelHit:
     rank: int
 
 
+class ReaderIndexes(Generic[_Sub]):
+    """Indexes over the records a mask selects, for backends whose precomputed scores hold the
+    whole corpus's statistics: one per reader set, built on first use from what ``build`` is
+    given (the masked positions), the ``limit`` latest kept. Cleared when the index changes;
+    queries of several threads (a store's readers) share it."""
+
+    def __init__(self, build: Callable[[np.ndarray], _Sub], limit: int = 16) -> None:
+        self._build, self._limit = build, limit
+        self._held: dict[bytes, tuple[np.ndarray, _Sub]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, mask: np.ndarray) -> tuple[np.ndarray, _Sub]:
+        """The masked records' positions in the full index, and the index over them alone."""
+        key = hashlib.blake2b(np.packbits(mask).tobytes() + len(mask).to_bytes(8, "little"), digest_size=16).digest()
+        with self._lock:
+            if key not in self._held:
+                if len(self._held) >= self._limit:
+                    self._held.pop(next(iter(self._held)))
+                positions = np.flatnonzero(mask)
+                self._held[key] = (positions, self._build(positions))
+            return self._held[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held = {}
+
+
 class LexicalIndex(ABC):
-    """A BM25 index over records in a fixed order; ``mask`` selects which may be scored."""
+    """A BM25 index over records in a fixed order; ``mask`` selects which may be scored.
+
+    With a mask, every corpus statistic a score reads (record count, average length, document
+    frequencies) is counted over the masked records alone: what other tenants store, or
+    records the caller may not read, neither moves its ranking nor shows in its scores."""
 
     backend: str
     supports_add = False
@@ -43,18 +79,20 @@ class LexicalIndex(ABC):
         raise NotImplementedError(f"the {self.backend} backend cannot add records without a rebuild")
 
     @abstractmethod
-    def scores(self, query: str) -> np.ndarray:
-        """Score of every indexed record for ``query``, in index order."""
+    def scores(self, query: str, mask: np.ndarray | None = None) -> np.ndarray:
+        """Score of every indexed record for ``query``, in index order; with ``mask``, scored
+        on the statistics of the masked records (the others' scores are then meaningless)."""
 
-    def document_frequency(self, phrase: str) -> int:
-        """How many indexed records contain ``phrase``'s words (any of them, here; backends that
-        keep postings count records holding all of them): how common a scope value is as a
-        word of the corpus, which scope linking weighs."""
-        return int(np.count_nonzero(self.scores(phrase) > 0))
+    def document_frequency(self, phrase: str, mask: np.ndarray | None = None) -> int:
+        """How many indexed records (of those ``mask`` selects) contain ``phrase``'s words (any
+        of them, here; backends that keep postings count records holding all of them): how
+        common a scope value is as a word of the corpus, which scope linking weighs."""
+        scores = self.scores(phrase, mask)
+        return int(np.count_nonzero((scores > 0) if mask is None else (scores > 0) & mask))
 
     def search(self, query: str, k: int, mask: np.ndarray | None = None) -> list[ChannelHit]:
         """Top ``k`` records with a positive score; masked-out records are never scored."""
-        scores = self.scores(query) if mask is None else np.where(mask, self.scores(query), 0.0)
+        scores = self.scores(query) if mask is None else np.where(mask, self.scores(query, mask), 0.0)
         # Only records sharing a term with the query score above 0: rank those alone (a
         # small share of a large corpus) rather than partitioning every score.
         hits = np.flatnonzero(scores > 0)

@@ -6,6 +6,8 @@ frequencies in per-term postings and scores at query time, with bm25s's tokenize
 formula (Lucene BM25: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, k1=1.5, b=0.75), so it
 ranks as a freshly built bm25s index would. New postings go to a small pending area that is
 merged into the compact arrays once it reaches a tenth of them (amortized O(1) per insert).
+As the statistics are counted at query time, a caller's mask gives them over the records it
+may read (each posting list filtered by the mask): one index serves every tenant.
 """
 
 from __future__ import annotations
@@ -99,9 +101,10 @@ class IncrementalBM25Index(LexicalIndex):
         self._pending, self._pending_count = {}, 0
 
     # ------------------------------------------------------------------ reading
-    def _postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
-        docs: np.ndarray = np.zeros(0)
-        tf: np.ndarray = docs
+    def _postings(self, term: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The records holding ``term`` (those ``mask`` selects, with one) and its frequency in each."""
+        docs: np.ndarray = np.zeros(0, dtype=np.int32)
+        tf: np.ndarray = np.zeros(0, dtype=np.float32)
         if term < len(self._ptr) - 1:
             start, stop = self._ptr[term], self._ptr[term + 1]
             docs, tf = self._docs[start:stop], self._tf[start:stop]
@@ -109,34 +112,48 @@ class IncrementalBM25Index(LexicalIndex):
         if extra:
             docs = np.concatenate([docs, np.asarray(extra[0], dtype=np.int32)]).astype(np.int64, copy=False)
             tf = np.concatenate([tf, np.asarray(extra[1], dtype=np.float32)])
+        if mask is not None:
+            kept = mask[docs]
+            docs, tf = docs[kept], tf[kept]
         return docs, tf
 
-    def scores(self, query: str) -> np.ndarray:
+    def scores(self, query: str, mask: np.ndarray | None = None) -> np.ndarray:
         n = len(self.doc_ids)
         scores = np.zeros(n, dtype=np.float32)
         if not n:
             return scores
         ids = self._tokenizer.tokenize([query], update_vocab=False, return_as="ids", show_progress=False)[0]
-        avg = self._total_length / n
+        if mask is None or mask.all():
+            count, total, mask = n, self._total_length, None
+        else:  # the statistics of the records the caller may read
+            count = int(np.count_nonzero(mask))
+            total = float(self._lengths[:n][mask].sum(dtype=np.float64))
+            if not count:
+                return scores
+        avg = total / count
         for term in ids:
             if term == 0:  # the empty token: unknown words map to it, and empty records hold it
                 continue
-            docs, tf = self._postings(term)
+            docs, tf = self._postings(term, mask)
             if not len(docs):
                 continue
-            idf = np.log(1.0 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
+            idf = np.log(1.0 + (count - len(docs) + 0.5) / (len(docs) + 0.5))
             norm = K1 * (1.0 - B) + (K1 * B / avg) * self._lengths[docs]
             scores[docs] += (idf * tf / (norm + tf)).astype(np.float32)
         return scores
 
-    def document_frequency(self, phrase: str) -> int:
-        """Records holding every word of ``phrase`` (postings intersected); 0 when a word was never indexed."""
+    def document_frequency(self, phrase: str, mask: np.ndarray | None = None) -> int:
+        """Records (among ``mask``'s) holding every word of ``phrase`` that some of them hold
+        (postings intersected), as an index over those records alone counts them."""
         ids = self._tokenizer.tokenize([phrase], update_vocab=False, return_as="ids", show_progress=False)[0]
         if not ids or 0 in ids:  # only stop words, or a word no record holds
             return 0
-        docs = self._postings(ids[0])[0]
-        for term in ids[1:]:
-            docs = np.intersect1d(docs, self._postings(term)[0], assume_unique=True)
+        held = [docs for docs in (self._postings(term, mask)[0] for term in ids) if len(docs)]
+        if not held:
+            return 0
+        docs = held[0]
+        for more in held[1:]:
+            docs = np.intersect1d(docs, more, assume_unique=True)
         return len(docs)
 
     # ------------------------------------------------------------------ persistence

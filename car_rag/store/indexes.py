@@ -82,7 +82,10 @@ class Indexes:
         chroma.load(ordered, vectors, copy=self.folder / DENSE_COPY, stamp=self._stamp())
         bm25_dir = self.folder / "bm25"
         if (bm25_dir / "index.json").is_file():
-            self.lexical = load_lexical_index(bm25_dir)
+            try:
+                self.lexical = load_lexical_index(bm25_dir)
+            except FileNotFoundError as exc:  # saved by a version that kept less: rebuilt below
+                log.info("%s: the saved BM25 index lacks %s", self.folder, Path(exc.filename or "").name)
         indexed = len(self.lexical.doc_ids)
         if self.lexical.doc_ids == ordered:
             return

@@ -606,7 +606,7 @@ def test_lexical_search_equals_a_full_sort_of_positive_scores(backend):
         index.build([f"d{i}" for i in range(len(texts))], texts)
         mask = np.random.default_rng(seed).random(len(texts)) < 0.7
         for m in (None, mask):
-            scores = index.scores(query) if m is None else np.where(m, index.scores(query), 0.0)
+            scores = index.scores(query) if m is None else np.where(m, index.scores(query, m), 0.0)
             expected = sorted((i for i in range(len(texts)) if scores[i] > 0), key=lambda i: (-scores[i], i))[:k]
             assert [h.doc_id for h in index.search(query, k, mask=m)] == [f"d{i}" for i in expected]
 
