@@ -1,12 +1,14 @@
 """Supersession headers: structured fields written as text.
 
 Many series keep supersession in a header rather than in prose: a preamble line
-("Replaces: 5", "Superseded-By: EIP-161"), YAML front matter (``replaces:`` with a value or
-a ``- item`` list, ``superseded-by: [3074]``), a document-control table row
-(``| Supersedes | Travel Policy (2019) |``). Each value is resolved like any citation
-(:meth:`~car_rag.extract.identifiers.IdentifierResolver.value`: identifier, alias, title, or a
-bare number through the identifier templates). "Replaces", "Supersedes", "Obsoletes" make the
-document the superseder; "Replaced-By", "Superseded-By", "Obsoleted-By" the cited one.
+("Replaces: 5", "Superseded-By: EIP-161", an RFC's "Obsoletes: 2616" beside its author), YAML
+front matter (``replaces:`` with a value or a ``- item`` list, ``superseded-by: [3074]``), a
+document-control table row (``| Supersedes | Travel Policy (2019) |``). Each value is resolved
+like any citation (:meth:`~car_rag.extract.identifiers.IdentifierResolver.value`: identifier,
+alias, title, or a bare number through the identifier templates). "Replaces", "Supersedes",
+"Obsoletes", "Repeals", "Rescinds" make the document the superseder; "Replaced-By",
+"Superseded-By", "Obsoleted-By", "Repealed-By", "Rescinded-By" the cited one. "Updates:" and
+"Amends:" are not supersession and give nothing.
 """
 
 from __future__ import annotations
@@ -19,19 +21,22 @@ from car_rag.extract.identifiers import IdentifierResolver
 __all__ = ["header_edges"]
 
 _FIELD = re.compile(
-    r"^[ \t>*|-]*\**[ \t]*(?P<key>replaces|supersedes|obsoletes|superseded[-_ ]by|replaced[-_ ]by|obsoleted[-_ ]by)"
+    r"^[ \t>*|-]*\**[ \t]*(?P<key>replaces|supersedes|obsoletes|repeals|rescinds|"
+    r"(?:superseded|replaced|obsoleted|repealed|rescinded)[-_ ]by)"
     r"[ \t]*\**[ \t]*[:|][ \t]*(?P<value>.*)$",
     re.IGNORECASE | re.MULTILINE,
 )
 _ITEM = re.compile(r"[ \t]*-[ \t]+(.+)")
 _SPLIT = re.compile(r"[,;|]")
+_COLUMN_GAP = re.compile(r"[ \t]{3,}")
+"""Where a two-column header's left value ends: "Obsoletes: 2145, 2616      J. Reschke, Ed." (RFCs)."""
 _QUOTES = "\"'`[]()* \t"
-_STEMS = ("replac", "supersed", "obsolet")
+_STEMS = ("replac", "supersed", "obsolet", "repeal", "rescind")
 
 
 def _values(text: str, match: re.Match[str]) -> tuple[list[str], int]:
     """The values of one header field (inline, or a YAML list on the lines after it) and where it ends."""
-    value = match.group("value").strip()
+    value = _COLUMN_GAP.split(match.group("value").strip(), 1)[0]
     end = match.end()
     if value and value not in ("|", ">"):
         return [v.strip(_QUOTES) for v in _SPLIT.split(value) if v.strip(_QUOTES)], end
