@@ -100,6 +100,13 @@ def test_a_list_after_the_verb_gives_one_edge_per_cited_document() -> None:
         ("| Field | Value |\n|---|---|\n| Supersedes | the old travel rules |", {("pol-3", "pol-1")}),
         ("**Obsoletes:** 2", {("pol-3", "pol-2")}),
         ("Repealed-By: POL-2", {("pol-2", "pol-3")}),
+        # A document-control table with a supersession column and one row: the document's own.
+        (
+            "| Number | Title | Supersedes |\n|---|---|---|\n| POL-3 | Travel | POL-1, POL-2 |",
+            {("pol-3", "pol-1"), ("pol-3", "pol-2")},
+        ),
+        ("| **Number** | **Superseded by** |\n| --- | :---: |\n| POL-3 | POL-2 |", {("pol-2", "pol-3")}),
+        ("| Supersedes | POL-1 |\n|---|---|\n| Effective | 1 May 2024 |", {("pol-3", "pol-1")}),
         ("Rescinds: POL-1", {("pol-3", "pol-1")}),
         # An RFC's two-column header: the author beside the value is not part of it; Updates is not supersession.
         (
@@ -159,6 +166,9 @@ def test_citations_without_a_verb_give_nothing_however_often_they_appear() -> No
         "This version replaces the version of 12 March 2019.",
         "This policy supersedes all previous versions.",
         "The board rescinded POL-1 in 2019.",
+        "| Number | Updates |\n|---|---|\n| POL-3 | POL-1 |",
+        # A table of several rows (a register, a revision history) does not say which row is this document.
+        "| Number | Replaces |\n|---|---|\n| POL-3 | POL-1 |\n| POL-2 | POL-1 |",
     ],
 )
 def test_look_alikes_of_supersession_give_no_edge(text: str) -> None:
