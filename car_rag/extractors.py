@@ -13,7 +13,7 @@ release that fixes it, and without a check nothing says so. At ingest,
    ``case_insensitive_keys`` are upper-cased so that they meet the question's);
 3. ``llm``: an OpenAI-compatible endpoint asked for the keys still missing, its JSON
    validated against a schema of exactly those keys, answers cached on disk by model, keys
-   and text.
+   and text (:mod:`car_rag.llm_endpoint`, shared with the LLM route of :mod:`car_rag.extract`).
 
 A record's own ``scope`` always wins: an extractor never replaces a value. What is still
 missing afterwards is reported per rule by :func:`missing_scope` ("rule
@@ -22,11 +22,8 @@ patch_fixes_disclosure cannot fire for 2 records: no cve_id").
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from car_rag.extras import require
+from car_rag.llm_endpoint import EndpointError, JSONEndpoint
 from car_rag.policy import WILDCARD, LLMScopeExtractor, Policy
 from car_rag.records import Record, RecordError
 
@@ -213,67 +210,30 @@ def _first_match(pattern: re.Pattern[str], text: str) -> str | None:
 
 
 class _LLMScope:
-    """Scope keys asked of an OpenAI-compatible endpoint, validated, cached on disk."""
+    """Scope keys asked of an OpenAI-compatible endpoint, validated, cached on disk (:mod:`car_rag.llm_endpoint`)."""
 
     def __init__(self, config: LLMScopeExtractor, cache_dir: Path):
-        openai = require("openai", "llm", "the LLM scope extractor (record_scope.llm)")
-        self.config, self.cache_dir, self._openai = config, cache_dir, openai
-        self.client = openai.OpenAI(
-            base_url=config.base_url,
-            api_key=os.environ.get(config.api_key_env) or "sk-local",
-            timeout=config.timeout_s,
-            max_retries=config.max_retries,
+        self.config = config
+        self.endpoint = JSONEndpoint(
+            config, cache_dir, name="LLM scope extractor", purpose="the LLM scope extractor (record_scope.llm)", prefix=""
         )
 
     def extract(self, record: Record, keys: Sequence[str]) -> dict[str, str]:
         """Values the endpoint found for ``keys`` (absent: it said null); raises
         :class:`ScopeExtractionError` on a timeout, a refused call or output off the schema."""
         text = record.text[: self.config.max_chars]
-        digest = hashlib.sha256(json.dumps([PROMPT_VERSION, self.config.model, sorted(keys), text]).encode()).hexdigest()
-        path = self.cache_dir / f"{digest}.json"
-        if path.is_file():
-            cached: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
-            return cached
-        schema = _schema(keys)
-        content = self._ask(record, text, keys, schema)
         try:
-            parsed = schema.model_validate_json(content).model_dump(by_alias=True)
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            where = ".".join(map(str, problem["loc"]))
-            raise ScopeExtractionError(
-                "scope",
-                f"LLM scope extractor ({self.config.model}) returned {content!r:.80}, not JSON with keys "
-                f"{list(keys)}: {where + ': ' if where else ''}{problem['msg']}",
-            ) from None
-        values = {k: v.strip() for k, v in parsed.items() if isinstance(v, str) and v.strip()}
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=self.cache_dir, suffix=".tmp", delete=False, encoding="utf-8") as tmp:
-            json.dump(values, tmp)
-        os.replace(tmp.name, path)  # whole or absent: a crash cannot leave half an answer
-        return values
-
-    def _ask(self, record: Record, text: str, keys: Sequence[str], schema: type[BaseModel]) -> str:
-        where = f"LLM scope extractor ({self.config.model} at {self.config.base_url})"
-        try:
-            response = self.client.chat.completions.create(
-                model=self.config.model,
-                temperature=0,
-                messages=[
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": f"Keys: {', '.join(keys)}\nDocument type: {record.doc_type}\n\n{text}"},
-                ],
-                response_format={
-                    "type": "json_schema",
-                    "json_schema": {"name": "record_scope", "strict": True, "schema": schema.model_json_schema(by_alias=True)},
-                },
+            parsed = self.endpoint.ask(
+                [PROMPT_VERSION, self.config.model, sorted(keys), text],
+                SYSTEM_PROMPT,
+                f"Keys: {', '.join(keys)}\nDocument type: {record.doc_type}\n\n{text}",
+                _schema(keys),
+                schema_name="record_scope",
+                wanted=f"JSON with keys {list(keys)}",
             )
-        except self._openai.APITimeoutError:
-            raise ScopeExtractionError("scope", f"{where} timed out after {self.config.timeout_s:g} s") from None
-        except self._openai.APIError as exc:
-            raise ScopeExtractionError("scope", f"{where} failed: {exc}") from None
-        content = response.choices[0].message.content if response.choices else None
-        return content or ""
+        except EndpointError as exc:
+            raise ScopeExtractionError("scope", str(exc)) from None
+        return {k: v.strip() for k, v in parsed.items() if isinstance(v, str) and v.strip()}
 
 
 def _schema(keys: Sequence[str]) -> type[BaseModel]:

@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         report = store.ingest(corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
         if report.unchanged and (report.added or report.updated):  # a re-run after a crash, or an extended corpus
             print(f"{report.unchanged} records were already stored: skipped, not embedded again")
-        for error in report.errors:
+        for error in extracted.at_raw_lines(report.errors) if extracted is not None else report.errors:
             print(f"rejected: {error}", file=sys.stderr)
         problem = "error" if args.strict else "warning"
         for line in [str(m) for m in report.missing_scope] + report.warnings:

@@ -1,12 +1,15 @@
 """Explicit citations in prose → supersession edges, with their direction and confidence.
 
 The built-in generic extractor, on for every policy: a supersession verb ("supersedes",
-"replaces", "obsoletes", "overrules", "abrogates", "rescinds", "withdraws", "revokes"), its
-passive ("is superseded by", "was replaced by"), or an abandonment "in favor of", in one
-sentence with a citation of a known document (:mod:`car_rag.extract.identifiers`). The verb
-gives the direction: "X replaces Y" is X ⊳ Y, "X is replaced by Y" and "X was abandoned in
-favor of Y" are Y ⊳ X. The subject is the identifier just before the verb, or the document
-itself ("This KEP", "it", nothing).
+"replaces", "obsoletes", "overrules", "abrogates", "repeals", "rescinds", "withdraws",
+"revokes"), its passive ("is superseded by", "was replaced by"), or an abandonment "in favor
+of", in one sentence with a citation of a known document (:mod:`car_rag.extract.identifiers`).
+The verb gives the direction: "X replaces Y" is X ⊳ Y, "X is replaced by Y" and "X was
+abandoned in favor of Y" are Y ⊳ X. The subject is the identifier just before the verb, or the
+document itself ("This KEP", "it", "This standard is withdrawn and", nothing). Two forms name
+the document itself as the superseder of a cited subject: "X is superseded by this policy" and
+the agentless present "X is (hereby) rescinded" (a declaration; "X was rescinded" is history
+and gives nothing). "Updates", "amends" and "supplements" are not supersession: no edge.
 
 Documents cite each other far more often than they supersede, so a citation counts only
 next to its verb (a few words away), and the confidence says how the sentence put it:
@@ -16,8 +19,10 @@ how                                           confidence
 ============================================  ==========
 header field ("Replaces:", ``superseded-by``)  0.95 (:mod:`car_rag.extract.headers`)
 stated, subject this document or a citation   0.90
+"X is hereby repealed", "X is replaced by this"
 abandoned / deprecated "in favor of"          0.80
 "the previous version (EIP-190)", predecessor 0.60
+"X is rescinded" (no agent, no "hereby")       0.60
 stated, subject some other noun               0.40
 hedged ("will replace", "proposes to")        0.30
 ============================================  ==========
@@ -25,8 +30,8 @@ hedged ("will replace", "proposes to")        0.30
 Resolved by title rather than identifier: 0.05 less. A negated sentence ("does not
 replace"), a quoted one (inside quotation marks, or a ``>`` block quote) and a partial one
 ("partially supersedes", "replaces EIP-1283's gas values", "replaces the nonce of an
-EIP-8141 transaction": a part of the cited document, not the document) give no edge: they
-are counted as *skipped*.
+EIP-8141 transaction", "the fee rule of POL-1 is repealed": a part of the cited document, not
+the document) give no edge: they are counted as *skipped*.
 """
 
 from __future__ import annotations
@@ -37,23 +42,36 @@ from dataclasses import dataclass
 
 from car_rag.extract.identifiers import Citation, IdentifierResolver
 
-__all__ = ["ExtractedEdge", "Skipped", "prose_edges", "STATED", "IN_FAVOR", "UNCLEAR_SUBJECT", "HEDGED", "HEADER", "SUCCESSOR"]
+__all__ = [
+    "ExtractedEdge",
+    "Skipped",
+    "prose_edges",
+    "STATED",
+    "IN_FAVOR",
+    "UNCLEAR_SUBJECT",
+    "HEDGED",
+    "HEADER",
+    "SUCCESSOR",
+    "AGENTLESS",
+]
 
 HEADER = 0.95
 STATED = 0.9
 IN_FAVOR = 0.8
 SUCCESSOR = 0.6
+AGENTLESS = 0.6
 UNCLEAR_SUBJECT = 0.4
 HEDGED = 0.3
 TITLE_PENALTY = 0.05
 
-_VERBS = r"supersed|superced|replac|obsolet|overrul|abrogat|rescind|withdr[ae]w|revok"
+_VERBS = r"supersed|superced|replac|obsolet|overrul|abrogat|repeal|rescind|withdr[ae]w|revok"
 _CUE = re.compile(
     rf"(?P<passive>\b(?:{_VERBS})(?:ed|n)\s+(?:(?:in\s+(?:full|part)|entirely|fully|formally)\s+)?by\b)"
     r"|(?P<favor>\bin\s+favou?r\s+of\b)"
     r"|(?P<successor>\b(?:previous|earlier|prior|former)\s+version\b|\bpredecessor\b)"
     rf"|(?P<active>\b(?:(?:has|have|had)\s+(?:{_VERBS})(?:ed|n)|supersedes?|supercedes?|replaces?|obsoletes?|"
-    r"overrules?|abrogates?|rescinds?|withdraws?|revokes?)\b)",
+    r"overrules?|abrogates?|repeals?|rescinds?|withdraws?|revokes?)\b)"
+    rf"|(?P<agentless>\b(?:is|are)\s+(?:hereby\s+)?(?:{_VERBS})(?:ed|n)\b(?!\s+(?:(?:in\s+(?:full|part)|entirely|fully|formally)\s+)?by\b))",
     re.IGNORECASE,
 )
 _STEMS = (
@@ -63,6 +81,7 @@ _STEMS = (
     "obsolet",
     "overrul",
     "abrogat",
+    "repeal",
     "rescind",
     "withdr",
     "revok",
@@ -96,7 +115,7 @@ _SHALL_BEFORE = re.compile(r"\b(?:shall|hereby)\s*$", re.IGNORECASE)
 _AUXILIARY = re.compile(
     r"(?:\s*\b(?:is|was|are|were|be|been|being|has|have|had|hereby|also|now|fully|formally|officially|"
     r"entirely|therefore|thus|itself|shall|will|would|may|might|could|should|must|can|to|proposes?|intends?|"
-    r"plans?|aims?)\b)+\s*$",
+    rf"plans?|aims?|(?:{_VERBS}|abandon|deprecat|retir|cancel)\w*\s+and)\b)+\s*$",
     re.IGNORECASE,
 )
 _SELF = re.compile(
@@ -105,12 +124,16 @@ _SELF = re.compile(
     re.IGNORECASE,
 )
 _ABANDONED = re.compile(
-    r"\b(?:abandon|deprecat|withdr[ae]w|supersed|replac|drop|discontinu|reject|obsolet|retir|sunset|closed|stagnant)",
+    r"\b(?:abandon|deprecat|withdr[ae]w|supersed|replac|repeal|rescind|revok|drop|discontinu|reject|obsolet|retir|sunset|closed|stagnant)",
     re.IGNORECASE,
 )
 _LIST_GLUE = re.compile(r"^[\s,;&/]*(?:(?:and|or|as\s+well\s+as)\b)?[\s,;&/]*(?:the\s+)?$", re.IGNORECASE)
 _WORDS = re.compile(r"\w+")
-_OBJECT_GAP = {"passive": 6, "active": 6, "favor": 14, "successor": 4}
+_SELF_OBJECT = re.compile(r"\s+(?:this|the\s+present)(?:\s+[a-z][\w-]*){0,2}\s*(?:[.,;:)]|$)", re.IGNORECASE)
+"""A passive whose agent is the document itself: "… is superseded by this policy."."""
+_HEREBY = re.compile(r"\bhereby\b", re.IGNORECASE)
+_PART_BEFORE = re.compile(r"\b(?:of|in|within|from|under)\s+(?:the\s+)?$", re.IGNORECASE)
+_OBJECT_GAP = {"passive": 6, "active": 6, "favor": 14, "successor": 4, "agentless": 0}
 """Words a cited document may stand from its verb ("replaced by the KEP tracked in #1739")."""
 _SUBJECT_GAP = 3
 _WINDOW = 300
@@ -203,6 +226,47 @@ def _partial(text: str, kind: str, after: int, objects: list[Citation], clause: 
     return kind in ("active", "successor") and _ATTRIBUTIVE.match(text, objects[-1].end) is not None
 
 
+def _subject(text: str, citations: list[Citation], begin: int, subject_text: str) -> Citation | None:
+    """The cited document a few words before the verb (its auxiliaries stripped), if any."""
+    subjects = [c for c in citations if c.end <= len(subject_text) + begin]
+    if subjects and _words_between(text, subjects[-1].end, begin + len(subject_text)) <= _SUBJECT_GAP:
+        return subjects[-1]
+    return None
+
+
+def _self_superseding(
+    doc_id: str, text: str, citations: list[Citation], span: tuple[int, int], cue: re.Match[str]
+) -> Iterator[ExtractedEdge | Skipped]:
+    """ "X is superseded by this policy", "X is hereby repealed": the document supersedes its cited subject."""
+    begin, end = span
+    before = text[begin : cue.start()]
+    evidence = text[begin:end].strip()
+    last = _subject(text, citations, begin, _AUXILIARY.sub("", before))
+    if last is None:
+        return
+    subjects = [last]  # "POL-1 and POL-2 are hereby rescinded": each one listed
+    for citation in reversed([c for c in citations if c.end <= last.start]):
+        if not _LIST_GLUE.match(text[citation.end : subjects[0].start]):
+            break
+        subjects.insert(0, citation)
+    clause = " ".join(before.split()[-5:])
+    sure = STATED if cue.lastgroup == "passive" or _HEREBY.search(cue.group(0)) else AGENTLESS
+    if _HEDGE.search(clause):
+        sure = min(sure, HEDGED)
+    for subject in subjects:
+        if _quoted(text, begin, cue.start()):
+            yield Skipped(doc_id, "quoted", evidence, subject.written)
+        elif _NEGATION.search(clause) or _NEGATION.match(text, cue.end()):
+            yield Skipped(doc_id, "negated", evidence, subject.written)
+        elif _PART_BEFORE.search(text, begin, subjects[0].start) or _ATTRIBUTIVE.match(text, last.end):
+            yield Skipped(doc_id, "partial", evidence, subject.written)
+        elif subject.doc_id is None:
+            yield Skipped(doc_id, "unresolved", evidence, subject.written, subject.candidates)
+        elif subject.doc_id != doc_id:
+            penalty = TITLE_PENALTY if subject.via == "title" else 0.0
+            yield ExtractedEdge(doc_id, subject.doc_id, round(sure - penalty, 2), "prose", doc_id, evidence, span)
+
+
 def prose_edges(
     doc_id: str, text: str, resolver: IdentifierResolver, skip: Sequence[tuple[int, int]] = ()
 ) -> Iterator[ExtractedEdge | Skipped]:
@@ -219,11 +283,15 @@ def prose_edges(
             continue  # "Replace the SSTORE gas cost": an instruction, not a statement about documents
         citations = resolver.all(text, begin, end)
         objects = _objects(text, citations, cue.end(), _OBJECT_GAP[kind])
-        if not objects:
+        self_agent = kind == "agentless" or (kind == "passive" and not objects and _SELF_OBJECT.match(text, cue.end()))
+        if not objects and not self_agent:
             continue
         evidence = text[begin:end].strip()
         if kind == "favor" and not _ABANDONED.search(before):
             yield from (Skipped(doc_id, "not a supersession", evidence, c.written) for c in objects)
+            continue
+        if self_agent:
+            yield from _self_superseding(doc_id, text, citations, (begin, end), cue)
             continue
         if _quoted(text, begin, cue.start()):
             yield from (Skipped(doc_id, "quoted", evidence, c.written) for c in objects)
@@ -236,10 +304,7 @@ def prose_edges(
             yield from (Skipped(doc_id, "partial", evidence, c.written) for c in objects)
             continue
         subject_text = _AUXILIARY.sub("", before)
-        subjects = [c for c in citations if c.end <= len(subject_text) + begin]
-        subject: Citation | None = None
-        if subjects and _words_between(text, subjects[-1].end, begin + len(subject_text)) <= _SUBJECT_GAP:
-            subject = subjects[-1]
+        subject = _subject(text, citations, begin, subject_text)
         if subject is not None and subject.doc_id is None:
             yield Skipped(doc_id, "unresolved", evidence, subject.written, subject.candidates)
             continue

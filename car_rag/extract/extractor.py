@@ -106,9 +106,9 @@ class AuthorityExtractor:
         else:
             numbered = enumerate(source, start=1)
             where = name or "<input>"
-        report = ExtractReport()
+        report = ExtractReport(source=where)
         documents: list[RawDocument] = []
-        lines: dict[str, int] = {}
+        lines = report.lines
         for number, item in numbered:
             for parsed in raw_documents([(number, item)], where, self.max_chars):
                 if isinstance(parsed, RecordError):

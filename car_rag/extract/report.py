@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from car_rag.extract.citations import Skipped
@@ -52,6 +53,15 @@ class ExtractReport:
     missing_scope: list[MissingScope] = field(default_factory=list)
     llm_calls: int = 0
     """Calls the LLM route made (answers read from its cache not counted)."""
+    source: str = "<input>"
+    """The raw input, as errors name it."""
+    lines: dict[str, int] = field(default_factory=dict)
+    """Line (or item) of each document in ``source``."""
+
+    def at_raw_lines(self, errors: Iterable[RecordError]) -> list[RecordError]:
+        """``errors`` of an ingest of ``records`` (which it numbers by item) named by the raw
+        input and each document's line there, the place a user can fix."""
+        return [replace(e, source=self.source, line=self.lines.get(e.doc_id) if e.doc_id else None) for e in errors]
 
     @property
     def unresolved(self) -> list[Skipped]:

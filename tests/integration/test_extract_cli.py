@@ -116,6 +116,20 @@ def test_ingest_extract_names_bad_documents_and_keeps_what_is_stored(tmp_path, c
         assert opened.get("hr-2").supersedes == ["hr-1"] and opened.get("hr-1").text == RAW[0]["text"]
 
 
+def test_ingest_extract_names_a_record_the_store_rejects_by_its_raw_line(tmp_path, capsys):
+    """The store numbers the extracted records by item; a user fixes the raw file, by line."""
+    policy = tmp_path / "hr.toml"
+    policy.write_text(POLICY, encoding="utf-8")
+    argv = ["--store", str(tmp_path / "store"), "--policy", str(policy), "--extract", "--quiet"]
+    assert main(["ingest", str(_write(tmp_path / "a.jsonl", RAW[:2])), *argv]) == 0  # hr-2 replaces hr-1
+    closing = {"doc_id": "hr-1", "text": "This policy replaces HR-2.", "department": "hr"}
+    raw = _write(tmp_path / "b.jsonl", [{"doc_id": "hr-4", "text": ""}, RAW[2], closing])
+    assert main(["ingest", str(raw), *argv]) == 1
+    err = capsys.readouterr().err
+    assert f"rejected: {raw}:3: record 'hr-1'" in err and "cycle" in err
+    assert f"{raw}:1: record 'hr-4' field 'text': empty" in err
+
+
 def test_reingesting_a_changed_document_replaces_its_record_and_its_edges(tmp_path, capsys):
     policy = tmp_path / "hr.toml"
     policy.write_text(POLICY, encoding="utf-8")

@@ -70,6 +70,12 @@ def _extract(*texts: str, extra: str = "") -> ExtractReport:
         ("Note: this document was replaced by POL-2.", ("pol-2", "pol-3")),
         ("This standard has been abandoned in favor of the registry defined in POL-1.", ("pol-1", "pol-3")),
         ("POL-2 has superseded POL-1.", ("pol-2", "pol-1")),
+        ("This regulation repeals POL-1.", ("pol-3", "pol-1")),
+        ("This standard is withdrawn and replaced by POL-1.", ("pol-1", "pol-3")),
+        ("POL-1 is superseded by this policy.", ("pol-3", "pol-1")),
+        ("POL-1 was repealed and replaced by this memo.", ("pol-3", "pol-1")),
+        ("POL-1 is hereby rescinded, effective 1 May 2024.", ("pol-3", "pol-1")),
+        ("POL-1 is hereby repealed.", ("pol-3", "pol-1")),
     ],
 )
 def test_a_stated_supersession_gives_an_edge_in_the_direction_of_its_verb(sentence: str, edge: tuple[str, str]) -> None:
@@ -93,6 +99,22 @@ def test_a_list_after_the_verb_gives_one_edge_per_cited_document() -> None:
         ("---\nsuperseded-by: [POL-1]\n---", {("pol-1", "pol-3")}),
         ("| Field | Value |\n|---|---|\n| Supersedes | the old travel rules |", {("pol-3", "pol-1")}),
         ("**Obsoletes:** 2", {("pol-3", "pol-2")}),
+        ("Repealed-By: POL-2", {("pol-2", "pol-3")}),
+        # A document-control table with a supersession column and one row: the document's own.
+        (
+            "| Number | Title | Supersedes |\n|---|---|---|\n| POL-3 | Travel | POL-1, POL-2 |",
+            {("pol-3", "pol-1"), ("pol-3", "pol-2")},
+        ),
+        ("| **Number** | **Superseded by** |\n| --- | :---: |\n| POL-3 | POL-2 |", {("pol-2", "pol-3")}),
+        ("| Supersedes | POL-1 |\n|---|---|\n| Effective | 1 May 2024 |", {("pol-3", "pol-1")}),
+        ("Rescinds: POL-1", {("pol-3", "pol-1")}),
+        # An RFC's two-column header: the author beside the value is not part of it; Updates is not supersession.
+        (
+            "Request for Comments: 3                                  Adobe\n"
+            "Obsoletes: 1, 2                                 J. Reschke, Ed.\n"
+            "Updates: 4                                           greenbytes",
+            {("pol-3", "pol-1"), ("pol-3", "pol-2")},
+        ),
     ],
 )
 def test_header_fields_give_edges_with_header_confidence(header: str, edges: set[tuple[str, str]]) -> None:
@@ -115,6 +137,9 @@ def test_a_citation_inside_a_quotation_is_not_a_supersession() -> None:
         ("This memo replaces the travel limits of POL-1.", "partial"),
         ("This memo replaces POL-1's travel limits.", "partial"),
         ("This memo partially supersedes POL-1.", "partial"),
+        ("The fee rule of POL-1 is hereby repealed.", "partial"),
+        ("POL-1 is not rescinded by this memo.", "negated"),
+        ('The headline read "POL-1 is hereby repealed", wrongly.', "quoted"),
         ("We argue in favor of POL-1.", "not a supersession"),
     ],
 )
@@ -127,6 +152,36 @@ def test_negated_partial_and_supportive_citations_give_no_edge(sentence: str, re
 def test_citations_without_a_verb_give_nothing_however_often_they_appear() -> None:
     report = _extract("a", "b", "This memo builds on POL-1 and POL-2. See POL-1 for the definitions; POL-2 is compatible.")
     assert _edges(report) == {} and report.skipped == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Updates: POL-1\n\nThe body.",
+        "This memo updates POL-1.",
+        "This memo amends POL-1 and supplements POL-2.",
+        "POL-1 was rescinded in 2019.",
+        "POL-1 has been repealed.",
+        "Unlike POL-1, which was repealed in 2010, this memo adds rules.",
+        "This version replaces the version of 12 March 2019.",
+        "This policy supersedes all previous versions.",
+        "The board rescinded POL-1 in 2019.",
+        "| Number | Updates |\n|---|---|\n| POL-3 | POL-1 |",
+        # A table of several rows (a register, a revision history) does not say which row is this document.
+        "| Number | Replaces |\n|---|---|\n| POL-3 | POL-1 |\n| POL-2 | POL-1 |",
+    ],
+)
+def test_look_alikes_of_supersession_give_no_edge(text: str) -> None:
+    """Updating or amending keeps the cited document in force; a past repeal is history (whose act
+    is not said); a version of the document itself, or no citation, is no other record."""
+    assert _edges(_extract("a", "b", text)) == {}
+
+
+def test_each_subject_of_a_declared_repeal_gives_an_edge_and_hereby_is_surer_than_none() -> None:
+    listed = _edges(_extract("a", "b", "POL-1 and POL-2 are hereby rescinded."))
+    bare = _edges(_extract("a", "b", "POL-1 is rescinded."))
+    assert listed == {("pol-3", "pol-1"): 0.9, ("pol-3", "pol-2"): 0.9}
+    assert DEFAULT_MIN_CONFIDENCE <= bare[("pol-3", "pol-1")] < listed[("pol-3", "pol-1")]
 
 
 def test_an_instruction_to_replace_is_not_a_statement_about_documents() -> None:

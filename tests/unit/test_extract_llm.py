@@ -72,6 +72,20 @@ def test_answers_are_cached_so_a_rerun_asks_nothing(tmp_path) -> None:
         assert again.records[1].supersedes == ["pol-1"]
 
 
+def test_a_cached_file_that_is_not_an_answer_is_asked_again_not_an_error(tmp_path) -> None:
+    """A file cut short or from an older layout (the scope extractor once kept only non-null
+    values) must cost one call, not reject the document."""
+    with FakeOpenAIServer(answer=_answer) as server:
+        AuthorityExtractor(_policy(server), cache_dir=tmp_path).extract(DOCS)
+        files = sorted(tmp_path.glob("extract-*.json"))
+        for path in files:
+            path.write_text('{"doc_type": "pol', encoding="utf-8")
+        again = AuthorityExtractor(_policy(server), cache_dir=tmp_path).extract(DOCS)
+    assert len(files) == 4 and again.llm_calls == 4 and not again.errors
+    assert again.records[1].supersedes == ["pol-1"]
+    assert all(json.loads(path.read_text(encoding="utf-8")) for path in files)
+
+
 def test_invalid_json_rejects_that_document_and_the_others_go_on(tmp_path) -> None:
     def answer(messages: list[dict[str, str]]) -> str:
         return "not json at all" if "Parking" in messages[-1]["content"] else _answer(messages)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 from car_rag import load_policy
 from llama_index.core import Document, VectorStoreIndex
+from llama_index.core.extractors import BaseExtractor
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import MetadataMode
 
-from llama_index.retrievers.car import CAR_STATUS, CARAuthorityExtractor, CARRetriever
+from llama_index.retrievers.car import CAR_STATUS, CARAuthorityExtractor, CARAuthorityMetadataExtractor, CARRetriever
 
 POLICY = """
 name = "hr"
@@ -55,8 +57,9 @@ def policy(tmp_path):
     return load_policy(path)
 
 
-def test_a_pipeline_gives_an_index_car_rag_resolves_on(policy, embed_model):
-    pipeline = IngestionPipeline(transformations=[SentenceSplitter(), CARAuthorityExtractor(policy=policy)])
+@pytest.mark.parametrize("component", [CARAuthorityExtractor, CARAuthorityMetadataExtractor])
+def test_a_pipeline_gives_an_index_car_rag_resolves_on(policy, embed_model, component):
+    pipeline = IngestionPipeline(transformations=[SentenceSplitter(), component(policy=policy)])
     nodes = pipeline.run(documents=DOCUMENTS)
     by_doc: dict[str, list] = {}
     for node in nodes:
@@ -73,9 +76,28 @@ def test_a_pipeline_gives_an_index_car_rag_resolves_on(policy, embed_model):
     assert statuses.get("pol-7") == "superseded" and statuses.get("pol-12") == "active"
 
 
-def test_a_document_it_cannot_read_is_named(policy):
+@pytest.mark.parametrize("component", [CARAuthorityExtractor, CARAuthorityMetadataExtractor])
+def test_a_document_it_cannot_read_is_named(policy, component):
     with pytest.raises(ValueError, match="record 'blank' field 'text'"):
-        CARAuthorityExtractor(policy=policy)([*SentenceSplitter().get_nodes_from_documents(DOCUMENTS[:1]), _blank()])
+        component(policy=policy)([*SentenceSplitter().get_nodes_from_documents(DOCUMENTS[:1]), _blank()])
+
+
+def test_the_metadata_extractor_returns_one_dict_per_node_and_keeps_them_out_of_the_embedded_text(policy):
+    extractor = CARAuthorityMetadataExtractor(policy=policy, in_place=False)
+    nodes = SentenceSplitter().get_nodes_from_documents(DOCUMENTS)
+    before = [(n.metadata.copy(), n.get_content(MetadataMode.EMBED)) for n in nodes]
+    metas = extractor.extract(nodes)
+    assert isinstance(extractor, BaseExtractor) and len(metas) == len(nodes)
+    assert {m["doc_id"] for m in metas} == {"pol-7", "pol-12", "memo-3"}
+    assert all(("pol-7" in m.get("supersedes", "")) == (m["doc_id"] == "pol-12") for m in metas)
+    done = extractor.process_nodes(nodes)
+    assert [(n.metadata, n.get_content(MetadataMode.EMBED)) for n in nodes] == before  # in_place=False: untouched
+    assert [n.metadata["doc_id"] for n in done] == [m["doc_id"] for m in metas]
+    for node in done:
+        embedded = node.get_content(MetadataMode.EMBED)
+        assert embedded.endswith(node.get_content(MetadataMode.NONE)) and "Excerpt" not in embedded  # no template rewrite
+        assert not any(key in embedded for key in ("doc_id", "doc_type", "supersedes", "car_"))
+        assert "supersedes" not in node.get_content(MetadataMode.LLM)
 
 
 def _blank():

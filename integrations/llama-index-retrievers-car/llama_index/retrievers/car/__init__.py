@@ -8,7 +8,7 @@ The node postprocessors live in :mod:`llama_index.postprocessor.car` (same distr
 
 from llama_index.retrievers.car.base import DEFAULT_K, CARRetriever
 from llama_index.retrievers.car.embedding import CAREmbedding
-from llama_index.retrievers.car.extract import CARAuthorityExtractor
+from llama_index.retrievers.car.extract import CARAuthorityExtractor, CARAuthorityMetadataExtractor
 from llama_index.retrievers.car.guard import CAR_GUARD, check_response
 from llama_index.retrievers.car.layout import (
     MetadataLayout,
@@ -59,6 +59,7 @@ __all__ = [
     "AuthorityLookup",
     "AuthorityResolver",
     "CARAuthorityExtractor",
+    "CARAuthorityMetadataExtractor",
     "CAREmbedding",
     "CARResolutionEvent",
     "CARRetriever",
