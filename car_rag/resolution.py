@@ -83,9 +83,12 @@ class RetrievedRecord:
     ``min_confidence``, each with the confidence of its surest path: they do not void it."""
     disputed_by: list[Edge] = field(default_factory=list)
     """Records in this result that void it by one relation while it voids them by another
-    (a hierarchy against chronology, Definition 10): neither voids the other."""
+    (a hierarchy against chronology, Definition 10): neither voids the other. Also those that
+    claim to void it without the trust to (:mod:`car_rag.trust`), each edge naming the rule it
+    breaks in ``untrusted``: they void nothing."""
     hidden_superseder: bool = False
-    """Voided by a record the caller may not read (never named): stale, though nothing shown says why."""
+    """Voided by a record of its own tenant that the caller may not read (never named): stale,
+    though nothing shown says why. Another tenant's or a publisher's private record never sets it."""
     scope_probability: float | None = None
     """How probable it is that the question is about this record's scope (latent-scope CAR);
     1.0 for a scope the question names alone, None where no posterior was estimated."""
@@ -138,7 +141,9 @@ def edge_json(other: str, edge: Edge) -> dict[str, Any]:
     """An edge as JSON (results and ``car_*`` annotations alike): the record at the other end
     and the rule; the confidence only where the edge is uncertain."""
     out: dict[str, Any] = {"doc_id": other, "rule": edge.rule}
-    return out if edge.confidence >= 1.0 else {**out, "confidence": edge.confidence}
+    if edge.confidence < 1.0:
+        out["confidence"] = edge.confidence
+    return out if edge.untrusted is None else {**out, "untrusted": edge.untrusted}
 
 
 @dataclass
@@ -245,8 +250,11 @@ def resolve_authority(
     framework's nodes), so integrations resolve exactly as the core retriever does.
 
     With a ``caller``, records they may not read are never admitted; a record voided
-    only by such records is still reported superseded, with ``hidden_superseder`` set, and
-    keeps its place (an anchor is never ranked after its Stage-1 rank).
+    only by such records of its own tenant is still reported superseded, with
+    ``hidden_superseder`` set, and keeps its place (an anchor is never ranked after its
+    Stage-1 rank). Edges the policy's trust model refuses were never linked (see
+    :mod:`car_rag.graph`): they reach a result only as ``disputed_by`` claims between records
+    the caller may read.
 
     ``anchors`` are the core retriever's fused hits, or neutral :class:`Anchor` values from
     any other Stage 1 (a framework retriever). ``scope_ids`` are the scope values the query
@@ -296,7 +304,7 @@ def resolve_authority(
         rssg = graph.rssg(members, min_confidence)
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
-    hidden = {d for d in members if caller is not None and not all(map(readable, graph.ancestors(d, min_confidence)))}
+    hidden = {d for d in members if caller is not None and _hidden_voider(graph, d, readable, min_confidence)}
     stage1 = {h.doc_id: h for h in hits}
     voids: dict[str, list[Edge]] = {}
     for target, sups in rssg.voided_by.items():
@@ -351,6 +359,14 @@ def resolve_authority(
             item.scope_probability = own if own is not None or anchor is None else posterior.probability(anchor)
     elapsed = (time.perf_counter() - started) * 1000
     return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior)
+
+
+def _hidden_voider(graph: AuthorityGraph, doc_id: str, readable: Callable[[str], bool], min_confidence: float) -> bool:
+    """Whether a record the reader may not read voids ``doc_id`` and counts for this reader: only
+    one of ``doc_id``'s own tenant does (an embargoed fix within one organisation), so no other
+    tenant's or publisher's private record changes, or dates, what this reader is shown."""
+    tenant = graph.records[doc_id].tenant
+    return any(not readable(a) and graph.records[a].tenant == tenant for a in graph.ancestors(doc_id, min_confidence))
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: ResolutionMode) -> set[str]:
