@@ -196,3 +196,18 @@ def test_a_deployment_may_refuse_an_untrusted_write_naming_the_rule(tmp_path, se
         assert "record 2 ('p12-acme')" in detail and "trust rule other_tenant" in detail and "d12-globex" not in detail
         assert "acme-ok" not in store.records and "p12-acme" not in store.records
         assert own.status_code == 200 and own.json()["newly_superseded"] == ["d12-globex"]
+
+
+def test_the_adversarial_fuzz_finds_no_integrity_change_and_finds_them_all_when_every_edge_is_trusted(
+    tmp_path, embedder, monkeypatch
+):
+    """``evals/serve/trust_fuzz.py`` at a small size (the command runs 5,000 writes), and its check
+    against the fault it exists for: every edge trusted, as before issue 32."""
+    from serve import trust_fuzz  # evals/ is on pytest's pythonpath (pyproject.toml)
+
+    report = trust_fuzz.run_fuzz(150, workdir=tmp_path / "trusted", embedder=embedder)
+    assert report.changes == [] and report.leaks == []
+    assert report.claims >= 100 and min(report.kinds.values()) >= 5
+    monkeypatch.setattr(Trust, "distrust", lambda *_: None)
+    leaky = trust_fuzz.run_fuzz(150, workdir=tmp_path / "leaky", embedder=embedder)
+    assert len(leaky.changes) >= 50
