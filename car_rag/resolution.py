@@ -297,6 +297,8 @@ def resolve_authority(
         # contradicts (Definition 10) is shown beside it, with what controls it.
         for doc_id, (group, _, _) in list(members.items()):
             for claim in graph.disputes(doc_id):
+                if claim.untrusted and not readable(claim.superseder):
+                    continue  # an untrusted claim is shown only where both records are
                 for other in (claim.superseder, *graph.ancestors(claim.superseder)):
                     admit(other, group, "superseder", doc_id)
 

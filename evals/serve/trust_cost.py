@@ -17,6 +17,7 @@ import argparse
 import random
 import statistics
 import time
+from typing import Any
 
 import car_rag
 from car_rag import CallerContext, Record, load_policy
@@ -27,24 +28,20 @@ TENANTS = ("acme", "globex", "initech")
 
 
 def corpus(scopes: int, tenants: bool, rng: random.Random) -> list[Record]:
-    records = []
+    made: list[dict[str, Any]] = []
     for n in range(scopes):
         owner = rng.choice(TENANTS) if tenants and n % 4 else None
         scope = {"package": f"pkg{n}", "cve_id": f"CVE-2099-{n}"}
-        base = {"scope": scope, "tenant": owner}
-        records.append(Record(doc_id=f"d{n}", doc_type="vulnerability_disclosure", text="d", published_at="2024-01-01", **base))
-        for p in range(3):
-            when = f"2024-{2 + p:02d}-01"
-            records.append(Record(doc_id=f"p{n}-{p}", doc_type="patch_release", text="p", published_at=when, **base))
-        if tenants and n % 3 == 0:
+        base = {"scope": scope, "tenant": owner, "text": "t"}
+        made.append({"doc_id": f"d{n}", "doc_type": "vulnerability_disclosure", "published_at": "2024-01-01", **base})
+        made += [
+            {"doc_id": f"p{n}-{p}", "doc_type": "patch_release", "published_at": f"2024-{2 + p:02d}-01", **base} for p in range(3)
+        ]
+        if tenants and n % 3 == 0:  # another tenant's attacks: a far-future patch, an explicit edge
             other = rng.choice([t for t in TENANTS if t != owner])
-            records.append(
-                Record(doc_id=f"x{n}", doc_type="patch_release", text="x", published_at="9999-12-31", scope=scope, tenant=other)
-            )
-            records.append(
-                Record(doc_id=f"y{n}", doc_type="note", text="y", tenant=other, supersedes=[f"d{n}", f"p{n}-0", f"p{n}-2"])
-            )
-    return records
+            made.append({**base, "doc_id": f"x{n}", "doc_type": "patch_release", "published_at": "9999-12-31", "tenant": other})
+            made.append({"doc_id": f"y{n}", "doc_type": "note", "text": "y", "tenant": other, "supersedes": [f"d{n}", f"p{n}-0"]})
+    return [Record.model_validate(r) for r in made]
 
 
 def main() -> None:

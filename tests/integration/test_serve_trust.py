@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+import serve_trust_fuzz as trust_fuzz  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CARStore
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key
 from car_rag.serve.service import Service
@@ -201,10 +202,8 @@ def test_a_deployment_may_refuse_an_untrusted_write_naming_the_rule(tmp_path, se
 def test_the_adversarial_fuzz_finds_no_integrity_change_and_finds_them_all_when_every_edge_is_trusted(
     tmp_path, embedder, monkeypatch
 ):
-    """``evals/serve/trust_fuzz.py`` at a small size (the command runs 5,000 writes), and its check
+    """``evals/serve_trust_fuzz.py`` at a small size (the command runs 5,000 writes), and its check
     against the fault it exists for: every edge trusted, as before issue 32."""
-    from serve import trust_fuzz  # evals/ is on pytest's pythonpath (pyproject.toml)
-
     report = trust_fuzz.run_fuzz(150, workdir=tmp_path / "trusted", embedder=embedder)
     assert report.changes == [] and report.leaks == []
     assert report.claims >= 100 and min(report.kinds.values()) >= 5

@@ -7,6 +7,8 @@ and is shown, with the rule it breaks, only to a reader who may read both record
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -14,8 +16,10 @@ from pydantic import ValidationError
 
 from car_rag import CallerContext, load_policy
 from car_rag.graph import AuthorityGraph, Edge
+from car_rag.layout import RecordLayout
 from car_rag.records import Record
 from car_rag.resolution import Anchor, resolve_authority
+from car_rag.serve.keys import KeysFileError, hash_key, load_api_keys
 from car_rag.trust import TRUST_REASONS, Trust
 from helpers_records import rec
 
@@ -179,3 +183,32 @@ def test_without_tenants_every_edge_is_linked_as_before() -> None:
     graph = _graph(_disclosure("d"), _patch("p1"), _patch("p2", at=60))
     assert not graph.has_disputes()
     assert {(e.superseder, e.target) for e in graph.edges()} == {("p1", "d"), ("p2", "d"), ("p2", "p1")}
+
+
+def test_a_publisher_survives_the_flat_metadata_layout_and_plain_metadata_is_no_publisher() -> None:
+    # The integrations read records back from a framework's metadata: the field must round-trip,
+    # and a document's own 'publisher' metadata must not make it trusted.
+    layout = RecordLayout()
+    published = _patch("p", publisher="nvd")
+    assert layout.record(layout.metadata(published), published.text, POLICY) == published
+    plain = _patch("q", metadata={"publisher": "Some Press"})
+    back = layout.record(layout.metadata(plain), plain.text, POLICY)
+    assert back.publisher is None and back.metadata == {"publisher": "Some Press"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"tenant": "acme", "write": True, "publisher": True}, "needs write = true and no tenant"),
+        ({"publisher": True}, "needs write = true and no tenant"),
+        ({"write": True, "publisher": "yes"}, "publisher: Input should be a valid boolean"),
+    ],
+)
+def test_a_keys_file_declares_publishers_or_says_what_is_wrong(tmp_path, entry, problem) -> None:
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"keys": [{"name": "nvd", "sha256": hash_key("k"), **entry}]}))
+    with pytest.raises(KeysFileError, match=re.escape(problem)):
+        load_api_keys(path)
+    path.write_text(json.dumps({"keys": [{"name": "nvd", "sha256": hash_key("k"), "write": True, "publisher": True}]}))
+    key = load_api_keys(path).lookup("k")
+    assert key is not None and key.publisher and key.tenant is None

@@ -17,8 +17,8 @@ nothing: any difference in a result (status, superseders, edges, disputes, the h
 is an integrity change. Leaks: each write's answer may name only records its key may read.
 A squatted id that blocked a tenant's own later write is counted (doc_id namespacing is not built).
 
-    python evals/serve/trust_fuzz.py --writes 5000 --out evals/results/serve/trust-fuzz.md
-    python evals/serve/trust_fuzz.py --writes 300 --trust-everything   # must find changes
+    python evals/serve_trust_fuzz.py --writes 5000 --out evals/results/serve/trust-fuzz.md
+    python evals/serve_trust_fuzz.py --writes 300 --trust-everything   # must find changes
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def render(report: Report, args: argparse.Namespace) -> str:
     lines = [
         "# Trust-model fuzz (issue 32)",
         "",
-        f"`python evals/serve/trust_fuzz.py --writes {args.writes} --seed {args.seed}"
+        f"`python evals/serve_trust_fuzz.py --writes {args.writes} --seed {args.seed}"
         f"{' --trust-everything' if args.trust_everything else ''}`: {report.writes} writes through a real server "
         f"(loopback, one process, embedded Chroma, BM25 anchors), {report.seconds:.0f} s on this machine.",
         "",
