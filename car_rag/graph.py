@@ -292,6 +292,11 @@ class AuthorityGraph:
         relation while doc_id ⊳ other by another): neither is linked."""
         return list(self._disputes.get(doc_id, {}).values())
 
+    def disputes_among(self, doc_ids: Iterable[str]) -> dict[str, list[Edge]]:
+        """:meth:`disputes` of each of ``doc_ids`` that has any (one call per query, not per record)."""
+        held = self._disputes
+        return {d: list(claims.values()) for d in doc_ids if (claims := held.get(d))}
+
     def claims_involving(self, doc_id: str) -> list[Edge]:
         """Every claim that is not linked with ``doc_id`` at either end (what a store persists)."""
         made = [self._disputes[t][doc_id] for t in self._claims.get(doc_id, ())]

@@ -295,19 +295,29 @@ def resolve_authority(
     if disputed:
         # A record that claims authority over a member by a relation the member's own claim
         # contradicts (Definition 10) is shown beside it, with what controls it.
-        for doc_id, (group, _, _) in list(members.items()):
-            for claim in graph.disputes(doc_id):
+        among = graph.disputes_among(members)
+        groups = {d: members[d][0] for d in among}  # as they stand before any claimant is admitted
+        for doc_id, claims in among.items():
+            for claim in claims:
                 if claim.untrusted and not readable(claim.superseder):
                     continue  # an untrusted claim is shown only where both records are
                 for other in (claim.superseder, *graph.ancestors(claim.superseder)):
-                    admit(other, group, "superseder", doc_id)
+                    admit(other, groups[doc_id], "superseder", doc_id)
 
     if resolution == "rules":
         rssg = graph.rssg(members, min_confidence)
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
-    hidden = {d for d in members if caller is not None and _hidden_voider(graph, d, readable, min_confidence)}
+    # Voided by a record the reader may not read: as cheap as ever where all it reads is readable.
+    hidden = {
+        d
+        for d in members
+        if caller is not None
+        and not all(map(readable, above := graph.ancestors(d, min_confidence)))
+        and _hidden_voider(graph, d, above, readable)
+    }
     stage1 = {h.doc_id: h for h in hits}
+    claimed = graph.disputes_among(members) if disputed else {}
     voids: dict[str, list[Edge]] = {}
     for target, sups in rssg.voided_by.items():
         for sup, rule in sups.items():
@@ -330,8 +340,8 @@ def resolve_authority(
                 voided_by=[Edge(s, doc_id, r, rssg.path_confidence.get((s, doc_id), 1.0)) for s, r in sorted(voided.items())],
                 voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
-                disputed_by=sorted((e for e in graph.disputes(doc_id) if e.superseder in members), key=lambda e: e.superseder)
-                if disputed
+                disputed_by=sorted((e for e in claimed[doc_id] if e.superseder in members), key=lambda e: e.superseder)
+                if doc_id in claimed
                 else [],
                 hidden_superseder=doc_id in hidden and not controlling,
             )
@@ -363,12 +373,13 @@ def resolve_authority(
     return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior)
 
 
-def _hidden_voider(graph: AuthorityGraph, doc_id: str, readable: Callable[[str], bool], min_confidence: float) -> bool:
-    """Whether a record the reader may not read voids ``doc_id`` and counts for this reader: only
-    one of ``doc_id``'s own tenant does (an embargoed fix within one organisation), so no other
-    tenant's or publisher's private record changes, or dates, what this reader is shown."""
-    tenant = graph.records[doc_id].tenant
-    return any(not readable(a) and graph.records[a].tenant == tenant for a in graph.ancestors(doc_id, min_confidence))
+def _hidden_voider(graph: AuthorityGraph, doc_id: str, above: set[str], readable: Callable[[str], bool]) -> bool:
+    """Whether a record of ``above`` (what voids ``doc_id``) that the reader may not read counts for
+    this reader: only one of ``doc_id``'s own tenant does (an embargoed fix within one
+    organisation), so no other tenant's or publisher's private record changes, or dates, what
+    this reader is shown."""
+    tenant, records = graph.records[doc_id].tenant, graph.records
+    return any(records[a].tenant == tenant and not readable(a) for a in above)
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: ResolutionMode) -> set[str]:

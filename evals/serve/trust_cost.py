@@ -4,7 +4,7 @@ A synthetic corpus (``--scopes`` scopes, each a disclosure and a chain of patche
 scopes also get patches of other tenants and explicit edges naming other tenants' records, as the
 issue's attacks write them) is put in an :class:`AuthorityGraph`; each query resolves a random
 record and the records of its scope (as a query naming its CVE would) for a tenant reader, and
-the median and p95 of :func:`resolve_authority` are printed. ``--no-tenants`` makes every record
+the median and p95 of :func:`resolve_authority` are printed (anchors: records acme may read). ``--no-tenants`` makes every record
 public (the single-tenant case). Run it with each checkout first on ``PYTHONPATH``:
 
     PYTHONPATH=/path/to/other/checkout python evals/serve/trust_cost.py
@@ -55,8 +55,8 @@ def main() -> None:
     graph = AuthorityGraph(policy)
     for record in corpus(args.scopes, not args.no_tenants, rng):
         graph.add(record)
-    ids = sorted(graph.records)
     caller = CallerContext("acme")
+    ids = sorted(d for d, r in graph.records.items() if caller.can_read(r))  # what acme's questions reach
     times = []
     for _ in range(args.queries):
         doc_id = rng.choice(ids)
