@@ -317,7 +317,9 @@ def resolve_authority(
         and _hidden_voider(graph, d, above, readable)
     }
     stage1 = {h.doc_id: h for h in hits}
-    claimed = graph.disputes_among(members) if disputed else {}
+    # The claims over each member that another member makes (so the reader may read both).
+    among = graph.disputes_among(members) if disputed else {}
+    claimed = {d: shown for d, claims in among.items() if (shown := [c for c in claims if c.superseder in members])}
     voids: dict[str, list[Edge]] = {}
     for target, sups in rssg.voided_by.items():
         for sup, rule in sups.items():
@@ -340,9 +342,7 @@ def resolve_authority(
                 voided_by=[Edge(s, doc_id, r, rssg.path_confidence.get((s, doc_id), 1.0)) for s, r in sorted(voided.items())],
                 voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
-                disputed_by=sorted((e for e in claimed[doc_id] if e.superseder in members), key=lambda e: e.superseder)
-                if doc_id in claimed
-                else [],
+                disputed_by=sorted(claimed[doc_id], key=lambda e: e.superseder) if doc_id in claimed else [],
                 hidden_superseder=doc_id in hidden and not controlling,
             )
         )
