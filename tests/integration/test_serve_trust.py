@@ -186,6 +186,20 @@ def test_a_writers_date_probes_learn_nothing_of_another_tenants_private_record(s
     assert alone == beside == [("active", False)] * 12
 
 
+def test_a_writers_id_probes_learn_nothing_of_another_tenants_waiting_edges(store):
+    """globex's record names an id acme has not written: acme, writing ids one by one and reading
+    each back, is shown every probe alike, so it learns no id another tenant's records name."""
+    with serving(Service(store, api_keys=KEYS, anchors="bm25")) as url:
+        assert post(url, "k-globex", note("globex-x", ["probe-7"], tenant="globex")).status_code == 200
+        seen = []
+        for n in range(10):
+            assert post(url, "k-acme", patch(10, f"probe-{n}", f"2025-03-{n + 1:02d}", tenant="acme")).status_code == 200
+            shown = read(url, "k-acme", 10)[f"probe-{n}"]
+            seen.append((shown["hidden_superseder"], shown["superseded_by"] == [], shown["disputed_by"]))
+    assert seen == [(False, True, [])] * 10
+    assert store.graph.disputes("probe-7")[0].untrusted == "other_tenant"  # kept, voiding nothing
+
+
 def test_a_deployment_may_refuse_an_untrusted_write_naming_the_rule(tmp_path, security_policy, embedder):
     policy = security_policy.model_copy(update={"trust": Trust(untrusted="refuse")})
     with open_store(tmp_path / "store", policy, embedder) as store:
