@@ -69,6 +69,8 @@ class Report:
     kinds: Counter[str] = field(default_factory=Counter)
     checked: Counter[str] = field(default_factory=Counter)
     changes: list[str] = field(default_factory=list)
+    tie_breaks: int = 0
+    """Results that differ only in a record's ``anchor_id`` (see :func:`check`)."""
     leaks: list[str] = field(default_factory=list)
     claims: int = 0
     blocked_by_squat: int = 0
@@ -228,8 +230,19 @@ def check(graph: AuthorityGraph, report: Report) -> None:
             )
             del got["timings_ms"], want["timings_ms"]
             report.checked[name] += 1
-            if got != want:
+            if got != want and _without_anchor_ids(got) == _without_anchor_ids(want):
+                report.tie_breaks += 1
+            elif got != want:
                 report.changes.append(f"{name} reading {doc_id}: {got['records']} != {want['records']}")
+
+
+def _without_anchor_ids(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without each record's ``anchor_id``: which of two chains of the same Stage-1 rank a
+    record is listed under is a tie broken by the order Python iterates a set of ids in, which
+    depends on the string hash seed and on each set's history (the ids it holds, other tenants'
+    in a shared scope bucket among them, and the order they came in). The two graphs compared
+    here differ in both, so they may break it differently: counted apart, not as integrity."""
+    return {**result, "records": [{k: v for k, v in r.items() if k != "anchor_id"} for r in result["records"]]}
 
 
 def render(report: Report, args: argparse.Namespace) -> str:
@@ -242,6 +255,8 @@ def render(report: Report, args: argparse.Namespace) -> str:
         "",
         f"- **integrity changes: {len(report.changes)}** (results of a reader that another tenant's records changed)",
         f"- **leaks in write answers: {len(report.leaks)}**",
+        f"- results that differ only in a record's `anchor_id` (a tie between chains of one Stage-1 rank, broken by "
+        f"set iteration order; not counted above): {report.tie_breaks}",
         f"- untrusted claims recorded (voiding nothing): {report.claims}",
         f"- a tenant's own write refused because another tenant squatted its next id: {report.blocked_by_squat} "
         "(doc_id namespacing, issue 32 item 3, is not built)",
