@@ -15,6 +15,11 @@ another relation the other way is *disputed*: neither edge is linked, both recor
 their authority, and the pair is kept apart (:meth:`AuthorityGraph.disputes`) to be shown.
 An exception rule's edge suspends its target only while the exception is itself active,
 and supersession does not pass through it.
+
+An edge whose superseder the policy's trust model (:mod:`car_rag.trust`) does not trust
+for its target (another tenant's record, say) is never linked: it is kept as a one-way
+claim beside the disputes, so it voids nothing, closes no cycle, and is shown only where
+both records are.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from car_rag.policy import EXPLICIT_RULE, WILDCARD, Policy
 from car_rag.records import Record
@@ -35,12 +40,14 @@ _NONE: frozenset[str] = frozenset()
 @dataclass(frozen=True)
 class Edge:
     """``superseder`` voids ``target`` by ``rule`` (a policy rule name, or 'explicit'), with
-    ``confidence`` (1.0: certain; for a path, its weakest edge's)."""
+    ``confidence`` (1.0: certain; for a path, its weakest edge's). A claim the trust model
+    refuses carries the ``untrusted`` rule it breaks (a key of :data:`car_rag.trust.TRUST_REASONS`)."""
 
     superseder: str
     target: str
     rule: str
     confidence: float = 1.0
+    untrusted: str | None = None
 
 
 class SupersessionCycleError(ValueError):
@@ -68,6 +75,7 @@ class AuthorityGraph:
         self._weak: dict[tuple[str, str], float] = {}  # (superseder, target) -> confidence, for edges below 1
         self._explicit_waiting: dict[str, set[str]] = defaultdict(set)  # absent target -> superseders
         self._disputes: dict[str, dict[str, Edge]] = defaultdict(dict)  # record -> {other: other's claim over it}
+        self._claims: dict[str, set[str]] = defaultdict(set)  # record -> the records it has a claim over
         self._value_log: list[tuple[str, str]] = []  # (key, value) pairs in the order they first got a record
 
     # ------------------------------------------------------------------ building
@@ -113,16 +121,25 @@ class AuthorityGraph:
             self._explicit_waiting[tgt].discard(doc_id)
         for other in self._disputes.pop(doc_id, {}):
             self._disputes[other].pop(doc_id, None)
+            self._claims[other].discard(doc_id)
+            if doc_id in self.records[other].supersedes:
+                self._explicit_waiting[doc_id].add(other)
+        for tgt in self._claims.pop(doc_id, set()):
+            self._disputes[tgt].pop(doc_id, None)
 
     def load_edges(self, records: Iterable[Record], edges: Iterable[Edge], disputed: Iterable[Edge] = ()) -> None:
         """Restore a persisted graph without re-running rules or cycle checks (``disputed``:
         the claims of disputed pairs, both directions)."""
         for record in records:
             self._index(record)
+        trust = self.policy.trust
         for edge in edges:
-            self._link(edge)
+            # A store linked before the trust model keeps an untrusted edge as a claim from now on.
+            broken = trust.distrust(self.records[edge.superseder], self.records[edge.target])
+            self._claim(replace(edge, untrusted=broken)) if broken else self._link(edge)
         for edge in disputed:
-            self._disputes[edge.target][edge.superseder] = edge
+            # What a claim breaks is not stored: it follows from the two records.
+            self._claim(replace(edge, untrusted=trust.distrust(self.records[edge.superseder], self.records[edge.target])))
         for record in self.records.values():
             for tgt in record.supersedes:
                 if tgt not in self.records:
@@ -143,6 +160,11 @@ class AuthorityGraph:
         if edge.confidence < 1.0:
             self._weak[(edge.superseder, edge.target)] = edge.confidence
 
+    def _claim(self, edge: Edge) -> None:
+        """Keep a claim that is not linked: one side of a disputed pair, or an untrusted edge."""
+        self._disputes[edge.target][edge.superseder] = edge
+        self._claims[edge.superseder].add(edge.target)
+
     def _insert(self, record: Record, edges: list[Edge], disputed: list[Edge]) -> None:
         self._index(record)
         for tgt in record.supersedes:
@@ -152,7 +174,7 @@ class AuthorityGraph:
         for edge in edges:
             self._link(edge)
         for edge in disputed:
-            self._disputes[edge.target][edge.superseder] = edge
+            self._claim(edge)
 
     def _candidates(self, keys: tuple[str, ...], scope: Mapping[str, str], doc_type: str) -> Iterable[str]:
         if not keys:
@@ -167,8 +189,9 @@ class AuthorityGraph:
         return buckets[0].intersection(*buckets[1:]) if len(buckets) > 1 else buckets[0]
 
     def _edges_for(self, record: Record) -> tuple[list[Edge], list[Edge]]:
-        """Every edge between ``record`` and records already in the graph, and the claims of
-        pairs a hierarchy rule orders against another relation (disputed, not linked)."""
+        """Every trusted edge between ``record`` and records already in the graph, and the
+        claims that are not linked: the untrusted edges, and pairs a hierarchy rule orders
+        against another relation (disputed)."""
         found: dict[tuple[str, str], tuple[str, float]] = {}
         ranked: set[tuple[str, str]] = set()  # pairs a hierarchy rule orders
         hierarchical = self.policy.hierarchical_rules
@@ -196,12 +219,29 @@ class AuthorityGraph:
                 for other in self._candidates(rule.within, record.scope, rule.trigger):
                     if other != record.doc_id and rule.fires(self.records[other], record, levels):
                         note(other, record.doc_id, rule.name, rule.confidence)
-        edges = {pair: Edge(*pair, *reason) for pair, reason in found.items()}
+        edges: dict[tuple[str, str], Edge] = {}
+        untrusted: list[Edge] = []
+        for (sup, tgt), (name, confidence) in found.items():
+            # One check for rules, explicit and waiting edges alike, whatever the dates.
+            broken = self.policy.trust.distrust(self._record(sup, record), self._record(tgt, record))
+            if broken:
+                untrusted.append(Edge(sup, tgt, name, confidence, broken))
+            else:
+                edges[(sup, tgt)] = Edge(sup, tgt, name, confidence)
         # Ordered both ways, with a hierarchy on one side: two relations disagree (Definition 10).
         disputed = [e for (s, t), e in edges.items() if (t, s) in edges and ranked & {(s, t), (t, s)}]
         for e in disputed:
             del edges[(e.superseder, e.target)]
-        return list(edges.values()), disputed
+        return list(edges.values()), disputed + untrusted
+
+    def _record(self, doc_id: str, adding: Record) -> Record:
+        return adding if doc_id == adding.doc_id else self.records[doc_id]
+
+    def claims_by(self, record: Record) -> list[Edge]:
+        """The untrusted edges ``record`` would claim over records already in the graph, were it
+        added (a write a deployment refuses; edges to ids not yet written are not among them)."""
+        _, claims = self._edges_for(record)
+        return [c for c in claims if c.untrusted and c.superseder == record.doc_id]
 
     def _cycle_through(self, doc_id: str) -> list[str]:
         """A path doc_id ⊳ … ⊳ doc_id if one exists (following superseders upwards)."""
@@ -251,6 +291,16 @@ class AuthorityGraph:
         """The claims over ``doc_id`` that a disputed pair makes (other ⊳ doc_id by one
         relation while doc_id ⊳ other by another): neither is linked."""
         return list(self._disputes.get(doc_id, {}).values())
+
+    def disputes_among(self, doc_ids: Iterable[str]) -> dict[str, list[Edge]]:
+        """:meth:`disputes` of each of ``doc_ids`` that has any (one call per query, not per record)."""
+        held = self._disputes
+        return {d: list(claims.values()) for d in doc_ids if (claims := held.get(d))}
+
+    def claims_involving(self, doc_id: str) -> list[Edge]:
+        """Every claim that is not linked with ``doc_id`` at either end (what a store persists)."""
+        made = [self._disputes[t][doc_id] for t in self._claims.get(doc_id, ())]
+        return self.disputes(doc_id) + made
 
     def has_disputes(self) -> bool:
         """Whether any pair is disputed (queries skip the dispute step where none is)."""

@@ -125,6 +125,9 @@ CAR_ANNOTATION_KEYS = (
 _LISTS = ("supersedes", "allowed_principals")
 _OPTIONAL = ("published_at", "effective_at", "version", "source", "uri", "authority", "tenant")
 _SCOPE_KEYS, _METADATA_JSON, _LAYOUT = "car_scope_keys", "car_metadata_json", "car_layout"
+_PUBLISHER = "car_publisher"
+"""A public record's publisher (car_rag.trust): under a car_ key, so that no framework metadata
+that happens to be called 'publisher' is taken for one."""
 _EDGE_CONFIDENCE = "car_supersedes_confidence"
 """JSON object: the confidence of each ``supersedes`` id below 1 (the list itself stays ids, so a
 store can still be asked which records name an id)."""
@@ -140,6 +143,7 @@ LAYOUT_KEYS = frozenset(
         _METADATA_JSON,
         _LAYOUT,
         _EDGE_CONFIDENCE,
+        _PUBLISHER,
     }
 )
 """Keys the layout uses for record fields: a scope key may not take one of these names."""
@@ -199,6 +203,8 @@ class RecordLayout(BaseModel):
         if record.supersedes_confidence:
             meta[_EDGE_CONFIDENCE] = json.dumps(record.supersedes_confidence, ensure_ascii=False, sort_keys=True)
         meta.update({k: v for k, v in governance_metadata(record).items() if not isinstance(v, list)})
+        if record.publisher is not None:
+            meta[_PUBLISHER] = record.publisher
         meta.update(record.scope)
         if record.metadata:
             # Exact round trip from the JSON; scalar values also flat, so a user's store can
@@ -282,6 +288,8 @@ class RecordLayout(BaseModel):
             if not isinstance(weak, dict):
                 raise LayoutError(f"field {_EDGE_CONFIDENCE!r}: expected a JSON object of id -> confidence")
             fields["supersedes"] = [{"id": d, "confidence": weak[d]} if d in weak else d for d in fields["supersedes"]]
+        if meta.get(_PUBLISHER):
+            fields["publisher"] = meta[_PUBLISHER]
         for name in _OPTIONAL:
             value = meta.get(name)
             if value is not None and value != "":

@@ -24,6 +24,9 @@ Optional *record-side scope extractors* (``[record_scope]``, :class:`RecordScope
 scope keys a record does not carry, at ingest: from its free metadata, from regexes over
 its text, or from an LLM. A record's own scope always wins; :mod:`car_rag.extractors`
 applies them.
+
+Its ``[trust]`` section (:class:`~car_rag.trust.Trust`) says whose records may void a
+tenant's: by default only the tenant's own and public records from a declared publisher.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from car_rag.records import Record
 from car_rag.rules import EXPLICIT_RULE, LEVEL_ORDERS, Hierarchy, Rule
 from car_rag.rules import WILDCARD as WILDCARD
 from car_rag.rules import version_is_higher as version_is_higher
+from car_rag.trust import Trust
 
 __all__ = [
     "Hierarchy",
@@ -299,6 +303,7 @@ class Policy(BaseModel):
     extract: Extraction = Field(
         default_factory=Extraction, description="How car-rag extract reads doc types and edges out of raw text."
     )
+    trust: Trust = Field(default_factory=Trust, description="Whose records may void whose across tenants (car_rag.trust).")
 
     @model_validator(mode="before")
     @classmethod

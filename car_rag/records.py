@@ -103,6 +103,11 @@ class Record(BaseModel):
     allowed_principals: list[_Label] = Field(
         default_factory=list, description="Principals allowed to read it; empty means every principal."
     )
+    publisher: _Label | None = Field(
+        default=None,
+        description="For a public record (no tenant): the publisher that issued it; its edges may void "
+        "tenants' records (see car_rag.trust). A server sets it from a publisher key, and refuses it from any other.",
+    )
     supersedes: list[StrictStr] = Field(
         default_factory=list,
         description="Explicit supersession edges: ids this record voids; an entry {'id': ..., 'confidence': 0.7} "
@@ -178,7 +183,17 @@ class Record(BaseModel):
         return value
 
     @field_validator(
-        "doc_id", "text", "doc_type", "version", "source", "uri", "tenant", "scope", "allowed_principals", "supersedes"
+        "doc_id",
+        "text",
+        "doc_type",
+        "version",
+        "source",
+        "uri",
+        "tenant",
+        "publisher",
+        "scope",
+        "allowed_principals",
+        "supersedes",
     )
     @classmethod
     def _valid_unicode(cls, value: object) -> object:
@@ -200,6 +215,14 @@ class Record(BaseModel):
         # public to dense search and private to BM25 and Stage 2.
         if value == PUBLIC_TENANT:
             raise ValueError(f"{PUBLIC_TENANT!r} is reserved for records of every tenant: leave tenant out instead")
+        return value
+
+    @field_validator("publisher")
+    @classmethod
+    def _public_only(cls, value: str | None, info: Any) -> str | None:
+        # A tenant's record voids its own tenant's already; a publisher speaks for every tenant.
+        if value is not None and info.data.get("tenant") is not None:
+            raise ValueError("only a public record (no tenant) has a publisher")
         return value
 
     @field_validator("published_at", "effective_at", mode="before")
@@ -244,7 +267,10 @@ class Record(BaseModel):
 
     def fingerprint(self) -> str:
         """Content hash used to make re-ingest idempotent."""
-        payload = self.model_dump_json(exclude_none=False).encode()
+        # A record without a publisher hashes as it did before the field existed (stored
+        # fingerprints stay valid: re-ingesting an unchanged store re-embeds nothing).
+        unset = {"publisher"} if self.publisher is None else None
+        payload = self.model_dump_json(exclude_none=False, exclude=unset).encode()
         return hashlib.sha256(payload).hexdigest()
 
 

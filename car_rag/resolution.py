@@ -83,9 +83,12 @@ class RetrievedRecord:
     ``min_confidence``, each with the confidence of its surest path: they do not void it."""
     disputed_by: list[Edge] = field(default_factory=list)
     """Records in this result that void it by one relation while it voids them by another
-    (a hierarchy against chronology, Definition 10): neither voids the other."""
+    (a hierarchy against chronology, Definition 10): neither voids the other. Also those that
+    claim to void it without the trust to (:mod:`car_rag.trust`), each edge naming the rule it
+    breaks in ``untrusted``: they void nothing."""
     hidden_superseder: bool = False
-    """Voided by a record the caller may not read (never named): stale, though nothing shown says why."""
+    """Voided by a record of its own tenant that the caller may not read (never named): stale,
+    though nothing shown says why. Another tenant's or a publisher's private record never sets it."""
     scope_probability: float | None = None
     """How probable it is that the question is about this record's scope (latent-scope CAR);
     1.0 for a scope the question names alone, None where no posterior was estimated."""
@@ -138,7 +141,9 @@ def edge_json(other: str, edge: Edge) -> dict[str, Any]:
     """An edge as JSON (results and ``car_*`` annotations alike): the record at the other end
     and the rule; the confidence only where the edge is uncertain."""
     out: dict[str, Any] = {"doc_id": other, "rule": edge.rule}
-    return out if edge.confidence >= 1.0 else {**out, "confidence": edge.confidence}
+    if edge.confidence < 1.0:
+        out["confidence"] = edge.confidence
+    return out if edge.untrusted is None else {**out, "untrusted": edge.untrusted}
 
 
 @dataclass
@@ -245,8 +250,11 @@ def resolve_authority(
     framework's nodes), so integrations resolve exactly as the core retriever does.
 
     With a ``caller``, records they may not read are never admitted; a record voided
-    only by such records is still reported superseded, with ``hidden_superseder`` set, and
-    keeps its place (an anchor is never ranked after its Stage-1 rank).
+    only by such records of its own tenant is still reported superseded, with
+    ``hidden_superseder`` set, and keeps its place (an anchor is never ranked after its
+    Stage-1 rank). Edges the policy's trust model refuses were never linked (see
+    :mod:`car_rag.graph`): they reach a result only as ``disputed_by`` claims between records
+    the caller may read.
 
     ``anchors`` are the core retriever's fused hits, or neutral :class:`Anchor` values from
     any other Stage 1 (a framework retriever). ``scope_ids`` are the scope values the query
@@ -287,17 +295,31 @@ def resolve_authority(
     if disputed:
         # A record that claims authority over a member by a relation the member's own claim
         # contradicts (Definition 10) is shown beside it, with what controls it.
-        for doc_id, (group, _, _) in list(members.items()):
-            for claim in graph.disputes(doc_id):
+        among = graph.disputes_among(members)
+        groups = {d: members[d][0] for d in among}  # as they stand before any claimant is admitted
+        for doc_id, claims in among.items():
+            for claim in claims:
+                if claim.untrusted and not readable(claim.superseder):
+                    continue  # an untrusted claim is shown only where both records are
                 for other in (claim.superseder, *graph.ancestors(claim.superseder)):
-                    admit(other, group, "superseder", doc_id)
+                    admit(other, groups[doc_id], "superseder", doc_id)
 
     if resolution == "rules":
         rssg = graph.rssg(members, min_confidence)
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
-    hidden = {d for d in members if caller is not None and not all(map(readable, graph.ancestors(d, min_confidence)))}
+    # Voided by a record the reader may not read: as cheap as ever where all it reads is readable.
+    hidden = {
+        d
+        for d in members
+        if caller is not None
+        and not all(map(readable, above := graph.ancestors(d, min_confidence)))
+        and _hidden_voider(graph, d, above, readable)
+    }
     stage1 = {h.doc_id: h for h in hits}
+    # The claims over each member that another member makes (so the reader may read both).
+    among = graph.disputes_among(members) if disputed else {}
+    claimed = {d: shown for d, claims in among.items() if (shown := [c for c in claims if c.superseder in members])}
     voids: dict[str, list[Edge]] = {}
     for target, sups in rssg.voided_by.items():
         for sup, rule in sups.items():
@@ -320,9 +342,7 @@ def resolve_authority(
                 voided_by=[Edge(s, doc_id, r, rssg.path_confidence.get((s, doc_id), 1.0)) for s, r in sorted(voided.items())],
                 voids=sorted(voids.get(doc_id, []), key=lambda e: e.target),
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
-                disputed_by=sorted((e for e in graph.disputes(doc_id) if e.superseder in members), key=lambda e: e.superseder)
-                if disputed
-                else [],
+                disputed_by=sorted(claimed[doc_id], key=lambda e: e.superseder) if doc_id in claimed else [],
                 hidden_superseder=doc_id in hidden and not controlling,
             )
         )
@@ -351,6 +371,15 @@ def resolve_authority(
             item.scope_probability = own if own is not None or anchor is None else posterior.probability(anchor)
     elapsed = (time.perf_counter() - started) * 1000
     return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior)
+
+
+def _hidden_voider(graph: AuthorityGraph, doc_id: str, above: set[str], readable: Callable[[str], bool]) -> bool:
+    """Whether a record of ``above`` (what voids ``doc_id``) that the reader may not read counts for
+    this reader: only one of ``doc_id``'s own tenant does (an embargoed fix within one
+    organisation), so no other tenant's or publisher's private record changes, or dates, what
+    this reader is shown."""
+    tenant, records = graph.records[doc_id].tenant, graph.records
+    return any(records[a].tenant == tenant and not readable(a) for a in above)
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: ResolutionMode) -> set[str]:

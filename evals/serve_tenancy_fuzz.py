@@ -3,10 +3,11 @@ tenants' keys against a real server over a real store; no response, log line or 
 show a tenant's record to a caller who may not read it.
 
 The store holds three tenants' secret records, each carrying a unique marker (``mk`` + 10 hex
-digits) in its doc_id, text, source and uri: private disclosure/patch chains, tenant patches that
-void public disclosures and the next tenant's private ones (hidden superseders), and patches
-readable only by the tenant's ``legal`` principal that void tenant-wide disclosures; plus public
-records. Keys: per tenant an analyst, a legal reader and a writer; a public reader; an owner
+digits) in its doc_id, text, source and uri: private disclosure/patch chains, embargoed public
+patches (``legal`` readers only) that void public disclosures, tenant patches claiming the next
+tenant's private records (claims that void nothing: :mod:`car_rag.trust`), and patches readable
+only by the tenant's ``legal`` principal that void tenant-wide disclosures (hidden superseders);
+plus public records. Keys: per tenant an analyst, a legal reader and a writer; a public reader; an owner
 (writer without a tenant). Each request picks a key, or a wrong one (missing, unknown, case
 changed, truncated, its SHA-256, another scheme or header), and one of:
 
@@ -152,8 +153,10 @@ def seed(world: World) -> list[dict[str, Any]]:
                 world.record(disclosure, mine, tenant=tenant),
                 world.record(patch, mine, tenant=tenant),
                 world.record(disclosure, shared),
-                world.record(patch, shared, tenant=tenant),  # voids a public one
-                world.record(patch, private[upstream][i], tenant=tenant),  # voids the next tenant's
+                # an embargoed public fix voids a public one (hidden from all but legal readers); a
+                # tenant's patch claims the next tenant's, voiding nothing (car_rag.trust)
+                world.record(patch, shared, allowed_principals=["legal"]),
+                world.record(patch, private[upstream][i], tenant=tenant),
                 world.record(disclosure, legal, tenant=tenant),
                 world.record(patch, legal, tenant=tenant, allowed_principals=["legal"]),
             ]

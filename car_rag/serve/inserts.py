@@ -21,6 +21,7 @@ from car_rag.serve.metrics import Metrics
 from car_rag.serve.schema import EdgeOut, RecordProblem, RecordsRejected, RecordsResponse
 from car_rag.store import CARStore, IngestReport
 from car_rag.store.ingest import CycleRefused
+from car_rag.trust import TRUST_REASONS
 
 __all__ = ["Inserts"]
 
@@ -58,10 +59,12 @@ class Inserts:
         The records are validated (and their scope filled) here, so a bad request is refused on its
         own. Requests within ``window_s`` of each other, or arriving while a store ingest
         runs, are then stored by one ingest (Chroma's per-call cost is paid once per group)."""
-        parsed = parse_records(items, _REQUEST)
+        parsed = parse_records(_with_publisher(items, key), _REQUEST)
         filled = self.store.extractor.fill(parsed.records, source=_REQUEST, lines=parsed.lines)  # an LLM may be slow
         if parsed.errors or filled.errors:
             return self._rejected(parsed.errors + filled.errors, len(items))
+        if self.store.policy.trust.untrusted == "refuse":
+            self._refuse_untrusted(filled.records)
         warnings = [str(m) for m in missing_scope(self.store.policy, filled.records)] + filled.warnings
         pending = _Insert(filled.records, key, warnings)
         if self.window_s == 0:
@@ -73,6 +76,20 @@ class Inserts:
             raise pending.error
         assert pending.answer is not None
         return pending.answer
+
+    def _refuse_untrusted(self, records: list[Record]) -> None:
+        """Under ``untrusted = "refuse"``: a 403 naming the trust rule, for a request whose record
+        would claim to void a stored record it is not trusted to (the target is never named)."""
+        with self.store.lock.read():
+            for number, record in enumerate(records, start=1):
+                claims = self.store.graph.claims_by(record)
+                if claims:
+                    rule = claims[0].untrusted
+                    assert rule is not None
+                    raise Forbidden(
+                        f"record {number} ({record.doc_id!r}) would void a record it is not trusted to "
+                        f"(trust rule {rule}: {TRUST_REASONS[rule]}); nothing was stored"
+                    )
 
     def _join(self, pending: _Insert) -> None:
         """Join the open group, or open one and store it after the window (a group commit)."""
@@ -192,6 +209,26 @@ class Inserts:
             detail=f"{len({e.line for e in errors})} of {count} records rejected; nothing was stored",
             errors=[RecordProblem(item=e.line, doc_id=e.doc_id, field=e.field, message=e.message) for e in errors],
         )
+
+
+def _with_publisher(items: list[Any], key: ApiKey | None) -> list[Any]:
+    """The request's records with the publisher the key stands for: a publisher key's name on
+    each public record it writes; from any other key, a record naming a publisher is a 403."""
+    if key is None:
+        return items  # a server without keys trusts its callers with every field
+    out = []
+    for number, item in enumerate(items, start=1):
+        if isinstance(item, dict):
+            named = item.get("publisher")
+            if named is not None and (not key.publisher or named != key.name):
+                raise Forbidden(
+                    f"key {key.name!r} may not write record {number} ({item.get('doc_id')!r}) with publisher "
+                    f"{named!r}: only a publisher key, under its own name; nothing was stored"
+                )
+            if key.publisher and item.get("tenant") is None:
+                item = {**item, "publisher": key.name}
+        out.append(item)
+    return out
 
 
 class _Owners:

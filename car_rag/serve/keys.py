@@ -10,6 +10,8 @@ as its SHA-256, never in clear::
     tenant = "acme"             # omitted: the key reads public records only
     principals = ["analyst"]
     write = false               # true: may POST /records, for its own tenant only
+    publisher = false           # true (a key with no tenant): the public records it writes may
+                                # void tenants' records (car_rag.trust); they carry its name
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from car_rag.eligibility import CallerContext
 from car_rag.records import PUBLIC_TENANT
@@ -56,6 +58,7 @@ class ApiKey(BaseModel):
     principals: tuple[str, ...] = ()
     write: StrictBool = False
     """Strict: ``"false"`` or ``"no"`` (text, not a boolean) would otherwise read as a writer or not."""
+    publisher: StrictBool = Field(default=False, description="Its public records may void tenants' (car_rag.trust).")
 
     @field_validator("sha256")
     @classmethod
@@ -77,6 +80,12 @@ class ApiKey(BaseModel):
         if any(not p.strip() for p in value):
             raise ValueError("principal names must not be blank")
         return value
+
+    @model_validator(mode="after")
+    def _publishes_public_records(self) -> ApiKey:
+        if self.publisher and (self.tenant is not None or not self.write):
+            raise ValueError("publisher: a publisher key writes public records: it needs write = true and no tenant")
+        return self
 
     @property
     def caller(self) -> CallerContext:

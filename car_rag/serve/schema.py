@@ -129,13 +129,18 @@ class Link(_Strict):
     doc_id: str
     rule: str
     confidence: float | None = Field(default=None, description="Only where the edge is less than certain.")
+    untrusted: str | None = Field(
+        default=None, description="Only on a claim the trust model refuses: the rule it breaks (it voids nothing)."
+    )
 
     @model_serializer(mode="wrap")
     def _certain_edges_say_nothing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # As `car-rag query --format json` writes an edge: no confidence key on a certain one.
+        # As `car-rag query --format json` writes an edge: no confidence key on a certain one,
+        # no untrusted key on a trusted one.
         data: dict[str, Any] = handler(self)
-        if data.get("confidence") is None:
-            data.pop("confidence", None)
+        for optional in ("confidence", "untrusted"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
 
 

@@ -214,5 +214,5 @@ def _resolution_differences(built: Policy, wanted: Policy) -> list[str]:
     between stored ones, whose scope is stored with them)."""
     words = {"description", "verb"}
     rules = [r.model_dump(exclude=words) for r in built.rules], [r.model_dump(exclude=words) for r in wanted.rules]
-    fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys", "hierarchies")
+    fields = ("name", "scope_keys", "scope_patterns", "case_insensitive_keys", "hierarchies", "trust")
     return [f for f in fields if getattr(built, f) != getattr(wanted, f)] + (["rules"] if rules[0] != rules[1] else [])

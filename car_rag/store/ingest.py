@@ -310,11 +310,8 @@ class Ingest:
         tick = time.perf_counter()
         graph = held.graph
         edges = {(e.superseder, e.target): e for d in ids for e in graph.superseders(d) + graph.superseded_by(d)}
-        # A disputed pair's two claims: over each record, and its own over the other.
-        claims = [
-            c for d in ids for e in graph.disputes(d) for c in (e, *graph.disputes(e.superseder)) if d in (c.superseder, c.target)
-        ]
-        disputed = {(c.superseder, c.target): c for c in claims}
+        # The claims that are not linked (disputed pairs, untrusted edges), over each record and its own.
+        disputed = {(c.superseder, c.target): c for d in ids for c in graph.claims_involving(d)}
         head = tx.write(records, edges.values(), disputed.values(), vectors if self.log.keeps_vectors else None)
         tx.commit()
         held.head = max(held.head, head)

@@ -140,7 +140,7 @@ def test_query_with_a_caller_hides_what_it_may_not_read(tmp_path, capsys):
                 "text": "Release 3.0.0 notes",
                 "doc_type": "patch_release",
                 "scope": {"package": "yamlite", "cve_id": "CVE-1"},
-                "tenant": "acme",
+                "allowed_principals": ["sec"],  # public, as what it voids (car_rag.trust), but embargoed
             }
         )
         + "\n"

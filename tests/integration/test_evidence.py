@@ -93,8 +93,7 @@ RECORDS: list[dict[str, Any]] = [
         "scope": AXIOS,
         "published_at": "2024-05-20",
         "version": "1.7.4",
-        "tenant": "acme",
-        "allowed_principals": ["sec-team"],
+        "allowed_principals": ["sec-team"],  # public, as what it voids (car_rag.trust), but embargoed
     },
     {
         "doc_id": "yaml-cve",
@@ -137,7 +136,7 @@ RECORDS += [
         "scope": TAR,
         "published_at": "2024-08-01",
         "version": "1.1",
-        "tenant": "acme",
+        "allowed_principals": ["sec-team"],
     },
 ]
 
@@ -324,7 +323,7 @@ def test_permitted_reader_sees_the_restricted_superseder(retriever: Retriever, s
     packets = {p.doc_id: p for p in build_packets(result, store.policy)}
     patch = packets["axios-1.7.4-internal"]
     assert patch.status == "active" and patch.governance.permission_status == "restricted"
-    assert patch.governance.tenant_id == "acme" and patch.governance.allowed_principals == ["sec-team"]
+    assert patch.governance.tenant_id is None and patch.governance.allowed_principals == ["sec-team"]
     assert not packets["axios-cve"].epistemic_metadata.conflict_indicators.hidden_superseder
     root = _root(render_audit(result, policy=store.policy))
     assert _packet_el(root, "axios-1.7.4-internal").get("permission") == "restricted"

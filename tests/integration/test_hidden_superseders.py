@@ -3,9 +3,10 @@
 Nothing the caller may see takes that record's place (a shown superseder would), so it is
 ranked as if it were active and never later than its Stage-1 rank, marked superseded with
 ``hidden_superseder``: a caller asking for k records sees that the record they asked about
-is stale. The issue's case runs through the command line (40 disclosures, some fixed by a
-patch of another tenant or restricted to a principal the caller lacks); the property runs
-over a randomized corpus of ``evals/permissions_fuzz.py`` with random tenants and principals.
+is stale. Only a record of its own tenant counts so (:mod:`car_rag.trust`: another tenant's
+never voids it). The issue's case runs through the command line (40 public disclosures, some
+fixed by a public patch restricted to a principal the caller lacks); the property runs over a
+randomized corpus of ``evals/permissions_fuzz.py`` with random tenants and principals.
 """
 
 from __future__ import annotations
@@ -34,21 +35,23 @@ ANALYST = CallerContext("acme", {"analyst"})
 
 
 def hidden_only(graph: AuthorityGraph, doc_id: str, unreadable: set[str]) -> bool:
-    """Superseded, and every record that controls it (an ancestor nothing voids) is unreadable."""
+    """Superseded, and every record that controls it (an ancestor nothing voids) is unreadable
+    and of its own tenant."""
+    tenant = graph.records[doc_id].tenant
     roots = {a for a in graph.ancestors(doc_id) if not graph.superseders(a)}
-    return bool(roots) and roots <= unreadable
+    return bool(roots) and roots <= unreadable and all(graph.records[r].tenant == tenant for r in roots)
 
 
 # ---------------------------------------------------------------------- the issue's case
 SYLLABLES = (["zor", "quen", "mab", "tev", "lor"], ["blat", "mar", "dix", "pon", "suk", "vel", "rin", "gosh"])
 NAMES = ["".join(p) for p in itertools.product(*SYLLABLES)]
 """40 package names no other text shares."""
-HIDING: list[dict[str, Any]] = [{"tenant": "acme", "allowed_principals": ["admin"]}, {"tenant": "globex"}]
+HIDING: list[dict[str, Any]] = [{"allowed_principals": ["admin"]}, {"allowed_principals": ["legal"]}]
 
 
 def issue_corpus() -> tuple[list[dict], dict[str, str]]:
-    """40 public disclosures: 8 fixed by a patch the analyst may not read (4 of tenant globex,
-    4 of acme restricted to admin), 8 by a public patch, 24 unpatched; and the question about
+    """40 public disclosures: 8 fixed by a public patch the analyst may not read (4 restricted to
+    admin, 4 to legal), 8 by a public patch anyone reads, 24 unpatched; and the question about
     each hidden-patched disclosure."""
     records, questions = [], {}
     for i, package in enumerate(NAMES):

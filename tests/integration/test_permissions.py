@@ -4,7 +4,8 @@ The randomized part runs the generator and checker of ``evals/permissions_fuzz.p
 command line runs 1,000+ cases; here 2 corpora × 150 cases): no unreadable id, secret marker
 or text in any channel's candidates, the result or the XML, and every record voided by a
 record the caller may not read is still reported superseded. The hand-written cases pin the
-shapes that matter: a superseder in another tenant, a restricted anchor with a public patch,
+shapes that matter: a superseder in another tenant (it voids nothing: :mod:`car_rag.trust`), a
+restricted anchor with a public patch,
 a hidden middle link of a three-record chain, and a caller who may read everything.
 """
 
@@ -68,7 +69,7 @@ def _rec(doc_id: str, doc_type: str, package: str, cve: str, day: int, text: str
 
 
 CHAINS = [
-    # A: the patch belongs to another tenant.
+    # A: the patch belongs to another tenant: it may not void a public record.
     _rec("perm-a-disclosure", "vulnerability_disclosure", "lodash", "CVE-2024-1001", 1,
          "Prototype pollution in the lodash merge function lets attackers modify object prototypes."),
     _rec("perm-a-patch", "patch_release", "lodash", "CVE-2024-1001", 30,
@@ -80,12 +81,12 @@ CHAINS = [
          allowed_principals=["legal"]),
     _rec("perm-b-patch", "patch_release", "axios", "CVE-2024-2002", 40,
          "Release axios 1.7.4 fixes the server-side request forgery in the HTTP client.", version="1.7.4"),
-    # C: disclosure ⊳ first patch (hidden: globex admins only) ⊳ final patch (public).
+    # C: disclosure ⊳ first patch (hidden: admins only) ⊳ final patch (public).
     _rec("perm-c-disclosure", "vulnerability_disclosure", "node-tar", "CVE-2024-3003", 3,
          "Path traversal in the node-tar archive extractor writes files outside the target directory."),
     _rec("perm-c-patch1", "patch_release", "node-tar", "CVE-2024-3003", 50,
          "Release node-tar 6.2.1 partly fixes the path traversal in the archive extractor.",
-         version="6.2.1", tenant="globex", allowed_principals=["admin"]),
+         version="6.2.1", allowed_principals=["admin"]),
     _rec("perm-c-patch2", "patch_release", "node-tar", "CVE-2024-3003", 90,
          "Release node-tar 6.2.2 completes the path traversal fix in the archive extractor.", version="6.2.2"),
 ]  # fmt: skip
@@ -129,19 +130,18 @@ def _packet(xml: str, doc_id: str) -> ET.Element:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_superseder_in_another_tenant_leaves_anchor_superseded_and_unnamed(store, retrievers, mode) -> None:
+def test_superseder_in_another_tenant_voids_nothing_and_is_never_named(store, retrievers, mode) -> None:
     result = retrievers[mode].retrieve(QUERIES["a"], caller=ACME_SEC)
     disclosure = result.get("perm-a-disclosure")
     assert disclosure is not None and disclosure.stage1 is not None
-    assert disclosure.status == "superseded" and disclosure.hidden_superseder
-    assert disclosure.superseded_by == [] and disclosure.voided_by == []
+    assert disclosure.status == "active" and not disclosure.hidden_superseder
+    assert disclosure.superseded_by == disclosure.voided_by == disclosure.disputed_by == []
     assert result.get("perm-a-patch") is None
     xml = render_audit(result, policy=store.policy)
     _assert_no_leak(store, ACME_SEC, xml, result)
     el = _packet(xml, "perm-a-disclosure")
-    assert el.get("status") == "superseded"
-    assert [c.attrib for c in el.findall("superseded-by")] == [{"hidden": "true"}]
-    assert "4.17.22" not in xml  # not even the hidden patch's version label
+    assert el.get("status") == "active" and el.findall("superseded-by") == []
+    assert "4.17.22" not in xml  # not even the other tenant's version label
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -61,7 +61,8 @@ def auth(key: str) -> dict[str, str]:
 def store(tmp_path_factory, demo_policy, embedder, demo_corpus_path):
     store = CARStore.open(tmp_path_factory.mktemp("serve-store"), demo_policy, embedder=embedder)
     assert store.ingest(demo_corpus_path, progress=False).errors == []
-    assert store.ingest([ACME_PATCH], progress=False).newly_superseded == [SERIALBOX]
+    # A tenant may not void a public record (car_rag.trust): acme's patch is kept as a claim.
+    assert store.ingest([ACME_PATCH], progress=False).newly_superseded == []
     yield store
     store.close()
 
@@ -144,32 +145,34 @@ def test_a_body_cannot_choose_its_caller(url):
 def test_a_key_reads_as_its_tenant(url):
     question = "Is serialbox still exposed to CVE-2099-10010?"
     acme = retrieve(url, "k-acme", query=question, k=10, format="plain").json()
-    assert {r["doc_id"]: r["status"] for r in acme["reranked"]}[SERIALBOX] == "superseded"
+    claimed = next(r for r in acme["reranked"] if r["doc_id"] == SERIALBOX)
+    assert claimed["status"] == "active" and claimed["disputed_by"] == [
+        {"doc_id": ACME_PATCH["doc_id"], "rule": "patch_fixes_disclosure", "untrusted": "tenant_over_public"}
+    ]
     assert SECRET in acme["evidence_pack"]["text"]
     globex = retrieve(url, "k-globex", query=question, format="json", with_text=True)
     disclosure = next(r for r in globex.json()["reranked"] if r["doc_id"] == SERIALBOX)
-    assert disclosure["hidden_superseder"] and disclosure["superseded_by"] == []
+    assert disclosure["status"] == "active" and not disclosure["hidden_superseder"] and disclosure["disputed_by"] == []
     assert SECRET not in globex.text and ACME_PATCH["doc_id"] not in globex.text
 
 
 # --------------------------------------------------------------------------- inserts
 def test_an_insert_is_seen_by_the_next_retrieve_and_says_what_it_voided(url):
     patch = {
-        "doc_id": "sec-mdrender-2.0.1-acme-release",
+        "doc_id": "sec-mdrender-2.0.1-release",  # public, as the disclosure it voids (car_rag.trust)
         "doc_type": "patch_release",
-        "tenant": "acme",
         "text": "mdrender 2.0.1: raw HTML in link titles is escaped before rendering.",
         "scope": {"package": "mdrender", "cve_id": "CVE-2099-10009"},
         "published_at": "2025-03-01",
     }
-    got = httpx.post(f"{url}/records", json=patch, headers=auth("k-acme-writer"), timeout=60)
+    got = httpx.post(f"{url}/records", json=patch, headers=auth("k-owner"), timeout=60)
     assert got.status_code == 200, got.text
     assert got.json()["added"] == [patch["doc_id"]]
     assert got.json()["newly_superseded"] == ["sec-mdrender-cve-2099-10009-disclosure"]
     assert got.json()["new_edges"] == [
         {"superseder": patch["doc_id"], "target": "sec-mdrender-cve-2099-10009-disclosure", "rule": "patch_fixes_disclosure"}
     ]
-    again = httpx.post(f"{url}/records", json=[patch], headers=auth("k-acme-writer"), timeout=60).json()
+    again = httpx.post(f"{url}/records", json=[patch], headers=auth("k-owner"), timeout=60).json()
     assert again["unchanged"] == 1 and again["added"] == [] and again["newly_superseded"] == []  # idempotent by doc_id
     answer = retrieve(url, "k-acme", query="Is mdrender still vulnerable to CVE-2099-10009?", k=10).json()
     statuses = {r["doc_id"]: (r["status"], r["superseded_by"]) for r in answer["reranked"]}

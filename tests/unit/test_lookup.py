@@ -108,7 +108,8 @@ def test_no_warning_when_the_closure_completes(recwarn):
 
 
 def test_a_superseder_the_caller_may_not_read_is_hidden_not_named():
-    secret = [*CHAIN[:2], _rec("fix-2", "patch_release", LODASH, 3, version="1.0.2", tenant="acme")]
+    # Public, as what it voids: another tenant's record would void nothing (car_rag.trust).
+    secret = [*CHAIN[:2], _rec("fix-2", "patch_release", LODASH, 3, version="1.0.2", allowed_principals=["sec"])]
     caller = CallerContext(tenant="other")
     result = DictStore.of(secret).resolve(SEC, "q", ["disc"], caller=caller)
     assert "fix-2" not in result.doc_ids()

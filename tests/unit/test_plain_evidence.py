@@ -72,7 +72,7 @@ def test_a_record_cannot_forge_a_document_header() -> None:
 
 def test_a_record_replaced_by_a_hidden_one_says_so_without_naming_it() -> None:
     records = [dict(r) for r in SCENARIOS["security-advisory"]["records"]]
-    records[1]["tenant"] = "initech"  # the patch belongs to another tenant
+    records[1]["allowed_principals"] = ["embargo"]  # the patch is embargoed: acme's reader lacks the principal
     text = render_plain(_security(records, CallerContext(tenant="acme")), k=5)
     assert "Release 4.17.12" not in text and "lodash-4.17.12" not in text
     assert "[Document 1] (vulnerability_disclosure; replaced by a record you are not permitted to read)" in text

@@ -85,7 +85,7 @@ def test_omitted_replaced_records_are_named_as_not_shown() -> None:
 
 def test_hidden_superseder_is_stated_never_named() -> None:
     records = [dict(r) for r in SCENARIOS["security-advisory"]["records"]]
-    records[1]["tenant"] = "initech"  # the patch belongs to another tenant
+    records[1]["allowed_principals"] = ["embargo"]  # the patch is embargoed: acme's reader lacks the principal
     result, policy = authority_result(
         "security-advisory", records, ["lodash-cve", "minimist-cve"], caller=CallerContext(tenant="acme")
     )
@@ -176,7 +176,7 @@ def test_bad_arguments() -> None:
 
 def test_a_record_replaced_only_by_a_hidden_one_keeps_its_place() -> None:
     records = [dict(r) for r in SCENARIOS["security-advisory"]["records"]]
-    records[1]["tenant"] = "initech"
+    records[1]["allowed_principals"] = ["embargo"]
     result, policy = authority_result(
         "security-advisory", records, ["lodash-cve", "minimist-cve"], caller=CallerContext(tenant="acme")
     )

@@ -124,7 +124,7 @@ def test_an_anchor_voided_only_by_hidden_records_keeps_its_stage1_place(anchors:
         rec("named-1", at=1, scope={"topic": "t2"}),
         rec("first", at=9, scope={"topic": "t3"}),
         rec("hidden", at=1, scope=TOPIC),
-        rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=["hidden"]),
+        rec("admin-only", at=2, scope=TOPIC, allowed_principals=["admin"], supersedes=["hidden"]),
     ]
     if len(anchors) == 1:
         records.append(rec("named-2", at=2, scope={"topic": "t2"}))

@@ -65,7 +65,9 @@ def test_an_edge_exactly_at_the_threshold_is_followed_and_voids() -> None:
 def test_a_hidden_superseder_voids_only_at_the_threshold(confidence: float, status: str, hidden: bool) -> None:
     records = [
         rec("public", at=1, scope=TOPIC),
-        rec("acme-only", at=2, scope=TOPIC, tenant="acme", supersedes=[{"id": "public", "confidence": confidence}]),
+        rec(
+            "admin-only", at=2, scope=TOPIC, allowed_principals=["admin"], supersedes=[{"id": "public", "confidence": confidence}]
+        ),
     ]
     result = resolve_authority(_graph(records), UNRULED, "q", [Anchor("public", 1)], CallerContext("globex"), min_confidence=TAU)
     assert [r.doc_id for r in result] == ["public"]  # the caller never sees the other

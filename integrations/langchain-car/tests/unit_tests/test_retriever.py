@@ -172,8 +172,7 @@ def test_caller_gate() -> None:
             version="3.1.0",
             scope={"package": "vaultkit", "cve_id": "CVE-2099-1"},
             published_at="2024-02-01",
-            tenant="acme",
-            allowed_principals=["security-team"],
+            allowed_principals=["security-team"],  # public, as what it voids (car_rag.trust), but embargoed
         )
     )
     docs = [record_to_document(disclosure), record_to_document(fix)]

@@ -1,0 +1,142 @@
+"""Issue 32's attacks on integrity through `car-rag serve --workers 2` over a store shared through a
+real PostgreSQL (vectors in pgvector), all on loopback: acme's writes land on one worker, globex's
+reads on either, and every worker builds its graph from the change feed, so each applies the trust
+model itself. The single-process cases, one attack per test, are in ``test_serve_trust.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_serve_trust import disclosure, note, patch, scope
+
+from car_rag import CARStore
+from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.serve.keys import hash_key
+from car_rag_evals.servers import HOST, free_port
+from servers import wait_for
+
+KEYS = {
+    "k-acme": {"name": "acme-writer", "tenant": "acme", "write": True},
+    "k-globex": {"name": "globex-writer", "tenant": "globex", "write": True},
+    "k-owner": {"name": "owner", "write": True},
+    "k-nvd": {"name": "nvd", "write": True, "publisher": True},
+}
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[str]:
+    with throwaway_postgres() as running:
+        yield running.url
+
+
+@contextmanager
+def workers(url: str, schema: str, folder: Path) -> Iterator[str]:
+    """`car-rag serve --workers 2 --api-keys` over the shared store, ready; stopped at the end."""
+    keys = folder / "keys.json"
+    keys.write_text(json.dumps({"keys": [{**entry, "sha256": hash_key(k)} for k, entry in KEYS.items()]}))
+    port = free_port()
+    log = (folder / "serve.log").open("wb")
+    command = ["serve", "--store", str(folder / "cache"), "--authority-schema", schema, "--port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "car_rag", *command, "--workers", "2", "--anchors", "bm25", "--api-keys", str(keys)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "CAR_RAG_AUTHORITY_URL": url},
+    )
+    base = f"http://{HOST}:{port}"
+
+    def ready() -> bool:
+        assert proc.poll() is None, (folder / "serve.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(ready, "car-rag serve answers /readyz", 120, 0.1)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+
+
+def post(base: str, key: str, body: Any) -> httpx.Response:
+    got = httpx.post(f"{base}/records", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    assert got.status_code == 200, got.text
+    return got
+
+
+def read(base: str, n: int, k: int) -> dict[str, dict[str, Any]]:
+    got = httpx.post(
+        f"{base}/retrieve",
+        json={"query": f"is the archive flaw in {scope(n)['package']} fixed?", "k": k},
+        headers={"Authorization": "Bearer k-globex"},
+        timeout=60,
+    )
+    assert got.status_code == 200, got.text
+    return {r["doc_id"]: r for r in got.json()["reranked"]}
+
+
+def statuses(shown: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    """Each record's status as shown (not its rank: globex's and public writes join the ranking)."""
+    return {d: (r["status"], r["superseded_by"], r["voided_by"], r["hidden_superseder"]) for d, r in shown.items()}
+
+
+def caught_up(base: str) -> bool:
+    """Every worker answering /readyz has applied the same newest change (20 answers in a row agree)."""
+    heads = {httpx.get(f"{base}/readyz", timeout=30).json()["head"] for _ in range(20)}
+    return len(heads) == 1
+
+
+def test_attacks_across_two_workers_change_nothing_another_tenant_reads(tmp_path, pg, security_policy, embedder):
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    seeded = [disclosure(n) for n in range(10)] + [disclosure(n, tenant="globex") for n in range(10, 14)]
+    seeded.append(patch(10, "p10-globex", tenant="globex"))
+    with CARStore.open(
+        tmp_path / "build", security_policy, embedder=embedder, authority_url=pg, authority_schema=schema, vector_store="pgvector"
+    ) as store:
+        assert store.ingest(seeded, progress=False).errors == []
+    with workers(pg, schema, tmp_path) as base:
+        before = [statuses(read(base, n, 20)) for n in range(13)]
+        public = [disclosure(n)["doc_id"] for n in range(10)]
+        post(base, "k-acme", note("acme-1", ["p10-globex"], tenant="acme"))  # an explicit edge
+        post(base, "k-acme", note("acme-2", ["p11-globex"], tenant="acme"))  # a waiting edge
+        post(base, "k-acme", patch(12, "far-acme", "9999-12-31", tenant="acme"))  # a far-future date
+        post(base, "k-owner", patch(12, "far-public", "9999-12-31"))  # the same, public and no publisher
+        post(base, "k-acme", note("acme-all", public, tenant="acme"))  # every public id at once
+        arrived = post(base, "k-globex", patch(11, "p11-globex", tenant="globex"))
+        post(base, "k-nvd", patch(13, "p13-nvd"))  # the control: a publisher's patch voids globex's
+        wait_for(lambda: caught_up(base), "both workers applied every write", 60, 0.1)
+        for _ in range(3):  # each read thrice: both workers answer some
+            after = [statuses(read(base, n, 20)) for n in range(13)]
+            for was, now in zip(before, after):  # but what globex's own and the publisher's patches void
+                kept = (set(was) & set(now)) - {"d11-globex", "d13-globex"}
+                assert {d: now[d] for d in kept} == {d: was[d] for d in kept}
+                assert set(was) & set(now)
+            assert after[10]["p10-globex"] == ("active", [], [], False)  # the explicit edge's target
+            p12 = read(base, 12, 20)
+            assert p12["d12-globex"]["superseded_by"] == [] and p12["d12-globex"]["status"] == "active"
+            assert "far-acme" not in p12 and p12["d12-globex"]["disputed_by"] == [
+                {"doc_id": "far-public", "rule": "patch_fixes_disclosure", "untrusted": "public_not_publisher"}
+            ]
+            waited = read(base, 11, 20)
+            assert waited["p11-globex"]["status"] == "active" and not waited["p11-globex"]["hidden_superseder"]
+            assert waited["d11-globex"]["superseded_by"] == ["p11-globex"]
+            assert read(base, 13, 20)["d13-globex"]["superseded_by"] == ["p13-nvd"]
+    assert arrived.json()["newly_superseded"] == ["d11-globex"]
