@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The suite under load: pytest on the given tests (default: the tiers most exposed to timing: the
-# servers, the shared store, streaming inserts) with two busy cores beside it, `stress-ng --cpu 2`
-# (Debian's stress-ng; `apt-get install -y stress-ng` as root), else two Python busy loops. The log,
+# servers, the shared store, streaming inserts) with busy loops beside it, `stress-ng --cpu $STRESS_CPUS`
+# (default 2; Debian's stress-ng; `apt-get install -y stress-ng` as root), else as many Python busy
+# loops. Two loops with the tests give a load average of about 4-5 on two cores; `STRESS_CPUS=6`
+# about 8 (the level CI's machines reach when busy). The log,
 # with the load average before, during and after, goes to evals/results/stress/<UTC time>.log.
 #
 #   .ci/stress.sh                                   # the exposed tiers
@@ -11,23 +13,25 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+STRESS_CPUS=${STRESS_CPUS:-2}
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false ANONYMIZED_TELEMETRY=False
 if [ $# -eq 0 ]; then
   set -- tests/integration/test_serve.py tests/integration/test_serve_inserts.py tests/integration/test_serve_tenancy.py \
-    tests/integration/test_serve_shared.py tests/integration/test_shared_store.py tests/integration/test_streaming.py
+    tests/integration/test_serve_shared.py tests/integration/test_shared_store.py tests/integration/test_streaming.py \
+    tests/integration/test_serve_hardening.py tests/integration/test_serve_trust.py tests/integration/test_serve_trust_shared.py
 fi
 mkdir -p evals/results/stress
 LOG=evals/results/stress/$(date -u +%Y-%m-%dT%H%MZ).log
 
 if command -v stress-ng >/dev/null; then
-  LOADER="stress-ng --cpu 2"
-  stress-ng --cpu 2 --quiet &
+  LOADER="stress-ng --cpu $STRESS_CPUS"
+  stress-ng --cpu "$STRESS_CPUS" --quiet &
 else
-  LOADER="two Python busy loops"
+  LOADER="$STRESS_CPUS Python busy loops"
   "$PY" -c "import multiprocessing as m
 def spin():
     while True: pass
-ps = [m.Process(target=spin, daemon=True) for _ in range(2)]
+ps = [m.Process(target=spin, daemon=True) for _ in range($STRESS_CPUS)]
 [p.start() for p in ps]; [p.join() for p in ps]" &
 fi
 STRESS=$!
