@@ -99,8 +99,10 @@ def statuses(shown: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
 
 
 def caught_up(base: str) -> bool:
-    """Every worker answering /readyz has applied the same newest change (20 answers in a row agree)."""
-    heads = {httpx.get(f"{base}/readyz", timeout=30).json()["head"] for _ in range(20)}
+    """Every worker answering /readyz has applied the same newest change (20 answers in a row agree;
+    /readyz gives its detail to a key only)."""
+    key = {"Authorization": "Bearer k-globex"}
+    heads = {httpx.get(f"{base}/readyz", headers=key, timeout=30).json()["head"] for _ in range(20)}
     return len(heads) == 1
 
 
