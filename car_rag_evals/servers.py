@@ -1,11 +1,13 @@
 """Servers the measuring scripts and the tests start on loopback and stop: ``chroma run``
-(:class:`ChromaServer`) and a :class:`car_rag.serve.service.Service` in a uvicorn thread
-(:func:`serving`). PostgreSQL is the library's own (:mod:`car_rag.postgres.server`,
-:mod:`car_rag.postgres.fixture`)."""
+(:class:`ChromaServer`), a :class:`car_rag.serve.service.Service` in a uvicorn thread
+(:func:`serving`) and ``car-rag serve`` in a process of its own (:func:`car_rag_serve`). PostgreSQL
+is the library's own (:mod:`car_rag.postgres.server`, :mod:`car_rag.postgres.fixture`)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -128,3 +130,44 @@ def serving(
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@contextmanager
+def car_rag_serve(folder: Path, *options: str, env: dict[str, str] | None = None, ready_s: float = 120.0) -> Iterator[str]:
+    """``python -m car_rag serve OPTIONS`` on a free loopback port, in a process of its own (its
+    output in ``folder/serve-PORT.log``, ``env`` added to this process's environment); yields its
+    URL once /readyz answers 200 and interrupts it at the end (killed after 30 s). The server
+    exiting first, or not ready within ``ready_s``, raises ``RuntimeError`` with its log's tail."""
+    import httpx
+
+    port = free_port()
+    log_path = folder / f"serve-{port}.log"
+    url = f"http://{HOST}:{port}"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "car_rag", "serve", *options, "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        try:
+            deadline = time.monotonic() + ready_s
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"car-rag serve exited with {proc.returncode}: {log_path.read_text()[-3000:]}")
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"car-rag serve did not get ready within {ready_s:.0f} s: {log_path.read_text()[-3000:]}")
+                time.sleep(0.1)
+            yield url
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)

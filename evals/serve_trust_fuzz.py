@@ -17,8 +17,15 @@ nothing: any difference in a result (status, superseders, edges, disputes, the h
 is an integrity change. Leaks: each write's answer may name only records its key may read.
 A squatted id that blocked a tenant's own later write is counted (doc_id namespacing is not built).
 
+``--shared``: the same writes alternate between two ``car-rag serve`` processes over one store in
+a throwaway PostgreSQL (vectors in pgvector); once both have applied every write (their /readyz
+head), the store's graph is checked as above, and each reader asks each server about every scope:
+each answer must be what Stages 2-3 give over the reader's own tenant's and the public records
+alone, from the answer's own anchors.
+
     python evals/serve_trust_fuzz.py --writes 5000 --out evals/results/serve/trust-fuzz.md
     python evals/serve_trust_fuzz.py --writes 300 --trust-everything   # must find changes
+    python evals/serve_trust_fuzz.py --writes 5000 --shared --out evals/results/serve/trust-fuzz-shared.md
 """
 
 from __future__ import annotations
@@ -30,11 +37,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
+import itertools  # noqa: E402
+import json  # noqa: E402
 import random  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
-from contextlib import ExitStack  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -43,13 +53,16 @@ from unittest import mock  # noqa: E402
 import httpx  # noqa: E402
 
 from car_rag import CallerContext, CARStore, Embedder, load_policy  # noqa: E402
+from car_rag.channels.fusion import FusedHit  # noqa: E402
 from car_rag.graph import AuthorityGraph  # noqa: E402
+from car_rag.policy import Policy  # noqa: E402
+from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.records import Record  # noqa: E402
 from car_rag.resolution import Anchor, resolve_authority  # noqa: E402
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
 from car_rag.trust import Trust  # noqa: E402
-from car_rag_evals.servers import serving  # noqa: E402
+from car_rag_evals.servers import car_rag_serve, serving  # noqa: E402
 
 TENANTS = ("acme", "globex", "initech")
 WRITERS = (*TENANTS, "owner", "nvd")
@@ -59,6 +72,12 @@ READERS = {
     "acme-legal": CallerContext("acme", {"legal"}),
     "public": CallerContext(),
 }
+FAULT = "from car_rag.trust import Trust\n\nTrust.distrust = lambda *_: None\n"
+"""``--trust-everything --shared``: the servers' ``sitecustomize``, every edge trusted as before issue 32."""
+ANSWER_K = 100
+"""Records asked of each answer checked: the most /retrieve gives, so that it shows most anchors."""
+MAX_UNSHOWN_ANCHORS = 4
+"""Anchors an answer may rank past :data:`ANSWER_K` and still be checked in order (their 4! orders tried)."""
 KINDS = ("own", "own", "explicit", "all-public", "waiting", "rule-scope", "far-future", "squat", "public-claim", "publisher")
 
 
@@ -68,12 +87,18 @@ class Report:
     statuses: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)
     checked: Counter[str] = field(default_factory=Counter)
+    answers: Counter[str] = field(default_factory=Counter)
+    """Answers from the servers checked, by reader (:func:`check_answers`)."""
+    answers_unordered: int = 0
+    """Of those, answers checked record by record but not in order (:func:`unordered`)."""
+    answer_changes: int = 0
     changes: list[str] = field(default_factory=list)
     tie_breaks: int = 0
     """Results that differ only in a record's ``anchor_id`` (see :func:`check`)."""
     leaks: list[str] = field(default_factory=list)
     claims: int = 0
     blocked_by_squat: int = 0
+    servers: int = 1
     seconds: float = 0.0
 
 
@@ -105,14 +130,20 @@ class World:
 
 
 def keys() -> tuple[ApiKeys, dict[str, str]]:
-    entries = {w: f"k-{w}" for w in WRITERS}
+    """A key per writer and per reader (a tenant's writer key is its reader's too); their secrets by name."""
+    secrets = {name: f"k-{name}" for name in (*WRITERS, *READERS)}
     by_hash = {
         hash_key(secret): ApiKey(
-            name=w, sha256=hash_key(secret), tenant=w if w in TENANTS else None, write=True, publisher=w == "nvd"
+            name=name,
+            sha256=hash_key(secret),
+            tenant=READERS[name].tenant if name in READERS else None,
+            principals=tuple(READERS[name].principals) if name in READERS else (),
+            write=name in WRITERS,
+            publisher=name == "nvd",
         )
-        for w, secret in entries.items()
+        for name, secret in secrets.items()
     }
-    return ApiKeys(by_hash), entries
+    return ApiKeys(by_hash), secrets
 
 
 def seed(world: World, per_tenant: int) -> list[dict[str, Any]]:
@@ -178,50 +209,141 @@ def readable(caller: CallerContext, records: dict[str, Record], ids: list[str]) 
     return all(d in records and caller.can_read(records[d]) for d in ids)
 
 
+@contextmanager
+def servers(
+    shared: bool,
+    workdir: Path,
+    policy: Policy,
+    embedder: Embedder,
+    api_keys: ApiKeys,
+    seeded: list[dict[str, Any]],
+    trust_everything: bool = False,
+) -> Iterator[tuple[list[str], Callable[[], AbstractContextManager[CARStore]]]]:
+    """The servers the writes go to, and how to open the store as they hold it once the writes are
+    done. One server in this process over embedded Chroma; or, ``shared``, two ``car-rag serve``
+    processes over one store in a throwaway PostgreSQL (vectors in pgvector), each following the
+    other's writes through the change feed (what ``--workers 2`` runs, but each on a port of its
+    own, so that the writes alternate between them and every read goes through both).
+    ``trust_everything`` makes the fault in those processes too, through a ``sitecustomize``."""
+    if not shared:
+        with CARStore.open(workdir / "store", policy, embedder=embedder) as store:
+            assert store.ingest(seeded, progress=False).errors == []
+            with serving(Service(store, api_keys=api_keys, anchors="bm25")) as url:
+                yield [url], lambda: nullcontext(store)
+        return
+    schema = "trust_fuzz"
+    workdir.mkdir(parents=True, exist_ok=True)
+    with throwaway_postgres() as pg:
+
+        def open_shared(folder: str) -> CARStore:
+            return CARStore.open(
+                workdir / folder,
+                policy,
+                embedder=embedder,
+                authority_url=pg.url,
+                authority_schema=schema,
+                vector_store="pgvector",
+            )
+
+        with open_shared("build") as store:
+            assert store.ingest(seeded, progress=False).errors == []
+        keys_file = workdir / "keys.json"
+        keys_file.write_text(json.dumps({"keys": [k.model_dump(exclude_defaults=True) for k in api_keys.by_hash.values()]}))
+        options = ("--authority-schema", schema, "--anchors", "bm25", "--api-keys", str(keys_file))
+        env = {"CAR_RAG_AUTHORITY_URL": pg.url}
+        if trust_everything:
+            (workdir / "fault").mkdir()
+            (workdir / "fault" / "sitecustomize.py").write_text(FAULT)
+            env["PYTHONPATH"] = os.pathsep.join([str(workdir / "fault"), os.environ.get("PYTHONPATH", "")])
+        with (
+            car_rag_serve(workdir, "--store", str(workdir / "cache-1"), *options, env=env) as one,
+            car_rag_serve(workdir, "--store", str(workdir / "cache-2"), *options, env=env) as two,
+        ):
+            yield [one, two], lambda: open_shared("check")
+
+
 def run_fuzz(
-    writes: int, *, seed_value: int = 32, per_tenant: int = 20, workdir: Path, embedder: Embedder | None = None
+    writes: int,
+    *,
+    seed_value: int = 32,
+    per_tenant: int = 20,
+    workdir: Path,
+    embedder: Embedder | None = None,
+    shared: bool = False,
+    trust_everything: bool = False,
 ) -> Report:
+    """``writes`` attacks, spread over the servers in turn; then each reader's view of the store
+    (:func:`check`) and, once every server has applied every write, each reader's answers from
+    every server (:func:`check_answers`). ``trust_everything``: the fault this fuzz must find, every
+    edge trusted as before issue 32."""
     report, world = Report(), World(random.Random(seed_value))
     api_keys, secrets = keys()
     started = time.perf_counter()
     policy = load_policy("security-advisory")
+    seeded = seed(world, per_tenant)
+    answered: list[tuple[str, str, list[str]]] = []
     with ExitStack() as stack:
-        store = stack.enter_context(CARStore.open(workdir / "store", policy, embedder=embedder or Embedder()))
-        assert store.ingest(seed(world, per_tenant), progress=False).errors == []
-        url = stack.enter_context(serving(Service(store, api_keys=api_keys, anchors="bm25")))
-        with httpx.Client(timeout=120) as client:
-            for _ in range(writes):
-                kind = world.rng.choice(KINDS)
-                writer, record = attack(world, kind)
-                got = client.post(f"{url}/records", json=record, headers={"Authorization": f"Bearer {secrets[writer]}"})
-                report.writes += 1
-                report.kinds[kind] += 1
-                report.statuses[f"{kind} {got.status_code}"] += 1
-                if got.status_code == 200:
-                    world.ids.setdefault(record.get("tenant"), []).append(record["doc_id"])
-                    answer = got.json()
-                    named = answer["newly_superseded"] + [d for e in answer["new_edges"] for d in (e["superseder"], e["target"])]
-                    caller = api_keys.lookup(secrets[writer])
-                    assert caller is not None
-                    if not readable(caller.caller, store.records, named):
-                        report.leaks.append(f"{kind} by {writer}: the answer names {named}")
-                elif kind == "own" and "taken" in got.text:
-                    report.blocked_by_squat += 1
-        graph = store.graph
-        report.claims = sum(1 for e in graph.disputed_edges() if e.untrusted)
-        check(graph, report)
+        if trust_everything:
+            stack.enter_context(mock.patch.object(Trust, "distrust", lambda *_: None))
+        urls, open_store = stack.enter_context(
+            servers(shared, workdir, policy, embedder or Embedder(), api_keys, seeded, trust_everything)
+        )
+        client = stack.enter_context(httpx.Client(timeout=120))
+        for n in range(writes):
+            kind = world.rng.choice(KINDS)
+            writer, record = attack(world, kind)
+            got = client.post(
+                f"{urls[n % len(urls)]}/records", json=record, headers={"Authorization": f"Bearer {secrets[writer]}"}
+            )
+            report.writes += 1
+            report.kinds[kind] += 1
+            report.statuses[f"{kind} {got.status_code}"] += 1
+            if got.status_code == 200:
+                world.ids.setdefault(record.get("tenant"), []).append(record["doc_id"])
+                answer = got.json()
+                named = answer["newly_superseded"] + [d for e in answer["new_edges"] for d in (e["superseder"], e["target"])]
+                answered.append((kind, writer, named))
+            elif kind == "own" and "taken" in got.text:
+                report.blocked_by_squat += 1
+        with open_store() as store:
+            caught_up(client, urls, secrets["public"], store.head)
+            for kind, writer, named in answered:  # ids are never taken over, so the final store tells who may read them
+                if not readable(READERS.get(writer, CallerContext()), store.records, named):
+                    report.leaks.append(f"{kind} by {writer}: the answer names {named}")
+            graph = store.graph
+            report.claims = sum(1 for e in graph.disputed_edges() if e.untrusted)
+            check(graph, report)
+            check_answers(client, urls, graph, secrets, world, report)
+    report.servers = len(urls)
     report.seconds = time.perf_counter() - started
     return report
 
 
+def caught_up(client: httpx.Client, urls: list[str], secret: str, head: Any, timeout_s: float = 120.0) -> None:
+    """Wait until every server has applied the change feed up to ``head`` (its /readyz says so)."""
+    deadline = time.monotonic() + timeout_s
+    for url in urls:
+        while (seen := client.get(f"{url}/readyz", headers={"Authorization": f"Bearer {secret}"}).json().get("head")) != head:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} has applied the feed up to {seen}, not {head}, after {timeout_s:.0f} s")
+            time.sleep(0.1)
+
+
+def own_graph(graph: AuthorityGraph, caller: CallerContext) -> AuthorityGraph:
+    """The graph of the caller's own tenant's records and the public ones alone: what no other
+    tenant's record may change."""
+    own = AuthorityGraph(graph.policy)
+    for record in graph.records.values():
+        if record.tenant in (None, caller.tenant):
+            own.add(record)
+    return own
+
+
 def check(graph: AuthorityGraph, report: Report) -> None:
     """Each reader's results over the store's graph against those over its own tenant's and the
-    public records alone."""
+    public records alone, each record it may read the only anchor."""
     for name, caller in READERS.items():
-        own = AuthorityGraph(graph.policy)
-        for record in graph.records.values():
-            if record.tenant in (None, caller.tenant):
-                own.add(record)
+        own = own_graph(graph, caller)
         for doc_id, record in graph.records.items():
             if not caller.can_read(record):
                 continue
@@ -230,10 +352,119 @@ def check(graph: AuthorityGraph, report: Report) -> None:
             )
             del got["timings_ms"], want["timings_ms"]
             report.checked[name] += 1
-            if got != want and _without_anchor_ids(got) == _without_anchor_ids(want):
-                report.tie_breaks += 1
-            elif got != want:
-                report.changes.append(f"{name} reading {doc_id}: {got['records']} != {want['records']}")
+            compare(report, f"{name} reading {doc_id}", got, want)
+
+
+def check_answers(
+    client: httpx.Client, urls: list[str], graph: AuthorityGraph, secrets: dict[str, str], world: World, report: Report
+) -> None:
+    """Each reader's answer from every server to a question about each scope (its own, the public's
+    and other tenants'), against Stages 2-3 over its own tenant's and the public records alone from
+    the answer's own anchors and scope values: what Stage 1 ranks is not integrity (its statistics
+    are issue 32 item 2), what the anchors void is. Each ranked record is compared whole but for
+    its scope probability (the answer carries only the posterior's top scopes).
+
+    The anchors are the answer's candidates marked so, each at the rank the latent-scope step gave
+    it: shown on the anchors the answer ranks (``stage1``), not on those past its :data:`ANSWER_K`
+    records. Those take the ranks left, in every order (:func:`anchor_orders`): the answer is
+    what the reference gives for one of them, or it is an integrity change. Past
+    :data:`MAX_UNSHOWN_ANCHORS` such anchors, each record is checked but not the order (:func:`unordered`)."""
+    for name, caller in READERS.items():
+        own = own_graph(graph, caller)
+        for scope in (s for scopes in world.scopes.values() for s in scopes):
+            query = f"is {scope['package']} still vulnerable to {scope['cve_id']}?"
+            for url in urls:
+                got = client.post(
+                    f"{url}/retrieve",
+                    json={"query": query, "k": ANSWER_K},
+                    headers={"Authorization": f"Bearer {secrets[name]}"},
+                )
+                got.raise_for_status()
+                answer = got.json()
+                orders, ordered = anchor_orders(answer)
+                report.answers[name] += 1
+                if not ordered:
+                    report.answers_unordered += 1
+                    report.answer_changes += compare(
+                        report, f"{name} asking {query!r} at {url}", *unordered(answer, own, caller, orders[0])
+                    )
+                    continue
+                shown = {"records": [_shown(r) for r in answer["reranked"]]}
+                first = tie = None
+                for anchors in orders:
+                    result = resolve_authority(
+                        own, own.policy, query, anchors, caller, scope_ids=answer["diagnostics"]["scope_ids"]
+                    )
+                    want = {"records": [_shown(r.to_dict()) for r in result.top(ANSWER_K)]}
+                    if want == shown:
+                        break
+                    first = first or want
+                    tie = tie or (want if _without_anchor_ids(want) == _without_anchor_ids(shown) else None)
+                else:
+                    want = tie or first or want
+                report.answer_changes += compare(report, f"{name} asking {query!r} at {url}", shown, want)
+
+
+def anchor_orders(answer: dict[str, Any]) -> tuple[list[list[FusedHit]], bool]:
+    """The answer's anchors at their ranks, for each way the anchors it does not show may take the
+    ranks left; past :data:`MAX_UNSHOWN_ANCHORS` of them, one way only (Stage-1 order), and False."""
+    anchors = [
+        FusedHit(r["doc_id"], h["score"], h["rank"], h["channels"], {}, h["contributions"])
+        for r in answer["reranked"]
+        if (h := r["stage1"]) is not None
+    ]
+    unshown = [c for c in answer["candidates"] if c["anchor"] and c["doc_id"] not in {h.doc_id for h in anchors}]
+    free = sorted(set(range(1, len(anchors) + len(unshown) + 1)) - {h.rank for h in anchors})
+    ordered = len(unshown) <= MAX_UNSHOWN_ANCHORS
+    return [
+        anchors
+        + [
+            FusedHit(
+                c["doc_id"],
+                c["score"],
+                rank,
+                {n: ch["score"] for n, ch in c["channels"].items()},
+                {},
+                {n: ch["contribution"] for n, ch in c["channels"].items() if ch["contribution"] is not None},
+            )
+            for c, rank in zip(unshown, ranks)
+        ]
+        for ranks in (itertools.permutations(free) if ordered else [free])
+    ], ordered
+
+
+def unordered(
+    answer: dict[str, Any], own: AuthorityGraph, caller: CallerContext, anchors: list[FusedHit]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each record the answer shows, and the same record in the reference, but for its rank, chain
+    (``anchor_id``) and role: which records a result holds and what each voids, is voided by or
+    disputes follow from the anchors whatever their ranks; only the order and the chain a record is
+    listed under need the ranks of the anchors the answer does not show."""
+    query, scope_ids = answer["query"], answer["diagnostics"]["scope_ids"]
+    result = resolve_authority(own, own.policy, query, anchors, caller, scope_ids=scope_ids)
+    reference = {r.doc_id: _listed(r.to_dict()) for r in result.ranked}
+    shown = answer["reranked"]
+    # A record the reference does not hold at all: {} (an integrity change).
+    return {"records": [_listed(r) for r in shown]}, {"records": [reference.get(r["doc_id"], {}) for r in shown]}
+
+
+def _listed(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in _shown(record).items() if k not in ("rank", "anchor_id", "role")}
+
+
+def _shown(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("scope_probability", "text")}
+
+
+def compare(report: Report, what: str, got: dict[str, Any], want: dict[str, Any]) -> bool:
+    """Whether ``got`` differs from ``want`` in more than a tie (:func:`_without_anchor_ids`): an
+    integrity change, recorded."""
+    if got != want and _without_anchor_ids(got) == _without_anchor_ids(want):
+        report.tie_breaks += 1
+    elif got != want:
+        report.changes.append(f"{what}: {got['records']} != {want['records']}")
+        return True
+    return False
 
 
 def _without_anchor_ids(result: dict[str, Any]) -> dict[str, Any]:
@@ -250,20 +481,29 @@ def render(report: Report, args: argparse.Namespace) -> str:
         "# Trust-model fuzz (issue 32)",
         "",
         f"`python evals/serve_trust_fuzz.py --writes {args.writes} --seed {args.seed}"
-        f"{' --trust-everything' if args.trust_everything else ''}`: {report.writes} writes through a real server "
-        f"(loopback, one process, embedded Chroma, BM25 anchors), {report.seconds:.0f} s on this machine.",
+        f"{' --shared' if args.shared else ''}{' --trust-everything' if args.trust_everything else ''}`: "
+        f"{report.writes} writes through "
+        + (
+            "two `car-rag serve` processes over one store in a throwaway PostgreSQL (pgvector), in turn"
+            if args.shared
+            else "a real server (one process, embedded Chroma)"
+        )
+        + f" (loopback, BM25 anchors), {report.seconds:.0f} s on this machine.",
         "",
-        f"- **integrity changes: {len(report.changes)}** (results of a reader that another tenant's records changed)",
+        f"- **integrity changes: {len(report.changes)}** (results of a reader that another tenant's records changed: "
+        f"over the store's graph, and in the servers' answers: {report.answer_changes} of them)",
         f"- **leaks in write answers: {len(report.leaks)}**",
         f"- results that differ only in a record's `anchor_id` (a tie between chains of one Stage-1 rank, broken by "
         f"set iteration order; not counted above): {report.tie_breaks}",
+        f"- answers checked record by record but not in order (more than {MAX_UNSHOWN_ANCHORS} anchors ranked past "
+        f"the {ANSWER_K} records shown): {report.answers_unordered} of {sum(report.answers.values())}",
         f"- untrusted claims recorded (voiding nothing): {report.claims}",
         f"- a tenant's own write refused because another tenant squatted its next id: {report.blocked_by_squat} "
         "(doc_id namespacing, issue 32 item 3, is not built)",
         "",
-        "| reader | records checked |",
-        "|---|---:|",
-        *(f"| {name} | {n} |" for name, n in report.checked.items()),
+        f"| reader | records checked (graph) | answers checked ({report.servers} server(s)) |",
+        "|---|---:|---:|",
+        *(f"| {name} | {n} | {report.answers[name]} |" for name, n in report.checked.items()),
         "",
         "| write kind | status | count |",
         "|---|---|---:|",
@@ -282,11 +522,18 @@ def main() -> None:
     parser.add_argument(
         "--trust-everything", action="store_true", help="the fault this fuzz must find: every edge trusted, as before issue 32"
     )
+    parser.add_argument(
+        "--shared", action="store_true", help="two car-rag serve processes over one store in PostgreSQL (pgvector), in turn"
+    )
     args = parser.parse_args()
-    with ExitStack() as stack:
-        if args.trust_everything:
-            stack.enter_context(mock.patch.object(Trust, "distrust", lambda *_: None))
-        report = run_fuzz(args.writes, seed_value=args.seed, workdir=Path(stack.enter_context(tempfile.TemporaryDirectory())))
+    with tempfile.TemporaryDirectory() as workdir:
+        report = run_fuzz(
+            args.writes,
+            seed_value=args.seed,
+            workdir=Path(workdir),
+            shared=args.shared,
+            trust_everything=args.trust_everything,
+        )
     text = render(report, args)
     print(text)
     if args.out:

@@ -6,10 +6,6 @@ model itself. The single-process cases, one attack per test, are in ``test_serve
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,10 +16,11 @@ import httpx
 import pytest
 from test_serve_trust import disclosure, note, patch, scope
 
+import serve_trust_fuzz as trust_fuzz  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CARStore
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.serve.keys import hash_key
-from car_rag_evals.servers import HOST, free_port
+from car_rag_evals.servers import car_rag_serve
 from servers import wait_for
 
 KEYS = {
@@ -42,38 +39,19 @@ def pg() -> Iterator[str]:
 
 @contextmanager
 def workers(url: str, schema: str, folder: Path) -> Iterator[str]:
-    """`car-rag serve --workers 2 --api-keys` over the shared store, ready; stopped at the end."""
+    """`car-rag serve --workers 2 --api-keys` over the shared store, both workers ready (20 answers
+    to /readyz in a row); stopped at the end."""
     keys = folder / "keys.json"
     keys.write_text(json.dumps({"keys": [{**entry, "sha256": hash_key(k)} for k, entry in KEYS.items()]}))
-    port = free_port()
-    log = (folder / "serve.log").open("wb")
-    command = ["serve", "--store", str(folder / "cache"), "--authority-schema", schema, "--port", str(port)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "car_rag", *command, "--workers", "2", "--anchors", "bm25", "--api-keys", str(keys)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "CAR_RAG_AUTHORITY_URL": url},
-    )
-    base = f"http://{HOST}:{port}"
-
-    def ready() -> bool:
-        assert proc.poll() is None, (folder / "serve.log").read_text()[-3000:]
-        try:
-            return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        wait_for(ready, "car-rag serve answers /readyz", 120, 0.1)
+    options = ["--store", str(folder / "cache"), "--authority-schema", schema, "--workers", "2", "--anchors", "bm25"]
+    with car_rag_serve(folder, *options, "--api-keys", str(keys), env={"CAR_RAG_AUTHORITY_URL": url}) as base:
+        # Ready once one worker is: the other may still be loading its retriever (a 503 to a read).
+        wait_for(lambda: all(ready(base) for _ in range(20)), "both workers answer /readyz", 120, 0.1)
         yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        log.close()
+
+
+def ready(base: str) -> bool:
+    return httpx.get(f"{base}/readyz", timeout=30).status_code == 200
 
 
 def post(base: str, key: str, body: Any) -> httpx.Response:
@@ -100,9 +78,10 @@ def statuses(shown: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
 
 def caught_up(base: str) -> bool:
     """Every worker answering /readyz has applied the same newest change (20 answers in a row agree;
-    /readyz gives its detail to a key only)."""
-    key = {"Authorization": "Bearer k-globex"}
-    heads = {httpx.get(f"{base}/readyz", headers=key, timeout=30).json()["head"] for _ in range(20)}
+    the head is part of the detail a key is needed for)."""
+    heads = {
+        httpx.get(f"{base}/readyz", headers={"Authorization": "Bearer k-globex"}, timeout=30).json()["head"] for _ in range(20)
+    }
     return len(heads) == 1
 
 
@@ -142,3 +121,17 @@ def test_attacks_across_two_workers_change_nothing_another_tenant_reads(tmp_path
             assert waited["d11-globex"]["superseded_by"] == ["p11-globex"]
             assert read(base, 13, 20)["d13-globex"]["superseded_by"] == ["p13-nvd"]
     assert arrived.json()["newly_superseded"] == ["d11-globex"]
+
+
+def test_the_adversarial_fuzz_across_two_servers_finds_no_integrity_change_and_finds_them_when_every_edge_is_trusted(
+    tmp_path, embedder
+):
+    """``evals/serve_trust_fuzz.py --shared`` at a small size (the command runs 5,000 writes): the
+    writes alternate between two `car-rag serve` processes over one PostgreSQL store, and every
+    reader's answers from both are checked; with every edge trusted in the servers too, as before
+    issue 32, the same check must find changes in their answers."""
+    report = trust_fuzz.run_fuzz(100, workdir=tmp_path / "trusted", embedder=embedder, shared=True)
+    assert report.changes == [] and report.leaks == [] and report.servers == 2
+    assert report.claims >= 50 and min(report.answers.values()) == 160 and report.answers_unordered == 0
+    leaky = trust_fuzz.run_fuzz(100, workdir=tmp_path / "leaky", embedder=embedder, shared=True, trust_everything=True)
+    assert leaky.answer_changes >= 50
