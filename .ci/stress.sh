@@ -2,8 +2,8 @@
 # The suite under load: pytest on the given tests (default: the tiers most exposed to timing: the
 # servers, the shared store, streaming inserts) with busy loops beside it, `stress-ng --cpu $STRESS_CPUS`
 # (default 2; Debian's stress-ng; `apt-get install -y stress-ng` as root), else as many Python busy
-# loops. Two loops with the tests give a load average of about 4-5 on two cores; `STRESS_CPUS=6`
-# about 8 (the level CI's machines reach when busy). The log,
+# loops. Two loops with the tests gave a load average of 2-5 on two cores; `STRESS_CPUS=6`, with
+# a fresh clone's `make test` beside it, 7-10 (the level CI's machines reach when busy). The log,
 # with the load average before, during and after, goes to evals/results/stress/<UTC time>.log.
 #
 #   .ci/stress.sh                                   # the exposed tiers
