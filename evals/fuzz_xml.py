@@ -15,23 +15,21 @@ Run:  python evals/fuzz_xml.py --examples 10000 [--seed N] [--out evals/results/
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import time
-import traceback
 from collections import Counter
-from pathlib import Path
 
 import hypothesis
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, given, settings
 
 import car_rag
 from car_rag.evidence import render_audit, render_reader
+from car_rag_evals.fuzz_command import fuzz_arguments, hold, write_report
 from car_rag_evals.xml_fuzz import NASTY, cases, check_reader_rendering, check_rendering
 
 
-def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
+def run(examples: int, seed_value: int | None) -> tuple[Counter, str]:
     stats: Counter = Counter()
 
     @settings(
@@ -65,27 +63,13 @@ def run(examples: int, seed_value: int | None) -> tuple[bool, Counter, str]:
         stats["reader_with_digest"] += "<digest>" in reader
         check_reader_rendering(packets, reader_options, reader)
 
-    test = seed(seed_value)(property_holds) if seed_value is not None else property_holds
-    try:
-        test()
-    except BaseException as exc:  # report, then fail the command
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return False, stats, "".join(traceback.format_exception(exc))
-    return True, stats, ""
+    return stats, hold(property_holds, seed_value)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--examples", type=int, default=10_000, help="Hypothesis max_examples (default 10000)")
-    parser.add_argument("--seed", type=int, default=None, help="fix the Hypothesis seed (default: random)")
-    parser.add_argument("--out", type=Path, help="also write the report to this file")
-    args = parser.parse_args()
-    if args.examples < 1:
-        parser.error("--examples must be >= 1")
-
+    args = fuzz_arguments(__doc__)
     started = time.perf_counter()
-    ok, stats, failure = run(args.examples, args.seed)
+    stats, failure = run(args.examples, args.seed)
     elapsed = time.perf_counter() - started
     lines = [
         "fuzz_xml: injection safety of car_rag.evidence.audit.render_audit and car_rag.evidence.reader.render_reader",
@@ -96,8 +80,7 @@ def main() -> int:
         f"in {elapsed:.1f} s; the same examples in the reader-first form: {stats['reader_chars']:,} characters, "
         f"{stats['reader_with_digest']} with a digest",
     ]
-    n = max(stats["examples"], 1)
-    for key in (
+    keys = (
         "with_forbidden_control_chars",
         "with_lone_surrogates",
         "with_markup",
@@ -105,22 +88,12 @@ def main() -> int:
         "with_dropped_packets",
         "with_superseded_omitted",
         "with_conflict_group",
-    ):
-        lines.append(f"  examples {key.replace('_', ' ')}: {stats[key]} ({100 * stats[key] / n:.0f}%)")
-    lines.append(
-        "result: PASS - every example parsed (ElementTree and minidom) to exactly the expected packets, "
-        "attributes and text equal to the sanitized originals, in both forms"
-        if ok
-        else "result: FAIL"
     )
-    report = "\n".join(lines) + "\n"
-    if failure:
-        report += "\n" + failure
-    print(report, end="")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report, encoding="utf-8")
-    return 0 if ok else 1
+    verdict = (
+        "every example parsed (ElementTree and minidom) to exactly the expected packets, "
+        "attributes and text equal to the sanitized originals, in both forms"
+    )
+    return write_report(lines, stats, keys, verdict, failure, args.out)
 
 
 if __name__ == "__main__":
