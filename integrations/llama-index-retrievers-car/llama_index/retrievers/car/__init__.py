@@ -25,6 +25,7 @@ from llama_index.retrievers.car.lookup import (
     VectorStoreAuthorityLookup,
     authority_lookup,
 )
+from llama_index.retrievers.car.metrics import CARAuditMetric, CARClosureViolations, CARControllingHit, CARTheorem4
 from llama_index.retrievers.car.resolver import (
     CAR_AMBIGUITY,
     CAR_ANCHOR_ID,
@@ -97,4 +98,8 @@ __all__ = [
     "records_to_nodes",
     "render_evidence",
     "__version__",
+    "CARAuditMetric",
+    "CARClosureViolations",
+    "CARControllingHit",
+    "CARTheorem4",
 ]
