@@ -40,7 +40,6 @@ from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
 from langchain_core.output_parsers import StrOutputParser  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.runnables import RunnablePassthrough  # noqa: E402
-from pydantic import SecretStr  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import load_policy  # noqa: E402
@@ -91,8 +90,7 @@ def chat_model(model: str) -> BaseChatModel:
         from langchain_openai import ChatOpenAI
     except ImportError as exc:
         raise SystemExit("an OpenAI-compatible chat model needs: pip install langchain-openai") from exc
-    # SecretStr: ChatOpenAI's type for the key (mypy checks it once langchain-openai is installed)
-    return ChatOpenAI(model=model, temperature=0, api_key=SecretStr(os.environ.get("OPENAI_API_KEY", "not-needed")))
+    return ChatOpenAI(model=model, temperature=0, api_key=os.environ.get("OPENAI_API_KEY", "not-needed"))
 
 
 def main() -> None:
