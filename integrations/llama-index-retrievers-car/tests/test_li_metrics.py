@@ -1,18 +1,26 @@
 """car-rag's authority metrics in LlamaIndex's own ``RetrieverEvaluator``: a plain vector
 retriever that returns a disclosure without the release that fixed it is caught; CARRetriever
-over the same index is not. Real Chroma, real MiniLM."""
+over the same index is not. The answer evaluator in ``BatchEvalRunner``. Real Chroma, real
+MiniLM; the LLM is a fake, named as such."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from llama_index.core.evaluation import RetrieverEvaluator
+from llama_index.core.evaluation import BatchEvalRunner, RetrieverEvaluator
 from llama_index.core.evaluation.retrieval.metrics import HitRate
+from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import TextNode
 
-from llama_index.retrievers.car import CARRetriever, records_to_nodes
-from llama_index.retrievers.car.metrics import CARAuditMetric, CARClosureViolations, CARControllingHit, CARTheorem4
+from llama_index.retrievers.car import CARRetriever, EvidenceSynthesizer, records_to_nodes
+from llama_index.retrievers.car.metrics import (
+    CARAnswerEvaluator,
+    CARAuditMetric,
+    CARClosureViolations,
+    CARControllingHit,
+    CARTheorem4,
+)
 from test_li_retriever import YAML_Q
 
 DISCLOSURE, RELEASE = "adv-yamlette-disclosure", "adv-yamlette-2.0.1-release"
@@ -72,3 +80,25 @@ def test_chunked_nodes_k_and_unknown_ids(records, policy):
 def test_nodes_without_car_metadata_are_refused_naming_the_record(policy):
     with pytest.raises(ValueError, match="note-1.*doc_type"):
         CARClosureViolations.from_nodes([TextNode(id_="note-1", text="a note", metadata={"doc_id": "note-1"})], policy)
+
+
+def test_answer_evaluator_in_a_batch_run_flags_the_confidently_wrong_answer(index, policy, fake_llm):
+    """Real query-engine responses (answers scripted into the fake LLM) through LlamaIndex's BatchEvalRunner."""
+    engine = RetrieverQueryEngine(
+        retriever=CARRetriever(index.as_retriever(similarity_top_k=3), index.vector_store, policy),
+        response_synthesizer=EvidenceSynthesizer(llm=fake_llm, policy=policy),
+    )
+    responses = []
+    for answer in ("Yes: it is fixed in yamlette 2.0.1.", "No, it is still vulnerable: no patch has been released."):
+        fake_llm.scripted = answer
+        responses.append(engine.query(YAML_Q))
+    runner = BatchEvalRunner({"car_answer": CARAnswerEvaluator("security")})
+    results = runner.evaluate_responses(
+        queries=[YAML_Q, YAML_Q], responses=responses, reference=["patched", "patched"], fixed_version=["2.0.1", "2.0.1"]
+    )["car_answer"]
+    assert [(r.passing, r.score) for r in results] == [(True, 1.0), (False, 0.0)]
+    assert results[1].feedback is not None and results[1].feedback.startswith("confident_wrong: ")
+    with pytest.raises(ValueError, match="reference"):
+        CARAnswerEvaluator("legal").evaluate(response="It is still good law.")
+    with pytest.raises(ValueError, match="no answer classifier"):
+        CARAnswerEvaluator("cooking")

@@ -25,7 +25,13 @@ from llama_index.retrievers.car.lookup import (
     VectorStoreAuthorityLookup,
     authority_lookup,
 )
-from llama_index.retrievers.car.metrics import CARAuditMetric, CARClosureViolations, CARControllingHit, CARTheorem4
+from llama_index.retrievers.car.metrics import (
+    CARAnswerEvaluator,
+    CARAuditMetric,
+    CARClosureViolations,
+    CARControllingHit,
+    CARTheorem4,
+)
 from llama_index.retrievers.car.resolver import (
     CAR_AMBIGUITY,
     CAR_ANCHOR_ID,
@@ -98,6 +104,7 @@ __all__ = [
     "records_to_nodes",
     "render_evidence",
     "__version__",
+    "CARAnswerEvaluator",
     "CARAuditMetric",
     "CARClosureViolations",
     "CARControllingHit",

@@ -10,6 +10,9 @@ Each metric audits the ids a retriever returned against the corpus's authority g
   the dataset names);
 * :class:`CARTheorem4` (``car_theorem4``): both at once, Theorem 4's condition for a safe set.
 
+and, for answers, :class:`CARAnswerEvaluator`: whether a response is confidently wrong about
+the status (car-rag's deterministic answer classifier).
+
 No labels beyond the dataset's expected ids: only the graph, built from the nodes' car-rag
 metadata (:meth:`CARAuditMetric.from_nodes`)::
 
@@ -20,20 +23,23 @@ metadata (:meth:`CARAuditMetric.from_nodes`)::
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from car_rag.adapters import AuthorityGraph
+from car_rag.eval.answers import GoldAnswer, classify, suite_kind
 from car_rag.eval.audit import SetAudit, audit_set
 from car_rag.policy import Policy, load_policy
+from llama_index.core.evaluation import BaseEvaluator, EvaluationResult
 from llama_index.core.evaluation.retrieval.metrics_base import BaseRetrievalMetric, RetrievalMetricResult
+from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import BaseNode
 from pydantic import Field
 
 from llama_index.retrievers.car.layout import MetadataLayout, node_doc_id, node_to_record
 
-__all__ = ["CARAuditMetric", "CARClosureViolations", "CARControllingHit", "CARTheorem4"]
+__all__ = ["CARAnswerEvaluator", "CARAuditMetric", "CARClosureViolations", "CARControllingHit", "CARTheorem4"]
 
 
 class CARAuditMetric(BaseRetrievalMetric):
@@ -134,3 +140,46 @@ def _graph(
         if node.node_id != record.doc_id:
             doc_ids[node.node_id] = node_doc_id(node, layout)
     return graph, doc_ids
+
+
+class CARAnswerEvaluator(BaseEvaluator):
+    """Whether an answer is confidently wrong: car-rag's answer classifier
+    (:func:`car_rag.eval.answers.classify`) as a LlamaIndex response evaluator.
+
+    ``reference`` is the gold status in the domain's words (``patched`` / ``vulnerable``,
+    ``good_law`` / ``overruled``, ``active`` / ``compliant`` / ``non_compliant``), with
+    ``fixed_version`` for a patched security question. ``passing`` is False exactly when the
+    answer claims a status other than gold (the confident-wrong rate is the share not
+    passing); ``score`` is 1.0 for a correct answer; ``feedback`` is the label and the words
+    the rule fired on. Deterministic: no LLM."""
+
+    def __init__(self, domain: str) -> None:
+        self.domain = domain
+        suite_kind(domain)  # an unknown domain is refused here, not at the first answer
+
+    def _get_prompts(self) -> PromptDictType:
+        return {}
+
+    def _update_prompts(self, prompts_dict: PromptDictType) -> None:
+        """No prompts: the classifier reads the answer with the domain's state vocabulary."""
+
+    async def aevaluate(
+        self,
+        query: str | None = None,
+        response: str | None = None,
+        contexts: Sequence[str] | None = None,
+        reference: str | None = None,
+        fixed_version: str | None = None,
+        **kwargs: Any,
+    ) -> EvaluationResult:
+        if not reference:
+            raise ValueError("CARAnswerEvaluator needs reference=<the gold status>, e.g. 'patched'")
+        found = classify(response or "", self.domain, GoldAnswer(reference, fixed_version))
+        return EvaluationResult(
+            query=query,
+            response=response,
+            contexts=contexts,
+            passing=found.label != "confident_wrong",
+            score=float(found.label == "correct"),
+            feedback=f"{found.label}: {found.reason}",
+        )
