@@ -4,10 +4,12 @@ header names what replaced it; the default plain form is unchanged (fast tier)."
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from authority_fixtures import SCENARIOS, authority_result
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import render_plain
+from car_rag_evals.plain_fuzz import plain_cases, render_case
 
 
 def _result(domain: str, records: list[dict] | None = None, caller: CallerContext | None = None):
@@ -45,3 +47,25 @@ def test_a_hidden_replacer_keeps_its_own_note_and_is_not_named() -> None:
     text = render_plain(_result("security-advisory", records, CallerContext(tenant="acme")), k=5, marked=True)
     assert "[Document 1] (vulnerability_disclosure; replaced by a record you are not permitted to read)" in text
     assert "4.17.12" not in text
+
+
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(plain_cases())
+def test_marking_adds_only_a_replaced_note_to_replaced_records(case) -> None:
+    """Over the plain fuzz's adversarial records: the marked form is the plain form with one
+    note appended to each replaced record's header, on that line, and nothing else changed."""
+    records, options = case
+    result, _ = render_case(records, options)
+    given_options = {"k": options["k"], "superseded": options["superseded"], "dated": options["dated"]}
+    plain = render_plain(result, **given_options).split("\n")
+    marked = render_plain(result, **given_options, marked=True).split("\n")
+    assert len(marked) == len(plain)
+    shown = [r for r in result.top(options["k"]) if options["superseded"] == "include" or r.status == "active"]
+    hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
+    replaced = [n for n, r in enumerate(shown, 1) if r.status == "superseded" and r.doc_id not in hidden]
+    changed = [i for i, (a, b) in enumerate(zip(plain, marked)) if a != b]
+    assert len(changed) == len(replaced)
+    for i in changed:
+        assert marked[i].startswith(plain[i][:-1] + "; replaced") and marked[i].endswith(")")
+    if not options["dated"]:  # in car-rag's order, the n-th header is the n-th record shown
+        assert [int(marked[i].split("]")[0].removeprefix("[Document ")) for i in changed] == replaced
