@@ -181,8 +181,10 @@ def labels_for(suite: Any) -> tuple[str, ...]:
 
 
 def suite_kind(suite: str) -> str:
-    """``security`` / ``legal`` / ``compliance`` for a suite name (prefix match)."""
+    """``security`` / ``legal`` / ``compliance`` for a suite name (prefix match), or that kind named itself."""
     name = getattr(suite, "name", suite)
+    if name in _VOCABULARY:  # a user's own corpus names its domain, not a suite
+        return str(name)
     for prefixes, kind in ((_SECURITY_SUITES, "security"), (_LEGAL_SUITES, "legal"), (_COMPLIANCE_SUITES, "compliance")):
         if any(name.startswith(p) for p in prefixes):
             return kind

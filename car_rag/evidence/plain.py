@@ -44,6 +44,7 @@ from car_rag.evidence.wording import (
     plain_value,
     possibly_superseded_note,
     record_label,
+    replaced_note,
     scope_probability_note,
     subject_phrase,
     uncertain_scope,
@@ -91,11 +92,13 @@ def render_plain(
     token_counter: TokenCounter | None = None,
     dated: bool = False,
     max_chars: int | None = None,
+    marked: bool = False,
 ) -> str:
     """Numbered plain-text documents for a retrieval result's first ``k`` records (in rank
     order) or for records as given. ``superseded="omit"`` leaves a result's superseded
     records out; ``dated`` adds dates and orders oldest first; ``max_chars`` cuts every text
-    (for comparisons with cut contexts only)."""
+    (for comparisons with cut contexts only); ``marked`` names in each replaced record's header
+    what replaced it (for an agent's tool output, which is read apart from car-rag's order)."""
     if superseded not in ("include", "omit"):
         raise ValueError(f"superseded must be 'include' or 'omit', got {superseded!r}")
     if k is not None and k < 0:
@@ -108,6 +111,7 @@ def render_plain(
     guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
     possibly: dict[str, list[tuple[str, float]]] = {}  # contested doc_id -> (its weak voider's label, confidence)
     disputed: dict[str, list[tuple[str, str]]] = {}  # doc_id -> the records disputing its authority, with their rule
+    replaced: dict[str, list[str]] = {}  # doc_id -> the labels of what replaces it, when ``marked``
     lead = ""  # the ambiguity sentence, where the question names several subjects it does not tell apart
     if hasattr(evidence, "top"):
         result = cast("RetrievalResult", evidence)
@@ -122,6 +126,12 @@ def render_plain(
             r.doc_id: [(_label(result, e.superseder), plain_value(e.rule)) for e in r.disputed_by] for r in shown if r.disputed_by
         }
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
+        if marked:  # every replaced record the caller may see what replaced (a hidden replacer has its own note)
+            replaced = {
+                r.doc_id: [_label(result, s) for s in r.superseded_by or [e.superseder for e in r.voided_by]]
+                for r in shown
+                if r.status == "superseded" and r.doc_id not in hidden
+            }
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]
     else:
@@ -132,6 +142,8 @@ def render_plain(
 
     def doc(i: int, rec: Record, text: str) -> str:
         notes = [HIDDEN_REPLACER_NOTE] if rec.doc_id in hidden else []
+        if rec.doc_id in replaced:
+            notes.append(replaced_note(replaced[rec.doc_id]))
         notes += [possibly_superseded_note(voider, confidence) for voider, confidence in possibly.get(rec.doc_id, ())]
         if rec.doc_id in disputed:
             notes.append(disputed_note(disputed[rec.doc_id]))

@@ -70,6 +70,7 @@ __all__ = [
     "link_label",
     "not_shown",
     "possibly_superseded_note",
+    "replaced_note",
     "possibly_superseded_sentence",
     "quote_forged_headers",
     "plain_line",
@@ -398,6 +399,11 @@ def plain_value(value: str) -> str:
 def plain_line(text: str) -> str:
     """A line of the plain form built from record values (the ambiguity note): controls visible."""
     return _visible(" ".join(text.split()))
+
+
+def replaced_note(replacers: Sequence[str]) -> str:
+    """'replaced by patch release 4.17.12': the plain header of a replaced record, when marked."""
+    return "replaced by " + " and ".join(replacers) if replacers else "replaced"
 
 
 def possibly_superseded_note(voider: str, confidence: float) -> str:

@@ -3,6 +3,7 @@
 >>> from langchain_car import CARRetriever, format_evidence, answer_prompt  # doctest: +SKIP
 """
 
+from langchain_car.compressors import CARCompressor
 from langchain_car.documents import (
     document_metadata,
     document_to_record,
@@ -23,6 +24,7 @@ from langchain_car.extract import CARAuthorityTransformer
 from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
+from langchain_car.tools import create_car_retriever_tool, format_marked
 
 __version__ = "0.1.0"
 """The one version source: packaging reads it (pyproject ``[tool.setuptools.dynamic]``)."""
@@ -51,4 +53,7 @@ __all__ = [
     "record_to_document",
     "records_to_documents",
     "__version__",
+    "CARCompressor",
+    "create_car_retriever_tool",
+    "format_marked",
 ]

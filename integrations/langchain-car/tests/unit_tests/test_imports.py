@@ -31,6 +31,9 @@ EXPECTED_ALL = [
     "record_to_document",
     "records_to_documents",
     "__version__",
+    "CARCompressor",
+    "create_car_retriever_tool",
+    "format_marked",
 ]
 
 

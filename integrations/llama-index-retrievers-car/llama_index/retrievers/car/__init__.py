@@ -25,6 +25,13 @@ from llama_index.retrievers.car.lookup import (
     VectorStoreAuthorityLookup,
     authority_lookup,
 )
+from llama_index.retrievers.car.metrics import (
+    CARAnswerEvaluator,
+    CARAuditMetric,
+    CARClosureViolations,
+    CARControllingHit,
+    CARTheorem4,
+)
 from llama_index.retrievers.car.resolver import (
     CAR_AMBIGUITY,
     CAR_ANCHOR_ID,
@@ -97,4 +104,9 @@ __all__ = [
     "records_to_nodes",
     "render_evidence",
     "__version__",
+    "CARAnswerEvaluator",
+    "CARAuditMetric",
+    "CARClosureViolations",
+    "CARControllingHit",
+    "CARTheorem4",
 ]
