@@ -20,18 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
-
 from car_rag.eligibility import CallerContext
+from car_rag.extras import MissingExtraError
 from car_rag.records import Record
+
+try:
+    import httpx
+    from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+except ImportError as exc:  # pragma: no cover - both come with the client extra (and with either framework)
+    raise MissingExtraError(
+        f"car_rag.client needs httpx and tenacity ({exc.name} is not installed): pip install 'car-rag[client]'"
+    ) from exc
 
 __all__ = [
     "CARAuthError",
@@ -145,10 +144,10 @@ class CARServiceClient:
 
     # ------------------------------------------------------------------ requests
     def body(self, query: str, k: int, **options: Any) -> dict[str, Any]:
-        """The ``/retrieve`` body: ``query``, ``k``, whole records, the caller if one was given, and
-        ``options`` that are not None (``as_of``, ``filters``: sent only where given, for a server
-        that takes them)."""
-        body: dict[str, Any] = {"query": query, "k": k, "with_records": True}
+        """The ``/retrieve`` body: ``query``, ``k``, the caller if one was given, and ``options``
+        that are not None (``format``, ``with_records``, ``token_budget``; ``as_of`` and ``filters``
+        only where given, for a server that takes them)."""
+        body: dict[str, Any] = {"query": query, "k": k}
         if self.caller is not None:
             body["caller"] = {"tenant": self.caller.tenant, "principals": sorted(self.caller.principals)}
         body.update({name: value for name, value in options.items() if value is not None})
@@ -169,7 +168,8 @@ class CARServiceClient:
         return float(wait_exponential(multiplier=self.backoff_s, max=5.0)(state))
 
     def answer(self, query: str, k: int = 5, **options: Any) -> dict[str, Any]:
-        """The server's whole JSON answer for ``query`` (the ``car-rag serve`` contract)."""
+        """The server's whole JSON answer for ``query`` (the ``car-rag serve`` contract); ``options``
+        as :meth:`body` takes them (``format="plain"``: the plain evidence as ``evidence_pack.text``)."""
         body = self.body(query, k, **options)
         try:
             for attempt in Retrying(**self._attempts()):
@@ -193,11 +193,11 @@ class CARServiceClient:
 
     def retrieve(self, query: str, k: int = 5, **options: Any) -> list[ServedRecord]:
         """The top ``k`` records for ``query``, ranked by the server, with their annotations."""
-        return served_records(self.answer(query, k, **options), self.endpoint)
+        return served_records(self.answer(query, k, with_records=True, **options), self.endpoint)
 
     async def aretrieve(self, query: str, k: int = 5, **options: Any) -> list[ServedRecord]:
         """Async :meth:`retrieve`."""
-        return served_records(await self.aanswer(query, k, **options), self.endpoint)
+        return served_records(await self.aanswer(query, k, with_records=True, **options), self.endpoint)
 
     # ------------------------------------------------------------------ answers
     def _read(self, response: httpx.Response) -> dict[str, Any]:
