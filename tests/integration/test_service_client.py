@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from car_rag import CARStore, CallerContext
+from car_rag import CallerContext, CARStore
 from car_rag.annotations import annotations_for
 from car_rag.client import CARAuthError, CARRequestError, CARServiceClient, CARServiceUnavailable
 from car_rag.retriever import ControllingAuthorityRetriever
@@ -156,7 +156,9 @@ class Scripted:
 def test_a_slow_server_times_out_with_a_clear_error_and_is_not_asked_again():
     with Scripted((200, {}, {}, 5.0)) as slow:
         client = CARServiceClient(slow.url, timeout_s=0.3, retries=2)
-        with pytest.raises(CARServiceUnavailable, match=r"did not answer within the timeout \(0.3 s, waiting for the answer\)") as raised:
+        with pytest.raises(
+            CARServiceUnavailable, match=r"did not answer within the timeout \(0.3 s, waiting for the answer\)"
+        ) as raised:
             client.retrieve("anything")
         assert slow.url in str(raised.value) and slow.requests == 1
 
