@@ -178,8 +178,7 @@ class RankedRecord(_Strict):
     text: str | None = None
     record: dict[str, Any] | None = Field(
         default=None,
-        description="With with_records: the record in the records format, its supersedes naming only records the "
-        "key may read.",
+        description="With with_records: the record in the records format, its supersedes naming only records the key may read.",
     )
     annotations: dict[str, Any] | None = Field(
         default=None, description="With with_records: the car_* metadata the framework integrations write (car_rag.layout)."
