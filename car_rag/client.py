@@ -83,8 +83,9 @@ def _retryable(exc: BaseException) -> bool:
 @dataclass(frozen=True)
 class ServedRecord:
     """One record of the server's ranking: the record, the ``car_*`` annotations the in-process
-    retrievers write for it, and its score (its fused Stage-1 score; a record Stage 1 did not
-    return scores like the anchor that brought it in, a scope match like the best anchor)."""
+    retrievers write for it, and its score as they score it: an anchor's fused Stage-1 score; a
+    record brought in by an anchor, that anchor's; a scope match (or a record whose anchor is
+    unknown), the best anchor's."""
 
     record: Record
     annotations: dict[str, Any]
@@ -265,14 +266,10 @@ def served_records(answer: Mapping[str, Any], endpoint: str) -> list[ServedRecor
     """The ranked records of a ``/retrieve`` answer asked ``with_records``, scored as the
     in-process retrievers score them. A ranked record without its record (a server older than
     ``with_records``) raises :class:`CARServiceError` saying so."""
-    ranked = answer.get("reranked")
-    if not isinstance(ranked, list):
-        raise CARServiceError(f"{endpoint}: the answer has no 'reranked' list", endpoint)
-    scores: dict[str, float] = {}
-    for item in ranked:
-        stage1 = item.get("stage1")
-        if isinstance(stage1, Mapping) and isinstance(stage1.get("score"), (int, float)):
-            scores[item["doc_id"]] = float(stage1["score"])
+    ranked, candidates = answer.get("reranked"), answer.get("candidates")
+    if not isinstance(ranked, list) or not isinstance(candidates, list):
+        raise CARServiceError(f"{endpoint}: the answer has no 'reranked' and 'candidates' lists", endpoint)
+    scores = {c["doc_id"]: float(c["score"]) for c in candidates if c.get("anchor")}
     best = max(scores.values(), default=None)
     out = []
     for item in ranked:

@@ -45,6 +45,7 @@ from llama_index.retrievers.car.resolver import (
     Resolution,
     nodes_to_result,
 )
+from llama_index.retrievers.car.service import CARServiceRetriever, served_node
 from llama_index.retrievers.car.synthesizer import (
     EvidencePromptTemplate,
     EvidenceSynthesizer,
@@ -97,4 +98,6 @@ __all__ = [
     "records_to_nodes",
     "render_evidence",
     "__version__",
+    "CARServiceRetriever",
+    "served_node",
 ]
