@@ -23,6 +23,7 @@ from langchain_car.extract import CARAuthorityTransformer
 from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
+from langchain_car.service import CARServiceRetriever, served_document
 
 __version__ = "0.1.0"
 """The one version source: packaging reads it (pyproject ``[tool.setuptools.dynamic]``)."""
@@ -51,4 +52,6 @@ __all__ = [
     "record_to_document",
     "records_to_documents",
     "__version__",
+    "CARServiceRetriever",
+    "served_document",
 ]

@@ -31,6 +31,8 @@ EXPECTED_ALL = [
     "record_to_document",
     "records_to_documents",
     "__version__",
+    "CARServiceRetriever",
+    "served_document",
 ]
 
 
