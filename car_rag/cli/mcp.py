@@ -33,7 +33,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from car_rag.eligibility import CallerContext
     from car_rag.retriever import ControllingAuthorityRetriever
-    from car_rag.store import CARStore
+    from car_rag.store import CONFIG_FILE, CARStore
+
+    if args.authority_url is None and not (args.store / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
 
     caller = None if args.tenant is None and not args.principal else CallerContext(args.tenant, args.principal or ())
     with CARStore.open(args.store, follow=False, **authority(args)) as store:

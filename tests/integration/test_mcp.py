@@ -166,6 +166,9 @@ def test_without_the_sdk_the_command_names_the_extra(without_mcp, store_path, ca
     assert "pip install 'car-rag[mcp]'" in capsys.readouterr().err
 
 
-def test_store_or_url_not_both(store_path, capsys):
+def test_store_or_url_not_both_and_a_missing_store(store_path, tmp_path, capsys):
     assert main(["mcp", "--store", str(store_path), "--url", "http://127.0.0.1:1"]) == 2
     assert "give either --store" in capsys.readouterr().err
+    assert main(["mcp", "--store", str(tmp_path / "none")]) == 1
+    assert f"no car-rag store at {tmp_path / 'none'}: run car-rag ingest first" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
