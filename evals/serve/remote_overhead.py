@@ -4,7 +4,7 @@ process (``ControllingAuthorityRetriever.retrieve``) and through a `car-rag serv
 (LlamaIndex ``retrieve``, LangChain ``invoke``), one request at a time; and whether each remote
 ranking equals the in-process one (doc ids and statuses of the top k). Writes a Markdown table.
 
-    python evals/serve/remote_retriever.py --out evals/results/serve/remote-retriever-demo.md
+    python evals/serve/remote_overhead.py --out evals/results/serve/remote-overhead-demo.md
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def main() -> None:
     lines = [
         f"# Remote retriever: latency and agreement ({len(asked)} requests per path, k={k}, one at a time)",
         "",
-        f"`python evals/serve/remote_retriever.py --requests {args.requests} --k {k} --out {args.out}`; the packaged demo "
+        f"`python evals/serve/remote_overhead.py --requests {args.requests} --k {k} --out {args.out}`; the packaged demo "
         f"corpus (hybrid anchors), `car-rag serve` in a thread of this process on loopback, load average "
         f"{os.getloadavg()[0]:.1f} at the end.",
         "",
