@@ -105,7 +105,6 @@ class CARServiceClient:
             ``Retry-After`` (exponential back-off from ``backoff_s``, or the server's ``Retry-After``).
         caller: for a server without keys only: whose records to read (a server with keys
             takes the caller from the key and refuses this).
-        transport: an httpx transport for the sync client (tests, proxies).
     """
 
     def __init__(
@@ -118,7 +117,6 @@ class CARServiceClient:
         retries: int = 2,
         backoff_s: float = 0.25,
         caller: CallerContext | None = None,
-        transport: httpx.BaseTransport | None = None,
     ):
         if timeout_s <= 0 or connect_timeout_s <= 0:
             raise ValueError(f"timeouts must be positive, got timeout_s={timeout_s}, connect_timeout_s={connect_timeout_s}")
@@ -132,7 +130,7 @@ class CARServiceClient:
         self.caller = caller
         self._timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(timeout=self._timeout, headers=self._headers, transport=transport)
+        self._client = httpx.Client(timeout=self._timeout, headers=self._headers)
 
     def close(self) -> None:
         self._client.close()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from car_rag import CallerContext, CARStore, Policy, Record
-from car_rag.client import CARAuthError, CARServiceUnavailable
+from car_rag.client import CARAuthError, CARServiceClient, CARServiceUnavailable
 from car_rag.layout import CAR_AMBIGUITY, CAR_SCOPE_PROBABILITY, CAR_STAGE1_CHANNEL, CAR_STATUS
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.serve.keys import hash_key, load_api_keys
@@ -106,3 +106,12 @@ def test_a_wrong_key_and_a_server_that_is_down_are_clear_errors(url):
         asyncio.run(CARServiceRetriever(down, retries=0).aretrieve(QUERIES[0]))
     with pytest.raises(ValueError, match="k must be a positive integer"):
         CARServiceRetriever(url, k=0)
+    with pytest.raises(ValueError, match="pass api_key and client options to the CARServiceClient"):
+        CARServiceRetriever(CARServiceClient(url), api_key=KEY)
+
+
+def test_a_client_of_ones_own(url):
+    """A CARServiceClient given whole (its key, timeouts, retries): the same nodes as from the URL."""
+    query = QUERIES[1]
+    own = CARServiceRetriever(CARServiceClient(url, api_key=KEY, timeout_s=60, retries=0), k=3)
+    assert own.retrieve(query) == CARServiceRetriever(url, api_key=KEY, k=3).retrieve(query)
