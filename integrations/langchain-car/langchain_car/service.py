@@ -53,6 +53,8 @@ class CARServiceRetriever(BaseRetriever):
     k: int = Field(default=5, ge=1, description="the most records returned (as car-rag query --k)")
     timeout_s: float = Field(default=30.0, gt=0, description="how long the server may keep the retriever waiting")
     retries: int = Field(default=2, ge=0, description="further attempts after a refused connection or a 503 with Retry-After")
+    as_of: str | None = Field(default=None, description="sent with every request where given (the point in time asked)")
+    filters: dict[str, Any] | None = Field(default=None, description="sent with every request where given (/retrieve's filters)")
     client_options: dict[str, Any] = Field(default_factory=dict)
     _client: CARServiceClient = PrivateAttr()
 
@@ -74,12 +76,14 @@ class CARServiceRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        return [served_document(s) for s in self._client.retrieve(query, self._k(k))]
+        return [served_document(s) for s in self._client.retrieve(query, self._k(k), as_of=self.as_of, filters=self.filters)]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        return [served_document(s) for s in await self._client.aretrieve(query, self._k(k))]
+        return [
+            served_document(s) for s in await self._client.aretrieve(query, self._k(k), as_of=self.as_of, filters=self.filters)
+        ]
 
     def _k(self, k: int | None) -> int:
         if k is None:

@@ -8,6 +8,7 @@ metadata :class:`~llama_index.retrievers.car.CARRetriever` writes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from car_rag.client import CARServiceClient, ServedRecord
@@ -41,6 +42,8 @@ class CARServiceRetriever(BaseRetriever):
             ``api_key`` and ``client_options`` are its own).
         api_key: the key the server's ``--api-keys`` file holds for this app.
         k: the most records returned (default 5, as ``car-rag query --k``).
+        as_of, filters: sent with every request where given (``/retrieve``'s point in time and
+            filters, for a server that takes them; one that does not refuses them with a 422).
         layout: where node metadata keeps ``doc_id``, ``doc_type`` and the rest.
         client_options: :class:`~car_rag.client.CARServiceClient`'s ``timeout_s``,
             ``connect_timeout_s``, ``retries``, ``backoff_s``, ``caller``.
@@ -55,6 +58,8 @@ class CARServiceRetriever(BaseRetriever):
         *,
         api_key: str | None = None,
         k: int = DEFAULT_K,
+        as_of: str | None = None,
+        filters: Mapping[str, Any] | None = None,
         layout: MetadataLayout | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
@@ -66,11 +71,12 @@ class CARServiceRetriever(BaseRetriever):
             raise ValueError("pass api_key and client options to the CARServiceClient, not beside it")
         self.client = url if isinstance(url, CARServiceClient) else CARServiceClient(url, api_key=api_key, **client_options)
         self.k = k
+        self.options: dict[str, Any] = {"as_of": as_of, "filters": None if filters is None else dict(filters)}
         self.layout = layout or MetadataLayout()
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return [served_node(s, self.layout) for s in self.client.retrieve(query_bundle.query_str, self.k)]
+        return [served_node(s, self.layout) for s in self.client.retrieve(query_bundle.query_str, self.k, **self.options)]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return [served_node(s, self.layout) for s in await self.client.aretrieve(query_bundle.query_str, self.k)]
+        return [served_node(s, self.layout) for s in await self.client.aretrieve(query_bundle.query_str, self.k, **self.options)]
