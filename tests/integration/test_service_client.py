@@ -118,7 +118,8 @@ class Scripted:
     the last entry repeated; it counts the requests it was sent."""
 
     def __init__(self, *script: tuple[int, dict[str, str], Any, float]):
-        self.script, self.requests, self.bodies = list(script), 0, []
+        self.script, self.requests = list(script), 0
+        self.bodies: list[Any] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
