@@ -11,7 +11,7 @@ plus public records. Keys: per tenant an analyst, a legal reader and a writer; a
 (writer without a tenant). Each request picks a key, or a wrong one (missing, unknown, case
 changed, truncated, its SHA-256, another scheme or header), and one of:
 
-* ``POST /retrieve``: every format, ``with_text``, k 1-20, a token budget, questions made of a
+* ``POST /retrieve``: every format, ``with_text``, ``with_records``, k 1-20, a token budget, questions made of a
   record's words and scope (never its marker), to a BM25-anchored server or (a sixth) a hybrid
   one; or a body setting ``caller``, an unknown field, a bad k or format, malformed JSON;
 * ``POST /records``: fresh records of the key's tenant that void other tenants' records (by rule or
@@ -251,6 +251,7 @@ def retrieve_request(world: World, key: Key | None, headers: dict[str, str]) -> 
         "k": rng.randint(1, 20),
         "format": rng.choice(FORMATS),
         "with_text": rng.random() < 0.7,
+        "with_records": rng.random() < 0.5,
     }
     if rng.random() < 0.15:
         body["token_budget"] = rng.choice([50, 200, 800])

@@ -13,6 +13,7 @@ from car_rag.cli.command import Command, _Formatter
 from car_rag.cli.demo import DEMO
 from car_rag.cli.extract import EXTRACT
 from car_rag.cli.ingest import INGEST
+from car_rag.cli.mcp import MCP
 from car_rag.cli.policies import POLICIES
 from car_rag.cli.postgres import POSTGRES
 from car_rag.cli.query import QUERY
@@ -26,7 +27,7 @@ car-rag: Controlling Authority Retrieval. Retrieves the records a question is ab
 the records that supersede them under a policy's rules, and ranks the active (controlling)
 ones first with the superseded ones kept as marked provenance.
 
-store commands:   ingest, extract, query, serve, policies, demo
+store commands:   ingest, extract, query, serve, mcp, policies, demo
 for development:  postgres (a PostgreSQL with pgvector, started from car-rag[postgres])
 harness commands: bench, eval-llm, guard, report, fanin (need the evaluation harness: car-rag[bench] / car-rag[llm])"""
 
@@ -102,6 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="log what the library does on stderr: -v INFO, -vv DEBUG (default: warnings only)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (INGEST, EXTRACT, QUERY, SERVE, DEMO, *_harness_commands(), POSTGRES, POLICIES):
+    for command in (INGEST, EXTRACT, QUERY, SERVE, MCP, DEMO, *_harness_commands(), POSTGRES, POLICIES):
         command.add_to(sub, [verbosity])
     return parser

@@ -96,6 +96,11 @@ class RetrieveRequest(_Strict):
         "json", description="evidence pack: json packets, or the plain, reader or audit rendering (xml: the former name of audit)"
     )
     with_text: bool = Field(False, description="each ranked record carries its text")
+    with_records: bool = Field(
+        False,
+        description="each ranked record carries the whole record and its car_* annotations, so that a remote "
+        "client (car_rag.client) lays it out as the in-process framework retrievers do",
+    )
     token_budget: float | None = Field(None, gt=0, description="fit the rendered evidence to this many tokens")
     caller: Caller | None = Field(None, description="only on a server without API keys")
 
@@ -171,6 +176,13 @@ class RankedRecord(_Strict):
     published_at: str | None
     stage1: Stage1 | None
     text: str | None = None
+    record: dict[str, Any] | None = Field(
+        default=None,
+        description="With with_records: the record in the records format, its supersedes naming only records the key may read.",
+    )
+    annotations: dict[str, Any] | None = Field(
+        default=None, description="With with_records: the car_* metadata the framework integrations write (car_rag.layout)."
+    )
 
 
 class EvidencePack(_Strict):

@@ -18,9 +18,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from car_rag.annotations import annotations_for
 from car_rag.channels import ChannelHit
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import build_packets, evidence_form, render
+from car_rag.resolution import RetrievalResult, RetrievedRecord
 from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.serve.errors import Unavailable
@@ -178,7 +180,13 @@ class Service:
             k=k,
             candidates=candidates,
             reranked=[
-                RankedRecord.model_validate({**rec.to_dict(), "text": rec.record.text if request.with_text else None})
+                RankedRecord.model_validate(
+                    {
+                        **rec.to_dict(),
+                        "text": rec.record.text if request.with_text else None,
+                        **(self._whole(rec, result, caller) if request.with_records else {}),
+                    }
+                )
                 for rec in result.top(k)
             ],
             evidence_pack=evidence,
@@ -193,6 +201,19 @@ class Service:
                 degraded=degraded,
             ),
         )
+
+    def _whole(self, item: RetrievedRecord, result: RetrievalResult, caller: CallerContext | None) -> dict[str, Any]:
+        """The record and its annotations, for ``with_records``: an explicit ``supersedes`` entry naming a
+        record ``caller`` may not read is left out (its id is not the caller's to see)."""
+        record = item.record.model_dump(mode="json")
+        if caller is not None:
+            stored = self.store.records
+            record["supersedes"] = [
+                entry
+                for entry in record["supersedes"]
+                if (target := entry if isinstance(entry, str) else entry["id"]) in stored and caller.can_read(stored[target])
+            ]
+        return {"record": record, "annotations": annotations_for(item, result)}
 
     def _collect_dense(
         self,

@@ -77,6 +77,7 @@ def test_every_option_has_help_with_its_default_and_every_command_an_example() -
         "extract",
         "query",
         "serve",
+        "mcp",
         "demo",
         "bench",
         "eval-llm",

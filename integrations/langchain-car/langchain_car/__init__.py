@@ -24,6 +24,7 @@ from langchain_car.extract import CARAuthorityTransformer
 from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
+from langchain_car.service import CARServiceRetriever, served_document
 from langchain_car.tools import create_car_retriever_tool, format_marked
 
 __version__ = "0.1.0"
@@ -56,4 +57,6 @@ __all__ = [
     "CARCompressor",
     "create_car_retriever_tool",
     "format_marked",
+    "CARServiceRetriever",
+    "served_document",
 ]

@@ -34,6 +34,8 @@ EXPECTED_ALL = [
     "CARCompressor",
     "create_car_retriever_tool",
     "format_marked",
+    "CARServiceRetriever",
+    "served_document",
 ]
 
 

@@ -52,6 +52,7 @@ from llama_index.retrievers.car.resolver import (
     Resolution,
     nodes_to_result,
 )
+from llama_index.retrievers.car.service import CARServiceRetriever, served_node
 from llama_index.retrievers.car.synthesizer import (
     EvidencePromptTemplate,
     EvidenceSynthesizer,
@@ -109,4 +110,6 @@ __all__ = [
     "CARClosureViolations",
     "CARControllingHit",
     "CARTheorem4",
+    "CARServiceRetriever",
+    "served_node",
 ]

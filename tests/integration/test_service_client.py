@@ -1,0 +1,209 @@
+"""car_rag.client against a real `car-rag serve` on loopback (demo store, MiniLM, API keys): the
+records and annotations equal the in-process retriever's; a wrong key is an auth error; a server
+that is down, slow, or busy is a clear error naming the URL, retried only where that is safe; a
+record's `supersedes` never names a record the key may not read. Busy and slow servers are tiny
+loopback HTTP servers with scripted answers (`Scripted`), bounded in time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from car_rag import CallerContext, CARStore
+from car_rag.annotations import annotations_for
+from car_rag.client import CARAuthError, CARRequestError, CARServiceClient, CARServiceUnavailable
+from car_rag.retriever import ControllingAuthorityRetriever
+from car_rag.serve.keys import hash_key, load_api_keys
+from car_rag.serve.service import Service
+from car_rag_evals.servers import HOST, free_port, serving
+
+KEYS = {"k-owner": {"name": "owner"}, "k-acme": {"name": "acme", "tenant": "acme"}}
+GLOBEX_SECRET = "sec-globex-internal-advisory-77"
+ACME_NOTE = {
+    "doc_id": "sec-acme-quillpad-note",
+    "doc_type": "patch_release",
+    "tenant": "acme",
+    "text": "Quillpad internal rollout note: version 3.1 of quillpad shipped to every acme workstation.",
+    "scope": {"package": "quillpad"},
+    "published_at": "2025-05-01",
+    # One id the acme key may read (a public record) and one it may not (globex's).
+    "supersedes": ["sec-lodash-cve-2099-10001-disclosure", GLOBEX_SECRET],
+}
+GLOBEX = {
+    "doc_id": GLOBEX_SECRET,
+    "doc_type": "vulnerability_disclosure",
+    "tenant": "globex",
+    "text": "Globex internal advisory on quillpad.",
+    "scope": {"package": "quillpad"},
+    "published_at": "2025-01-01",
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, demo_policy, embedder, demo_corpus_path):
+    store = CARStore.open(tmp_path_factory.mktemp("client-store"), demo_policy, embedder=embedder)
+    assert store.ingest(demo_corpus_path, progress=False).errors == []
+    assert store.ingest([GLOBEX, ACME_NOTE], progress=False).errors == []
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def url(store, tmp_path_factory) -> Iterator[str]:
+    path = tmp_path_factory.mktemp("keys") / "keys.json"
+    path.write_text(json.dumps({"keys": [{**entry, "sha256": hash_key(key)} for key, entry in KEYS.items()]}))
+    path.chmod(0o600)
+    with serving(Service(store, api_keys=load_api_keys(path), timeout_ms=30_000)) as base:
+        yield base
+
+
+def _in_process(store: CARStore, query: str, k: int, caller: CallerContext | None = None) -> list[tuple[Any, dict]]:
+    result = ControllingAuthorityRetriever(store).retrieve(query, caller)
+    # Annotations travel as JSON: compare with their JSON form.
+    return [(item.record, json.loads(json.dumps(annotations_for(item, result)))) for item in result.top(k)]
+
+
+def test_records_and_annotations_equal_the_in_process_retrievers(store, url, demo_queries):
+    with CARServiceClient(url, api_key="k-owner") as client:
+        for question in demo_queries[:4]:
+            served = client.retrieve(question["query"], k=10)
+            assert [(s.record, s.annotations) for s in served] == _in_process(store, question["query"], 10, CallerContext())
+            status = {s.record.doc_id: s.annotations["car_status"] for s in served}
+            assert status[question["gold_doc_ids"][0]] == "active"
+            assert status[question["anchor_doc_ids"][0]] == "superseded"
+
+
+def test_async_answers_the_same(store, url, demo_queries):
+    client = CARServiceClient(url, api_key="k-owner")
+    query = demo_queries[0]["query"]
+    served = asyncio.run(client.aretrieve(query, k=5))
+    assert [(s.record, s.annotations) for s in served] == _in_process(store, query, 5, CallerContext())
+    with pytest.raises(CARAuthError):
+        asyncio.run(CARServiceClient(url, api_key="wrong").aretrieve(query))
+
+
+def test_a_records_supersedes_names_only_records_the_key_may_read(store, url):
+    query = "quillpad internal rollout note acme workstation"
+    [note] = [s for s in CARServiceClient(url, api_key="k-acme").retrieve(query, k=10) if s.record.doc_id == ACME_NOTE["doc_id"]]
+    assert note.record.supersedes == ["sec-lodash-cve-2099-10001-disclosure"]
+    assert GLOBEX_SECRET in store.get(ACME_NOTE["doc_id"]).supersedes  # stored whole: only the answer leaves it out
+
+
+@pytest.mark.parametrize("key", ["wrong", None])
+def test_a_wrong_or_missing_key_is_an_auth_error_and_not_retried(url, demo_queries, key):
+    with pytest.raises(CARAuthError) as raised:
+        CARServiceClient(url, api_key=key, retries=3).retrieve(demo_queries[0]["query"])
+    assert raised.value.status == 401 and url in str(raised.value)
+
+
+def test_a_server_that_is_down_is_unavailable_after_the_retries(demo_queries):
+    url = f"http://{HOST}:{free_port()}"
+    client = CARServiceClient(url, retries=2, backoff_s=0.01)
+    with pytest.raises(CARServiceUnavailable, match=r"cannot reach car-rag serve at .* \(3 attempts\): ConnectError") as raised:
+        client.retrieve(demo_queries[0]["query"])
+    assert url in str(raised.value)
+    with pytest.raises(CARServiceUnavailable, match="cannot reach car-rag serve"):
+        asyncio.run(client.aretrieve(demo_queries[0]["query"]))
+
+
+class Scripted:
+    """A loopback HTTP server answering POSTs from a script of (status, headers, body, delay_s),
+    the last entry repeated; it counts the requests it was sent."""
+
+    def __init__(self, *script: tuple[int, dict[str, str], Any, float]):
+        self.script, self.requests = list(script), 0
+        self.bodies: list[Any] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                outer.bodies.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
+                status, headers, body, delay = outer.script[min(outer.requests, len(outer.script) - 1)]
+                outer.requests += 1
+                time.sleep(delay)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for name, value in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting
+                    pass
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((HOST, 0), Handler)
+        self.url = f"http://{HOST}:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Scripted:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_slow_server_times_out_with_a_clear_error_and_is_not_asked_again():
+    with Scripted((200, {}, {}, 5.0)) as slow:
+        client = CARServiceClient(slow.url, timeout_s=0.3, retries=2)
+        with pytest.raises(
+            CARServiceUnavailable, match=r"did not answer within the timeout \(0.3 s, waiting for the answer\)"
+        ) as raised:
+            client.retrieve("anything")
+        assert slow.url in str(raised.value) and slow.requests == 1
+
+
+def test_a_503_with_retry_after_is_retried_and_one_without_is_not(store, url, demo_queries):
+    query = demo_queries[0]["query"]
+    answer = CARServiceClient(url, api_key="k-owner").answer(query, 5, with_records=True)
+    busy = (503, {"Retry-After": "0"}, {"detail": "not ready: loading"}, 0.0)
+    with Scripted(busy, (200, {}, answer, 0.0)) as server:
+        served = CARServiceClient(server.url, retries=2).retrieve(query)
+        assert server.requests == 2
+    assert [(s.record, s.annotations) for s in served] == _in_process(store, query, 5, CallerContext())
+    with Scripted(busy) as server:
+        with pytest.raises(CARServiceUnavailable, match=r"503, still not available \(3 attempts\): not ready: loading"):
+            CARServiceClient(server.url, retries=2).retrieve(query)
+        assert server.requests == 3
+    with Scripted((503, {}, {"detail": "no answer within 2000 ms"}, 0.0)) as server:
+        with pytest.raises(CARServiceUnavailable, match="503, not available: no answer within 2000 ms"):
+            CARServiceClient(server.url, retries=2).retrieve(query)
+        assert server.requests == 1
+
+
+def test_as_of_and_filters_are_sent_only_where_given(store, url, demo_queries):
+    query = demo_queries[0]["query"]
+    answer = CARServiceClient(url, api_key="k-owner").answer(query, 5, with_records=True)
+    with Scripted((200, {}, answer, 0.0)) as server:
+        client = CARServiceClient(server.url)
+        client.retrieve(query, 5)
+        client.retrieve(query, 5, as_of="2024-06-01", filters={"subjects": ["lodash"]})
+    plain, dated = server.bodies
+    assert plain == {"query": query, "k": 5, "with_records": True}
+    assert dated == plain | {"as_of": "2024-06-01", "filters": {"subjects": ["lodash"]}}
+
+
+def test_a_refused_request_names_the_field_and_is_not_retried(url):
+    with pytest.raises(CARRequestError, match=r"4\d\d: the request was refused: .*'colour'") as raised:
+        CARServiceClient(url, api_key="k-owner", retries=2).retrieve("lodash", colour="blue")
+    assert raised.value.status in (400, 422)  # 422 from pydantic; a server that reads the body itself says 400
+    with pytest.raises(CARRequestError, match="422"):
+        CARServiceClient(url, api_key="k-owner").retrieve("lodash", k=101)
+
+
+def test_an_answer_without_records_says_the_server_is_too_old(url, demo_queries):
+    answer = CARServiceClient(url, api_key="k-owner").answer(demo_queries[0]["query"], 3)  # no with_records
+    with Scripted((200, {}, answer, 0.0)) as old:
+        with pytest.raises(Exception, match="came without its record: the server predates with_records"):
+            CARServiceClient(old.url).retrieve("anything")
