@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from car_rag.eligibility import CallerContext
-from car_rag.evidence import render
+from car_rag.evidence import render_plain
 from car_rag.extras import require
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 
@@ -106,9 +106,9 @@ def authority_chain(
 
 def evidence_with_status(query: str, evidence: str, ranked: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What ``retrieve`` returns: the plain evidence (``[Document N]`` in rank order) and, for each
-    document N, its record's status, what voids it (by which rule) and what it voids. The plain
-    text alone carries no status (its order does): read apart from car-rag's order, as a tool's
-    output is, a superseded record must be marked where the agent reads it. ``ranked`` is the
+    document N, its record's status, what voids it (by which rule) and what it voids: read apart
+    from car-rag's order, as a tool's output is, a superseded record must be marked where the agent
+    reads it (over a store the text is the marked plain form; a server's plain text is unmarked). ``ranked`` is the
     ranking as ``car-rag query --format json`` and ``car-rag serve`` write it."""
     return {
         "query": query,
@@ -175,7 +175,7 @@ def build_server(
         except ValueError as exc:  # a blank or oversized query
             raise ToolError(str(exc)) from exc
         shown = result.top(shown_k)
-        text = render(result, "plain", policy=retriever.store.policy, k=len(shown))
+        text = render_plain(result, k=len(shown), marked=True)
         return evidence_with_status(query, text, [r.to_dict() for r in shown])
 
     def explain(doc_id: str) -> dict[str, Any]:

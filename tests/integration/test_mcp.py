@@ -109,6 +109,9 @@ def test_retrieve_and_explain_through_the_sdk_client(store_path, demo_queries):
     assert records[LODASH]["status"] == "superseded" and LODASH_FIX in records[LODASH]["superseded_by"]
     assert {"doc_id": LODASH_FIX, "rule": "patch_fixes_disclosure"} in records[LODASH]["voided_by"]
     assert all(r["superseded_by"] or r["hidden_superseder"] for r in got["records"] if r["status"] == "superseded")
+    headers = [line for line in got["evidence"].split("\n") if line.startswith("[Document ")]
+    for r, header in zip(got["records"], headers, strict=True):  # the text itself marks what is replaced
+        assert ("replaced by" in header) == bool(r["superseded_by"]), header
 
     chain = _structured(explained)
     assert chain["doc_id"] == LODASH and chain["status"] == "superseded" and not chain["hidden_superseder"]
