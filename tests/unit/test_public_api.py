@@ -58,6 +58,8 @@ ADAPTER_SPI = {
     "RSSG",
     "EvidencePacket",
     "build_packets",
+    "FrameworkCorpus",
+    "DenseSearch",
 }
 
 
