@@ -22,6 +22,7 @@ from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
 from llama_index.retrievers.car.layout import MetadataLayout, node_doc_id, node_to_record
@@ -50,10 +51,11 @@ def _cosine(store: Any, similarity: float) -> float:
 
 class IndexDenseSearch:
     """The index's own dense search as car-rag's dense channel: its embedding model embeds the
-    query, its vector store answers (nodes mapped to their records)."""
+    query, its vector store answers, and hands its vectors out where it can (the in-memory
+    default and Chroma), for exact search as in car-rag's own store."""
 
-    def __init__(self, index: Any, doc_of: dict[str, str], layout: MetadataLayout):
-        self.index, self.doc_of, self.layout = index, doc_of, layout
+    def __init__(self, index: Any):
+        self.index = index
         self.embed_model = index._embed_model  # VectorStoreIndex has no public name for the model it embeds with
 
     def embed_query(self, query: str) -> Sequence[float]:
@@ -62,13 +64,21 @@ class IndexDenseSearch:
     def search(self, vector: Sequence[float], k: int) -> list[tuple[str, float]]:
         store = self.index.vector_store
         found = store.query(VectorStoreQuery(query_embedding=list(map(float, vector)), similarity_top_k=k))
-        nodes = found.nodes or [None] * len(found.ids or [])
-        out = []
-        for node_id, node, similarity in zip(found.ids or [], nodes, found.similarities or []):
-            doc_id = self.doc_of.get(node_id) or (node_doc_id(node, self.layout) if node is not None else None)
-            if doc_id is not None:
-                out.append((doc_id, _cosine(store, float(similarity))))
-        return out
+        return [(node_id, _cosine(store, float(s))) for node_id, s in zip(found.ids or [], found.similarities or [])]
+
+    def vectors(self, item_ids: Sequence[str]) -> dict[str, Sequence[float]] | None:
+        store = self.index.vector_store
+        if isinstance(store, SimpleVectorStore):
+            held = store.data.embedding_dict
+            return {i: held[i] for i in item_ids if i in held}
+        if type(store).__name__ == "ChromaVectorStore":
+            collection = store.client
+            space = ((collection.configuration_json or {}).get("hnsw") or {}).get("space", "cosine")
+            if space != "cosine":
+                return None
+            got = collection.get(ids=list(item_ids), include=["embeddings"])
+            return dict(zip(got["ids"], got["embeddings"]))
+        return None
 
 
 class CARIndexRetriever(BaseRetriever):
@@ -119,7 +129,7 @@ class CARIndexRetriever(BaseRetriever):
         self.index, self.policy, self.k, self.caller = index, load_policy(policy), k, caller
         self.layout = layout or MetadataLayout()
         self._given = list(nodes) if nodes is not None else None
-        self._corpus_options = {} if bm25_backend is None else {"bm25_backend": bm25_backend}
+        self.bm25_backend = bm25_backend
         self._options = {"min_confidence": min_confidence, **options}
         self.refresh()
         super().__init__(callback_manager=callback_manager or CallbackManager(), verbose=verbose)
@@ -148,14 +158,14 @@ class CARIndexRetriever(BaseRetriever):
         """Read the index's nodes again and rebuild car-rag's Stage 1 over them."""
         self.chunks: dict[str, list[BaseNode]] = {}
         self.doc_of: dict[str, str] = {}
-        records = self._records(self._read_nodes())
+        records, items = self._records(self._read_nodes())
         self.corpus = FrameworkCorpus(
-            self.policy, records, IndexDenseSearch(self.index, self.doc_of, self.layout), **self._corpus_options
+            self.policy, records, IndexDenseSearch(self.index), items=items, bm25_backend=self.bm25_backend
         )
         self.core = self.corpus.retriever(**self._options)
         self._seen = self._indexed_ids() if self._given is None and self._follows_docstore() else set()
 
-    def _records(self, nodes: Sequence[BaseNode]) -> list[Any]:
+    def _records(self, nodes: Sequence[BaseNode]) -> tuple[list[Any], dict[str, str]]:
         """The records the nodes stand for, in the nodes' order (a record's chunks joined); a node
         without car-rag's metadata is refused, naming the keys and how to add them."""
         lacking = [n.node_id for n in nodes if self.layout.doc_type(n.metadata) is None]
@@ -175,6 +185,7 @@ class CARIndexRetriever(BaseRetriever):
             if doc_id not in changed:
                 changed.append(doc_id)
         out = []
+        items = {n.node_id: doc_id for doc_id in changed for n in self.chunks[doc_id]}
         for doc_id in changed:
             first = self.chunks[doc_id][0]
             text = "\n\n".join(n.get_content() for n in self.chunks[doc_id])
@@ -182,21 +193,20 @@ class CARIndexRetriever(BaseRetriever):
                 out.append(node_to_record(first, self.policy, self.layout, text=text))
             except LayoutError as exc:
                 raise MissingAuthorityMetadata(f"{exc}; {_EXTRACTION_ROUTE}") from exc
-        return out
+        return out, items
 
     def _forget(self, node_ids: Sequence[str]) -> None:
-        """Drop deleted nodes; a record that lost only some of its chunks is taken again without them."""
+        """Drop deleted nodes; a record that lost only some of its chunks is taken again with the rest."""
         touched: dict[str, None] = {}
         for node_id in node_ids:
             doc_id = self.doc_of.pop(node_id, None)
             if doc_id is not None:
                 self.chunks[doc_id] = [n for n in self.chunks[doc_id] if n.node_id != node_id]
                 touched[doc_id] = None
-        gone = [d for d in touched if not self.chunks[d]]
-        for doc_id in gone:
+        for doc_id in [d for d in touched if not self.chunks[d]]:
             del self.chunks[doc_id]
-        self.corpus.remove(gone)
-        self.corpus.add(self._records([c for d in touched if d in self.chunks for c in self.chunks.pop(d)]))
+        self.corpus.remove(touched)  # a record that keeps some chunks is taken again below, with those alone
+        self.corpus.add(*self._records([c for d in touched if d in self.chunks for c in self.chunks.pop(d)]))
 
     def _sync(self) -> None:
         """Follow inserts and deletes made through an index whose nodes live in its docstore."""
@@ -210,7 +220,7 @@ class CARIndexRetriever(BaseRetriever):
             self._forget(sorted(removed))
         if added:
             order = [i for i in self.index.index_struct.nodes_dict.values() if i in added]
-            self.corpus.add(self._records(list(self.index.docstore.get_nodes(order))))
+            self.corpus.add(*self._records(list(self.index.docstore.get_nodes(order))))
         self._seen = now
 
     def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
@@ -221,7 +231,7 @@ class CARIndexRetriever(BaseRetriever):
         if self._follows_docstore() and self._given is None:
             self._sync()
         else:
-            self.corpus.add(self._records(nodes))
+            self.corpus.add(*self._records(nodes))
 
     def delete_ref_doc(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete a source document's nodes from the index and from car-rag's Stage 1."""
