@@ -13,6 +13,7 @@ deletes (:meth:`FrameworkCorpus.add`, :meth:`FrameworkCorpus.remove`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -20,16 +21,67 @@ import numpy as np
 from car_rag.channels import ChannelHit, LexicalIndex, VectorChannel, make_lexical_index
 from car_rag.channels.dense import EXACT_SEARCH_LIMIT
 from car_rag.graph import AuthorityGraph
+from car_rag.layout import LayoutError, RecordLayout
 from car_rag.policy import Policy
 from car_rag.records import Record
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CARStore
 from car_rag.store.locking import ReadWriteLock
 
-__all__ = ["DEFAULT_BM25_BACKEND", "DenseSearch", "FrameworkCorpus"]
+__all__ = ["DEFAULT_BM25_BACKEND", "DenseSearch", "FrameworkCorpus", "MissingAuthorityMetadata", "StoreItem", "group_records"]
 
 DEFAULT_BM25_BACKEND = "bm25-incremental"
 """A new :class:`~car_rag.CARStore`'s BM25 (bm25s's tokenizer and formula, records added in place)."""
+
+
+class MissingAuthorityMetadata(ValueError):
+    """A framework's store holds items without the metadata car-rag needs to apply a policy."""
+
+
+@dataclass(frozen=True)
+class StoreItem:
+    """One entry of a framework's store (a node, a document): its id there, metadata and text."""
+
+    item_id: str
+    metadata: Mapping[str, Any]
+    text: str
+    source_id: str | None = None
+    """The store's id of the document the item was cut from, the record id when metadata names none."""
+
+    def doc_id(self, layout: RecordLayout) -> str:
+        return layout.doc_id(self.metadata, None) or self.source_id or self.item_id
+
+
+def group_records(
+    items: Sequence[StoreItem],
+    policy: Policy,
+    layout: RecordLayout,
+    *,
+    extraction: str,
+    foreign_keys: frozenset[str] = frozenset(),
+) -> tuple[list[Record], dict[str, str]]:
+    """The records ``items`` stand for, in their order (a record's chunks, items with one
+    ``doc_id``, joined in order), and each item's record. Items without car-rag's metadata are
+    refused, naming the keys and ``extraction`` (how the framework's users add them)."""
+    lacking = [i.item_id for i in items if layout.doc_type(i.metadata) is None]
+    if lacking:
+        raise MissingAuthorityMetadata(
+            f"{len(lacking)} of {len(items)} items in the store lack car-rag's metadata key {layout.doc_type_key!r} "
+            f"(with {layout.doc_id_key!r} and the policy's scope keys {list(policy.scope_keys)}), e.g. {lacking[0]!r}: "
+            f"car-rag cannot apply a policy to them. {extraction}, or run `car-rag extract` on the documents "
+            "and load the records it writes (to keep such items as they are, wrap a retriever of your own instead)"
+        )
+    chunks: dict[str, list[StoreItem]] = {}
+    for item in items:
+        chunks.setdefault(item.doc_id(layout), []).append(item)
+    records = []
+    for doc_id, parts in chunks.items():
+        text = "\n\n".join(p.text for p in parts)
+        try:
+            records.append(layout.record(parts[0].metadata, text, policy, default_id=doc_id, foreign_keys=foreign_keys))
+        except LayoutError as exc:
+            raise MissingAuthorityMetadata(f"{exc}. {extraction}, or run `car-rag extract` on the documents") from exc
+    return records, {p.item_id: doc_id for doc_id, parts in chunks.items() for p in parts}
 
 
 class DenseSearch(Protocol):

@@ -60,6 +60,9 @@ ADAPTER_SPI = {
     "build_packets",
     "FrameworkCorpus",
     "DenseSearch",
+    "StoreItem",
+    "group_records",
+    "MissingAuthorityMetadata",
 }
 
 

@@ -23,6 +23,7 @@ from langchain_car.extract import CARAuthorityTransformer
 from langchain_car.guard import authority_guard, check_documents
 from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
+from langchain_car.store_retriever import CARVectorStoreRetriever, VectorStoreDenseSearch
 
 __version__ = "0.1.0"
 """The one version source: packaging reads it (pyproject ``[tool.setuptools.dynamic]``)."""
@@ -32,6 +33,8 @@ __all__ = [
     "CARAuthorityTransformer",
     "CAREmbeddings",
     "CARRetriever",
+    "CARVectorStoreRetriever",
+    "VectorStoreDenseSearch",
     "ChromaLookup",
     "DocumentListLookup",
     "InMemoryLookup",

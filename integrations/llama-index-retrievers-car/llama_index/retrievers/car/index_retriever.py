@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from car_rag import CallerContext, Policy, RetrievalResult, load_policy
-from car_rag.adapters import FrameworkCorpus, LayoutError
+from car_rag import CallerContext, Policy, Record, RetrievalResult, load_policy
+from car_rag.adapters import FrameworkCorpus, MissingAuthorityMetadata, StoreItem, group_records
 from car_rag.annotations import annotations_for
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -25,19 +25,18 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
-from llama_index.retrievers.car.layout import MetadataLayout, node_doc_id, node_to_record
+from llama_index.retrievers.car.layout import LLAMA_INDEX_KEYS, MetadataLayout
 from llama_index.retrievers.car.resolver import annotate
 
 __all__ = ["CARIndexRetriever", "IndexDenseSearch", "MissingAuthorityMetadata"]
 
 _EXTRACTION_ROUTE = (
-    "give the nodes car-rag's metadata first: run llama_index.retrievers.car.CARAuthorityExtractor in the "
-    "ingestion pipeline, or `car-rag extract` on the documents and load the records with records_to_nodes"
+    "Give the nodes car-rag's metadata with llama_index.retrievers.car.CARAuthorityExtractor in the ingestion pipeline"
 )
 
 
-class MissingAuthorityMetadata(ValueError):
-    """The index holds nodes without the metadata car-rag's Stage 1 needs (at least ``doc_type``)."""
+def _item(node: BaseNode) -> StoreItem:
+    return StoreItem(node.node_id, node.metadata, node.get_content(), node.ref_doc_id)
 
 
 def _cosine(store: Any, similarity: float) -> float:
@@ -165,35 +164,23 @@ class CARIndexRetriever(BaseRetriever):
         self.core = self.corpus.retriever(**self._options)
         self._seen = self._indexed_ids() if self._given is None and self._follows_docstore() else set()
 
-    def _records(self, nodes: Sequence[BaseNode]) -> tuple[list[Any], dict[str, str]]:
-        """The records the nodes stand for, in the nodes' order (a record's chunks joined); a node
-        without car-rag's metadata is refused, naming the keys and how to add them."""
-        lacking = [n.node_id for n in nodes if self.layout.doc_type(n.metadata) is None]
-        if lacking:
-            raise MissingAuthorityMetadata(
-                f"{len(lacking)} of {len(nodes)} nodes lack car-rag's metadata key {self.layout.doc_type_key!r} "
-                f"(and the policy's scope keys {list(self.policy.scope_keys)}), e.g. node {lacking[0]!r}; "
-                f"{_EXTRACTION_ROUTE}. To keep such nodes, wrap a retriever instead: CARRetriever.from_index(index, "
-                "policy, retriever=index.as_retriever())"
-            )
-        changed: list[str] = []
+    def _records(self, nodes: Sequence[BaseNode]) -> tuple[list[Record], dict[str, str]]:
+        """The records ``nodes`` belong to (with the chunks already held), and each chunk's record;
+        nodes without car-rag's metadata are refused, naming the keys and how to add them."""
         for node in nodes:
-            doc_id = node_doc_id(node, self.layout)
-            self.doc_of[node.node_id] = doc_id
+            doc_id = _item(node).doc_id(self.layout)
             held = self.chunks.setdefault(doc_id, [])
             held[:] = [n for n in held if n.node_id != node.node_id] + [node]
-            if doc_id not in changed:
-                changed.append(doc_id)
-        out = []
-        items = {n.node_id: doc_id for doc_id in changed for n in self.chunks[doc_id]}
-        for doc_id in changed:
-            first = self.chunks[doc_id][0]
-            text = "\n\n".join(n.get_content() for n in self.chunks[doc_id])
-            try:
-                out.append(node_to_record(first, self.policy, self.layout, text=text))
-            except LayoutError as exc:
-                raise MissingAuthorityMetadata(f"{exc}; {_EXTRACTION_ROUTE}") from exc
-        return out, items
+        changed = dict.fromkeys(_item(n).doc_id(self.layout) for n in nodes)
+        records, items = group_records(
+            [_item(n) for d in changed for n in self.chunks[d]],
+            self.policy,
+            self.layout,
+            extraction=_EXTRACTION_ROUTE,
+            foreign_keys=LLAMA_INDEX_KEYS,
+        )
+        self.doc_of.update(items)
+        return records, items
 
     def _forget(self, node_ids: Sequence[str]) -> None:
         """Drop deleted nodes; a record that lost only some of its chunks is taken again with the rest."""
