@@ -36,7 +36,7 @@ def queries() -> list[str]:
 
 def _memory(docs: list[Document]) -> InMemoryVectorStore:
     store = InMemoryVectorStore(stores.embeddings())
-    store.add_documents(docs, ids=[d.id for d in docs])
+    store.add_documents(docs, ids=[str(d.id) for d in docs])
     return store
 
 
