@@ -21,7 +21,14 @@ from langchain_car.evidence import (
 )
 from langchain_car.extract import CARAuthorityTransformer
 from langchain_car.guard import authority_guard, check_documents
-from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
+from langchain_car.lookup import (
+    ChromaLookup,
+    DocumentListLookup,
+    InMemoryLookup,
+    MetadataLookup,
+    PGVectorLookup,
+    PGVectorStoreLookup,
+)
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
 from langchain_car.store_retriever import CARVectorStoreRetriever, VectorStoreDenseSearch
 
@@ -40,6 +47,7 @@ __all__ = [
     "InMemoryLookup",
     "MetadataLookup",
     "PGVectorLookup",
+    "PGVectorStoreLookup",
     "RESOLUTION_EVENT",
     "answer_prompt",
     "answer_prompt_template",

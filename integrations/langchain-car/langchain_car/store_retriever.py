@@ -23,6 +23,8 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field, PrivateAttr
 
+from langchain_car.lookup import is_pgvectorstore
+
 __all__ = ["CARVectorStoreRetriever", "VectorStoreDenseSearch"]
 
 _EXTRACTION_ROUTE = "Give the documents car-rag's metadata with langchain_car.CARAuthorityTransformer before adding them"
@@ -34,7 +36,7 @@ def _is_chroma(store: Any) -> bool:
 
 class VectorStoreDenseSearch:
     """A LangChain vector store's own dense search as car-rag's dense channel, scored by cosine
-    similarity (Chroma and PGVector report cosine distance); it hands its vectors out where it can
+    similarity (Chroma, PGVector and PGVectorStore report cosine distance); it hands its vectors out where it can
     (``InMemoryVectorStore``, Chroma) for exact search, as car-rag's own store does."""
 
     def __init__(self, store: Any):
@@ -72,7 +74,7 @@ def store_documents(store: Any) -> list[Document]:
     """Every document a vector store holds, in its order, where it can list them."""
     if isinstance(store, InMemoryVectorStore):
         return [Document(id=i, page_content=e["text"], metadata=dict(e["metadata"])) for i, e in store.store.items()]
-    if _is_chroma(store):
+    if _is_chroma(store) or is_pgvectorstore(store):
         got = store.get(include=["documents", "metadatas"])
         return [
             Document(id=i, page_content=t or "", metadata=dict(m or {}))
@@ -91,7 +93,7 @@ class CARVectorStoreRetriever(BaseRetriever):
     ``car_scope_probability`` and, when the question names several scopes it does not tell
     apart, ``car_ambiguity``.
 
-    The documents are read once (``InMemoryVectorStore``, Chroma; other stores: ``documents``);
+    The documents are read once (``InMemoryVectorStore``, Chroma, ``PGVectorStore``; other stores: ``documents``);
     documents added to or deleted from an ``InMemoryVectorStore`` are followed on the next query.
     For another store add and delete through :meth:`add_documents` / :meth:`delete`, or :meth:`refresh`.
 
