@@ -9,6 +9,7 @@ import asyncio
 import uuid
 
 import pytest
+from car_rag import load_policy
 from langchain_community.retrievers import BM25Retriever
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
@@ -18,6 +19,8 @@ from langchain_car import CARRetriever, PGVectorStoreLookup, record_to_document
 from langchain_car.lookup import DocumentListLookup, as_lookup
 from tests.corpus import ANCHOR, CHAIN_QUERY, QUERY, SUPERSEDER, records
 from tests.integration_tests import stores
+
+POLICY = load_policy("security-advisory")
 
 
 def new_pgvectorstore(uri: str, docs: list[Document]) -> PGVectorStore:
@@ -65,8 +68,8 @@ def test_lookups_equal_those_over_the_documents_in_memory(pgvs, docs) -> None:
 @pytest.mark.parametrize("query", [QUERY, CHAIN_QUERY])
 def test_a_wrapped_retriever_resolves_on_pgvectorstore_as_in_memory(pgvs, docs, query) -> None:
     bm25 = BM25Retriever.from_documents(docs, k=3)
-    on_pg = CARRetriever(base_retriever=bm25, store=pgvs, policy="security-advisory", k=10)
-    in_memory = CARRetriever(base_retriever=bm25, store=docs, policy="security-advisory", k=10)
+    on_pg = CARRetriever(base_retriever=bm25, store=pgvs, policy=POLICY, k=10)
+    in_memory = CARRetriever(base_retriever=bm25, store=docs, policy=POLICY, k=10)
     ranked = [(d.id, d.metadata["car_status"]) for d in on_pg.invoke(query)]
     assert ranked == [(d.id, d.metadata["car_status"]) for d in in_memory.invoke(query)]
     assert ranked == [(d.id, d.metadata["car_status"]) for d in asyncio.run(on_pg.ainvoke(query))]
