@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 from car_rag import load_policy
@@ -53,7 +54,7 @@ def test_the_store_is_looked_up_through_its_public_filter_api(pgvs) -> None:
 def test_lookups_equal_those_over_the_documents_in_memory(pgvs, docs) -> None:
     lookup, memory = PGVectorStoreLookup(pgvs), DocumentListLookup(docs)
     named = sorted({t for d in docs for t in d.metadata.get("supersedes", [])})
-    filters = [{"supersedes": {"$contains": t}} for t in [*named, "oddXidY1", "odd"]]
+    filters: list[dict[str, Any]] = [{"supersedes": {"$contains": t}} for t in [*named, "oddXidY1", "odd"]]
     filters += [{"$and": [{"package": d.metadata["package"]}, {"doc_type": {"$in": ["patch_release"]}}]} for d in docs[:6]]
     filters.append({"$or": [{"cve_id": docs[0].metadata["cve_id"]}, {"supersedes": {"$contains": ANCHOR}}]})
     for where in filters:
