@@ -107,6 +107,32 @@ def framework_retriever(
     return lambda q: [(d.metadata["doc_id"], d.metadata["car_status"]) for d in lc.invoke(q)]
 
 
+def write_summary(out: Path) -> None:
+    """``core_stage1.md``: one row per result file in ``out``."""
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("core_stage1_*.json"))]
+    lines = [
+        "# car-rag's own Stage 1 inside the frameworks vs the core CLI's defaults",
+        "",
+        "Written by `evals/integrations/core_stage1_parity.py` (each row's command below). Same top 5: queries whose",
+        "top 5 (ids and statuses, in order) is the core's. Latency: per query the median of 3 runs of each side,",
+        "alternating in one process; the median over queries. Timings were taken on 2 shared cores beside other",
+        "jobs (load average 5-8), so they vary between rows; each ratio compares two sides measured together.",
+        "",
+        "| suite | framework | store | vectors | same top 5 | TCA@5 core | TCA@5 framework "
+        "| p50 ms core | p50 ms framework | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['suite']} | {r['framework']} | {r['store']} | {r['vectors']} | {r['same_top5']}/{r['queries']} | "
+            f"{r['tca5_core']:.3f} | {r['tca5_framework']:.3f} | {r['p50_ms_core']:.1f} | {r['p50_ms_framework']:.1f} | "
+            f"{r['latency_ratio']:.2f}x |"
+        )
+    lines += ["", "Commands and machine:", ""]
+    lines += [f"- `{r['command']}` ({r['when']}; {r['machine']})" for r in rows]
+    (out / "core_stage1.md").write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", required=True)
@@ -187,6 +213,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"core_stage1_{args.suite}_{args.framework}_{args.store}{'_embedded' if args.embed else ''}.json"
     (args.out / name).write_text(json.dumps(row, indent=1) + "\n")
+    write_summary(args.out)
     core_store.close()
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
