@@ -114,19 +114,19 @@ def write_summary(out: Path) -> None:
         "# car-rag's own Stage 1 inside the frameworks vs the core CLI's defaults",
         "",
         "Written by `evals/integrations/core_stage1_parity.py` (each row's command below). Same top 5: queries whose",
-        "top 5 (ids and statuses, in order) is the core's. Latency: per query the median of 3 runs of each side,",
+        "top 5 (ids and statuses, in order) is the core's. Latency: per query the median of `runs` runs of each side,",
         "alternating in one process; the median over queries. Timings were taken on 2 shared cores beside other",
         "jobs (load average 5-8), so they vary between rows; each ratio compares two sides measured together.",
         "",
         "| suite | framework | store | vectors | same top 5 | TCA@5 core | TCA@5 framework "
-        "| p50 ms core | p50 ms framework | ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| runs | p50 ms core | p50 ms framework | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['suite']} | {r['framework']} | {r['store']} | {r['vectors']} | {r['same_top5']}/{r['queries']} | "
-            f"{r['tca5_core']:.3f} | {r['tca5_framework']:.3f} | {r['p50_ms_core']:.1f} | {r['p50_ms_framework']:.1f} | "
-            f"{r['latency_ratio']:.2f}x |"
+            f"{r['tca5_core']:.3f} | {r['tca5_framework']:.3f} | {r['repeats']} | "
+            f"{r['p50_ms_core']:.1f} | {r['p50_ms_framework']:.1f} | {r['latency_ratio']:.2f}x |"
         )
     lines += ["", "Commands and machine:", ""]
     lines += [f"- `{r['command']}` ({r['when']}; {r['machine']})" for r in rows]
@@ -198,6 +198,7 @@ def main() -> None:
         "store": args.store,
         "vectors": "framework-embedded (CAREmbedding)" if args.embed else "the core store's",
         "queries": total,
+        "repeats": args.repeats,
         "same_top5": same,
         "tca5_core": tca_core / total,
         "tca5_framework": tca_fw / total,
