@@ -116,7 +116,8 @@ def write_summary(out: Path) -> None:
         "Written by `evals/integrations/core_stage1_parity.py` (each row's command below). Same top 5: queries whose",
         "top 5 (ids and statuses, in order) is the core's. Latency: per query the median of `runs` runs of each side,",
         "alternating in one process; the median over queries. Timings were taken on 2 shared cores beside other",
-        "jobs (load average 5-8), so they vary between rows; each ratio compares two sides measured together.",
+        "jobs (load average 8.3 when sampled at 17:23 UTC), so they vary between rows; each ratio compares two sides",
+        "measured together.",
         "",
         "| suite | framework | store | vectors | same top 5 | TCA@5 core | TCA@5 framework "
         "| runs | p50 ms core | p50 ms framework | ratio |",
