@@ -24,6 +24,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,10 @@ K = 5
 
 
 def framework_retriever(
-    framework: str, store: str, records: list[Any], vectors: Any, embedder: Embedder, work: Path, policy: Any
+    framework: str, store: str, records: list[Any], vectors: Any, embedder: Embedder, work: Path, policy: Any, pg: Any = None
 ):
-    """The framework's default car-rag retriever over the records, in ``store``."""
+    """The framework's default car-rag retriever over the records, in ``store`` (``pgvector``: LangChain's
+    ``PGVectorStore`` in a database of ``pg``, a throwaway PostgreSQL)."""
     if framework == "llamaindex":
         import chromadb
         from chromadb.config import Settings
@@ -74,6 +76,14 @@ def framework_retriever(
     ids = [d.metadata["doc_id"] for d in docs]
     if store == "memory":
         vs: Any = InMemoryVectorStore(embeddings)
+    elif store == "pgvector":
+        from langchain_postgres import Column, PGEngine, PGVectorStore
+
+        from car_rag.postgres.fixture import sqlalchemy_url
+
+        engine = PGEngine.from_connection_string(url=sqlalchemy_url(pg.new_database()))
+        engine.init_vectorstore_table(table_name="parity", vector_size=384, id_column=Column("langchain_id", "TEXT"))
+        vs = PGVectorStore.create_sync(engine=engine, table_name="parity", embedding_service=embeddings)
     else:
         from langchain_chroma import Chroma
 
@@ -87,6 +97,11 @@ def framework_retriever(
         )
     if vectors is None:
         vs.add_documents(docs, ids=ids)
+    elif store == "pgvector":
+        for start in range(0, len(docs), 1000):
+            part = slice(start, start + 1000)
+            texts = [d.page_content for d in docs[part]]
+            vs.add_embeddings(texts, vectors[part].tolist(), [d.metadata for d in docs[part]], ids[part])
     elif store == "memory":
         vs.store.update(
             {
@@ -138,7 +153,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", required=True)
     parser.add_argument("--framework", choices=("llamaindex", "langchain"), required=True)
-    parser.add_argument("--store", choices=("memory", "chroma"), default="memory")
+    parser.add_argument("--store", choices=("memory", "chroma", "pgvector"), default="memory", help="pgvector: LangChain only")
     parser.add_argument(
         "--embed", action="store_true", help="the framework embeds the corpus (CAREmbedding); else the store's vectors"
     )
@@ -171,7 +186,27 @@ def main() -> None:
         position = {d: i for i, d in enumerate(saved["ids"].tolist())}
         vectors = saved["vectors"][[position[r.doc_id] for r in records]]
     print(f"{args.suite}: {len(records)} records, {len(queries)} queries; building {args.framework} {args.store}", flush=True)
-    framework = framework_retriever(args.framework, args.store, records, vectors, embedder, work, policy)
+    with ExitStack() as stack:
+        pg = None
+        if args.store == "pgvector":
+            if args.framework != "langchain":
+                sys.exit("--store pgvector: LangChain's PGVectorStore only")
+            from car_rag.postgres.fixture import throwaway_postgres
+
+            pg = stack.enter_context(throwaway_postgres())
+        framework = framework_retriever(args.framework, args.store, records, vectors, embedder, work, policy, pg)
+        row = compare(args, framework, core, queries)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = f"core_stage1_{args.suite}_{args.framework}_{args.store}{'_embedded' if args.embed else ''}.json"
+    (args.out / name).write_text(json.dumps(row, indent=1) + "\n")
+    write_summary(args.out)
+    core_store.close()
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(args: argparse.Namespace, framework: Any, core: ControllingAuthorityRetriever, queries: list[Any]) -> dict[str, Any]:
+    """Both sides on every query, alternately: the row of the results table."""
 
     same, tca_core, tca_fw, core_ms, fw_ms, differ = 0, 0, 0, [], [], []
     for n, query in enumerate(queries):
@@ -212,13 +247,7 @@ def main() -> None:
         "command": "python evals/integrations/core_stage1_parity.py " + " ".join(sys.argv[1:]),
     }
     print(json.dumps({k: v for k, v in row.items() if k != "differ"}, indent=1))
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = f"core_stage1_{args.suite}_{args.framework}_{args.store}{'_embedded' if args.embed else ''}.json"
-    (args.out / name).write_text(json.dumps(row, indent=1) + "\n")
-    write_summary(args.out)
-    core_store.close()
-    if args.work is None:
-        shutil.rmtree(work, ignore_errors=True)
+    return row
 
 
 if __name__ == "__main__":

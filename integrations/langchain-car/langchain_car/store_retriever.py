@@ -9,6 +9,7 @@ with its inserts and deletes, and writing the result back onto the documents.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ def _is_chroma(store: Any) -> bool:
 class VectorStoreDenseSearch:
     """A LangChain vector store's own dense search as car-rag's dense channel, scored by cosine
     similarity (Chroma, PGVector and PGVectorStore report cosine distance); it hands its vectors out where it can
-    (``InMemoryVectorStore``, Chroma) for exact search, as car-rag's own store does."""
+    (``InMemoryVectorStore``, Chroma, ``PGVectorStore``) for exact search, as car-rag's own store does."""
 
     def __init__(self, store: Any):
         embeddings = getattr(store, "embeddings", None)
@@ -67,6 +68,9 @@ class VectorStoreDenseSearch:
         if _is_chroma(store):
             got = store.get(ids=list(item_ids), include=["embeddings"])
             return dict(zip(got["ids"], got["embeddings"]))
+        if is_pgvectorstore(store):  # pgvector's text form, '[0.1,0.2,…]', is JSON
+            got = store.get(ids=list(item_ids), include=["embeddings"])
+            return {i: json.loads(v) if isinstance(v, str) else v for i, v in zip(got["ids"], got["embeddings"])}
         return None
 
 
