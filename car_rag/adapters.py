@@ -13,6 +13,7 @@ none of this: they import from :mod:`car_rag`.
 from car_rag.annotations import UNRESOLVED, annotations_for, result_from_annotations, status_rule, unresolved_annotations
 from car_rag.dict_store import DictStore
 from car_rag.evidence import EvidencePacket, build_packets
+from car_rag.framework_stage1 import DenseSearch, FrameworkCorpus, MissingAuthorityMetadata, StoreItem, group_records
 from car_rag.graph import RSSG, AuthorityGraph, Edge
 from car_rag.layout import LAYOUT_VERSION, LayoutError, RecordLayout
 from car_rag.lookup import (
@@ -30,6 +31,12 @@ __all__ = [
     # Stage 1 to Stage 2: the anchors a framework found, and resolution over any graph
     "Anchor",
     "resolve_authority",
+    # the core's own Stage 1 over a framework's store (its dense search beside car-rag's BM25)
+    "FrameworkCorpus",
+    "DenseSearch",
+    "StoreItem",
+    "group_records",
+    "MissingAuthorityMetadata",
     # Stage 2 over a store car-rag does not own
     "AuthorityClosure",
     "AuthorityStore",

@@ -58,6 +58,11 @@ ADAPTER_SPI = {
     "RSSG",
     "EvidencePacket",
     "build_packets",
+    "FrameworkCorpus",
+    "DenseSearch",
+    "StoreItem",
+    "group_records",
+    "MissingAuthorityMetadata",
 }
 
 

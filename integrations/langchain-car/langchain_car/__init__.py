@@ -22,9 +22,17 @@ from langchain_car.evidence import (
 )
 from langchain_car.extract import CARAuthorityTransformer
 from langchain_car.guard import authority_guard, check_documents
-from langchain_car.lookup import ChromaLookup, DocumentListLookup, InMemoryLookup, MetadataLookup, PGVectorLookup
+from langchain_car.lookup import (
+    ChromaLookup,
+    DocumentListLookup,
+    InMemoryLookup,
+    MetadataLookup,
+    PGVectorLookup,
+    PGVectorStoreLookup,
+)
 from langchain_car.retrievers import RESOLUTION_EVENT, CARRetriever
 from langchain_car.service import CARServiceRetriever, served_document
+from langchain_car.store_retriever import CARVectorStoreRetriever, VectorStoreDenseSearch
 from langchain_car.tools import create_car_retriever_tool, format_marked
 
 __version__ = "0.1.0"
@@ -35,11 +43,14 @@ __all__ = [
     "CARAuthorityTransformer",
     "CAREmbeddings",
     "CARRetriever",
+    "CARVectorStoreRetriever",
+    "VectorStoreDenseSearch",
     "ChromaLookup",
     "DocumentListLookup",
     "InMemoryLookup",
     "MetadataLookup",
     "PGVectorLookup",
+    "PGVectorStoreLookup",
     "RESOLUTION_EVENT",
     "answer_prompt",
     "answer_prompt_template",

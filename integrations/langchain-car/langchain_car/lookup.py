@@ -10,6 +10,8 @@ it in their ``supersedes`` list, with a Chroma-style ``where`` filter. A
 * :class:`InMemoryLookup` evaluates them over langchain-core's ``InMemoryVectorStore``.
 * :class:`PGVectorLookup` answers them from ``langchain_postgres.PGVector`` (PostgreSQL +
   pgvector, metadata in a JSONB column), written in PGVector's own filter syntax.
+* :class:`PGVectorStoreLookup` answers them from ``langchain_postgres.PGVectorStore`` (its
+  successor) through its public ``get(where=...)``.
 * :class:`DocumentListLookup` evaluates the filters over documents held in memory, for
   stores with no filter-only get (e.g. a BM25-only setup) and for tests.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -41,6 +44,7 @@ __all__ = [
     "InMemoryLookup",
     "MetadataLookup",
     "PGVectorLookup",
+    "PGVectorStoreLookup",
     "WhereStore",
     "as_lookup",
     "matches_where",
@@ -184,6 +188,62 @@ class PGVectorLookup(MetadataLookup):
         return f"PGVectorLookup({getattr(self.store, 'collection_name', '?')!r})"
 
 
+class PGVectorStoreLookup(MetadataLookup):
+    """Lookups on ``langchain_postgres.PGVectorStore`` (the successor of ``PGVector``) through its
+    public ``get(where=...)``, filter only (no similarity, no limit).
+
+    Metadata kept in the store's JSON column (its default) is filtered there: equality, ``$in``,
+    ``$and``, ``$or``. The store's filter language has no array containment, so
+    ``{"supersedes": {"$contains": id}}`` is sent as a ``$like`` on the list's JSON text
+    (``%"id"%``: a superset, as ``_`` and ``%`` in an id match any character there) and the
+    rows are then checked against the filter itself (:func:`matches_where`), so explicit edges
+    are found across scopes. Keep ``supersedes`` in the JSON column (not a typed metadata column)."""
+
+    def __init__(self, store: Any):
+        if not _filters_by_where(store):
+            raise TypeError(_cannot_filter(store))
+        self.store = store
+
+    @staticmethod
+    def pg_filter(where: Mapping[str, Any]) -> dict[str, Any]:
+        """A Chroma-style ``where`` in PGVectorStore's filter syntax (``$contains`` widened to a ``$like``)."""
+        out: dict[str, Any] = {}
+        for key, condition in where.items():
+            if key in ("$and", "$or"):
+                out[key] = [PGVectorStoreLookup.pg_filter(c) for c in condition]
+            elif isinstance(condition, Mapping) and set(condition) == {"$contains"}:
+                out[key] = {"$like": "%" + json.dumps(condition["$contains"], ensure_ascii=False) + "%"}
+            elif isinstance(condition, Mapping) and set(condition) & {"$not_contains"}:
+                raise ValueError(f"PGVectorStore has no $not_contains filter (field {key!r})")
+            else:
+                out[key] = condition
+        return out
+
+    @staticmethod
+    def _documents(got: Mapping[str, Any], where: Mapping[str, Any]) -> list[Document]:
+        docs = (
+            Document(id=i, page_content=t or "", metadata=dict(m or {}))
+            for i, t, m in zip(got["ids"], got["documents"], got["metadatas"])
+        )
+        return [d for d in docs if matches_where(d.metadata, where)]
+
+    def get(self, where: Mapping[str, Any]) -> list[Document]:
+        got = self.store.get(where=self.pg_filter(where), include=["documents", "metadatas"])
+        return self._documents(got, where)
+
+    async def aget(self, where: Mapping[str, Any]) -> list[Document]:
+        got = await self.store.aget(where=self.pg_filter(where), include=["documents", "metadatas"])
+        return self._documents(got, where)
+
+    def __repr__(self) -> str:
+        return f"PGVectorStoreLookup({self.store.get_table_name()!r})"
+
+
+def is_pgvectorstore(store: Any) -> bool:
+    """Whether ``store`` is a ``langchain_postgres.PGVectorStore``."""
+    return any(c.__module__.startswith("langchain_postgres") and c.__name__ == "PGVectorStore" for c in type(store).__mro__)
+
+
 def _is_pgvector(store: Any) -> bool:
     return any(c.__module__.startswith("langchain_postgres") and c.__name__ == "PGVector" for c in type(store).__mro__)
 
@@ -201,7 +261,8 @@ def _filters_by_where(store: Any) -> bool:
 def _cannot_filter(store: Any) -> str:
     return (
         f"{type(store).__name__} cannot be filtered by metadata: Stage 2 needs a filter-only lookup and it has no "
-        "get(where=...) (Chroma's) and is no InMemoryVectorStore, langchain_postgres PGVector or list of Documents; "
+        "get(where=...) (Chroma's) and is no InMemoryVectorStore, langchain_postgres PGVector or PGVectorStore, or list of "
+        "Documents; "
         "pass a MetadataLookup "
         "subclass that answers Chroma-style where filters in the store's own filter language"
     )
@@ -209,7 +270,7 @@ def _cannot_filter(store: Any) -> str:
 
 def as_lookup(store: Any) -> MetadataLookup:
     """A :class:`MetadataLookup` for ``store``: a lookup as is, an ``InMemoryVectorStore``, a
-    ``langchain_postgres.PGVector``, a list of documents held in memory, or anything with
+    ``langchain_postgres.PGVector`` or ``PGVectorStore``, a list of documents held in memory, or anything with
     Chroma's ``get(where=...)``; anything else is a ``TypeError`` naming the store's class and
     what it lacks."""
     if isinstance(store, MetadataLookup):
@@ -218,6 +279,8 @@ def as_lookup(store: Any) -> MetadataLookup:
         return InMemoryLookup(store)
     if _is_pgvector(store):
         return PGVectorLookup(store)
+    if is_pgvectorstore(store):
+        return PGVectorStoreLookup(store)
     if isinstance(store, Sequence) and not isinstance(store, (str, bytes)) and all(isinstance(d, Document) for d in store):
         return DocumentListLookup(store)
     if not _filters_by_where(store):

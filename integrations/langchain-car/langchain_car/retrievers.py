@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, overload
 
-from car_rag import CallerContext, RetrievalResult
+from car_rag import CallerContext, Policy, RetrievalResult, load_policy
 from car_rag.adapters import Anchor, AuthorityClosure, LayoutError, RecordLayout
 from car_rag.annotations import annotations_for, unresolved_annotations
 from car_rag.layout import CAR_STAGE1_CHANNEL, CAR_STAGE1_RANK, CAR_STAGE1_SCORE
@@ -28,6 +29,7 @@ from langchain_core.runnables import Runnable
 from pydantic import Field, PrivateAttr, model_validator
 
 from langchain_car.lookup import MetadataLookup, WhereStore, as_lookup
+from langchain_car.store_retriever import CARVectorStoreRetriever
 
 __all__ = ["CARRetriever", "RESOLUTION_EVENT"]
 
@@ -125,6 +127,33 @@ class CARRetriever(BaseRetriever):
         super().model_post_init(context)
         self._lookup = as_lookup(self.store)
         self._store = WhereStore(self._lookup, self.lookup_filter)
+
+    @overload
+    @classmethod
+    def from_vector_store(
+        cls, store: Any, policy: Policy | str | Path, *, retriever: RetrieverLike, **kwargs: Any
+    ) -> CARRetriever: ...
+
+    @overload
+    @classmethod
+    def from_vector_store(
+        cls, store: Any, policy: Policy | str | Path, *, retriever: None = None, **kwargs: Any
+    ) -> CARVectorStoreRetriever: ...
+
+    @classmethod
+    def from_vector_store(
+        cls, store: Any, policy: Policy | str | Path, *, retriever: RetrieverLike | None = None, **kwargs: Any
+    ) -> CARRetriever | CARVectorStoreRetriever:
+        """car-rag over a vector store: by default the core's own Stage 1 (the store's dense search
+        and BM25 over its documents, calibrated fusion, scope linking and the scope posterior;
+        :class:`~langchain_car.store_retriever.CARVectorStoreRetriever`, ``kwargs`` go to it; the
+        core retriever's Stage-1 options as ``options={...}``).
+
+        Wrapping a retriever of your own stays available: pass ``retriever`` (e.g.
+        ``store.as_retriever(search_kwargs={"k": 10})``); authority is then resolved on ``store``."""
+        if retriever is None:
+            return CARVectorStoreRetriever(store=store, policy=load_policy(policy), **kwargs)
+        return cls(base_retriever=retriever, store=store, policy=load_policy(policy), **kwargs)
 
     @property
     def lookup(self) -> MetadataLookup:

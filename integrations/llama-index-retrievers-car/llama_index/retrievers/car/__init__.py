@@ -10,6 +10,7 @@ from llama_index.retrievers.car.base import DEFAULT_K, CARRetriever
 from llama_index.retrievers.car.embedding import CAREmbedding
 from llama_index.retrievers.car.extract import CARAuthorityExtractor, CARAuthorityMetadataExtractor
 from llama_index.retrievers.car.guard import CAR_GUARD, check_response
+from llama_index.retrievers.car.index_retriever import CARIndexRetriever, IndexDenseSearch, MissingAuthorityMetadata
 from llama_index.retrievers.car.layout import (
     MetadataLayout,
     load_nodes,
@@ -69,6 +70,7 @@ __all__ = [
     "CARAuthorityExtractor",
     "CARAuthorityMetadataExtractor",
     "CAREmbedding",
+    "CARIndexRetriever",
     "CARResolutionEvent",
     "CARRetriever",
     "CAR_AMBIGUITY",
@@ -89,7 +91,9 @@ __all__ = [
     "DEFAULT_K",
     "EvidencePromptTemplate",
     "EvidenceSynthesizer",
+    "IndexDenseSearch",
     "MetadataLayout",
+    "MissingAuthorityMetadata",
     "NodeAuthorityLookup",
     "Resolution",
     "ScopeQuery",

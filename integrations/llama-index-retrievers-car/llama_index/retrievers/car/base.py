@@ -1,9 +1,10 @@
-"""CARRetriever: any LlamaIndex retriever as Stage 1, authority resolved on the same store."""
+"""CARRetriever: any LlamaIndex retriever as Stage 1, authority resolved on the same store; ``from_index``
+defaults to car-rag's own Stage 1 (:mod:`~llama_index.retrievers.car.index_retriever`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from car_rag import CallerContext, Policy, load_policy
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -13,6 +14,7 @@ from llama_index.core.indices.vector_store.retrievers import VectorIndexRetrieve
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
+from llama_index.retrievers.car.index_retriever import CARIndexRetriever
 from llama_index.retrievers.car.layout import MetadataLayout, node_doc_id
 from llama_index.retrievers.car.lookup import AuthorityLookup, authority_lookup
 from llama_index.retrievers.car.resolver import AuthorityResolver, Resolution
@@ -105,12 +107,46 @@ class CARRetriever(BaseRetriever):
         )
         super().__init__(callback_manager=callback_manager or getattr(retriever, "callback_manager", None), verbose=verbose)
 
+    @overload
     @classmethod
-    def from_index(cls, index: Any, policy: Policy | str | Path, *, similarity_top_k: int = 10, **kwargs: Any) -> CARRetriever:
-        """Wrap ``index.as_retriever(similarity_top_k=...)`` and resolve on ``index.vector_store``, or on
-        ``index.docstore`` when the vector store keeps no text (the in-memory default,
-        ``SimpleVectorStore``, and any store with ``stores_text=False``)."""
-        return cls(index.as_retriever(similarity_top_k=similarity_top_k), index, policy, **kwargs)
+    def from_index(
+        cls, index: Any, policy: Policy | str | Path, *, retriever: BaseRetriever, similarity_top_k: None = None, **kwargs: Any
+    ) -> CARRetriever: ...
+
+    @overload
+    @classmethod
+    def from_index(
+        cls, index: Any, policy: Policy | str | Path, *, retriever: None = None, similarity_top_k: int, **kwargs: Any
+    ) -> CARRetriever: ...
+
+    @overload
+    @classmethod
+    def from_index(
+        cls, index: Any, policy: Policy | str | Path, *, retriever: None = None, similarity_top_k: None = None, **kwargs: Any
+    ) -> CARIndexRetriever: ...
+
+    @classmethod
+    def from_index(
+        cls,
+        index: Any,
+        policy: Policy | str | Path,
+        *,
+        retriever: BaseRetriever | None = None,
+        similarity_top_k: int | None = None,
+        **kwargs: Any,
+    ) -> CARRetriever | CARIndexRetriever:
+        """car-rag over a ``VectorStoreIndex``: by default the core's own Stage 1 (the index's dense
+        search and BM25 over its nodes, calibrated fusion, scope linking and the scope posterior;
+        :class:`~llama_index.retrievers.car.CARIndexRetriever`, ``kwargs`` go to it).
+
+        Wrapping a retriever of your own stays available: pass ``retriever`` (or ``similarity_top_k``
+        for ``index.as_retriever(similarity_top_k=...)``); authority is then resolved on
+        ``index.vector_store``, or on ``index.docstore`` when the vector store keeps no text."""
+        if retriever is None and similarity_top_k is not None:
+            retriever = index.as_retriever(similarity_top_k=similarity_top_k)
+        if retriever is None:
+            return CARIndexRetriever(index, policy, **kwargs)
+        return cls(retriever, index, policy, **kwargs)
 
     def _get_prompt_modules(self) -> dict[str, Any]:
         return {"retriever": self.retriever}
