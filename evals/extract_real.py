@@ -238,7 +238,7 @@ def markdown(results: dict[str, Any]) -> str:
         "here). None of these figures is a held-out result.",
         "",
         "Command: `python evals/extract_real.py --e2e`. Corpus: `../shared/data/real-supersession` raw texts; "
-        "policies: `evals/extract_policies/`. Route: patterns only (the LLM route needs an endpoint; not measured here). "
+        "policies: `evals/extract_policies/`. Route: patterns only (the LLM route, measured on a sample: `llm.md`). "
         f"Edges count at τ = {DEFAULT_MIN_CONFIDENCE} (below it an edge leaves its target contested, not voided).",
         "",
         "| corpus | edges found (≥τ) | correct | P (all gold) | P (+ stated, not gold) | R (all gold) | F1 "
@@ -333,11 +333,17 @@ def _route_row(
 
 
 def llm_routes(
-    series: str, docs: list[dict[str, Any]], report: ExtractReport, route: LLMRoute, sample: dict[str, list[str]]
+    series: str,
+    docs: list[dict[str, Any]],
+    report: ExtractReport,
+    route: LLMRoute,
+    sample: dict[str, list[str]],
+    timings: dict[str, float],
 ) -> dict[str, Any]:
     """The patterns, the LLM and both (the LLM where no header or sentence of a document gave an
     edge), each over the edges read in the sampled documents, at any confidence (the LLM's edges
-    carry its configured confidence, below τ by default: they contest until measured)."""
+    carry its configured confidence, below τ by default: they contest until measured).
+    ``timings``: seconds of each call that was not cached (doc_id -> s), kept beside the cache."""
     policy = load_policy(POLICIES / f"{series}.policy.toml")
     resolver = IdentifierResolver(
         policy.extract, {d["doc_id"] for d in docs}, {d["doc_id"]: d["title"] for d in docs if d.get("title")}
@@ -350,13 +356,13 @@ def llm_routes(
         for found in {ev["found_in"] for ev in edge.evidence} & read:
             patterns.setdefault(found, set()).add((edge.superseder, edge.superseded))
     llm: dict[str, set[Pair]] = {}
-    answers, seconds = [], []
+    answers = []
     by_id = {d["doc_id"]: d for d in docs}
     for doc_id in tqdm(sorted(read), desc=f"LLM route, {series}", unit="doc"):
         calls, start = route.calls, time.perf_counter()
         answer = route.ask(by_id[doc_id]["text"])
         if route.calls > calls:
-            seconds.append(time.perf_counter() - start)
+            timings[doc_id] = round(time.perf_counter() - start, 1)
         named = [(w, False) for w in answer.supersedes] + [(w, True) for w in answer.superseded_by]
         resolved = {w: [c.doc_id for c in resolver.value(w) if c.doc_id and c.doc_id != doc_id] for w, _ in named}
         for written, backwards in named:
@@ -377,7 +383,7 @@ def llm_routes(
             for a, b in sorted(union["llm"])
         ],
         "answers": answers,
-        "seconds_per_uncached_call": sorted(seconds),
+        "seconds_per_uncached_call": sorted(timings[d] for d in read if d in timings),
     }
 
 
@@ -386,7 +392,8 @@ def llm_markdown(results: dict[str, Any]) -> str:
     lines = [
         "# car-rag extract: the LLM route on real documents (DEV data, a sample)",
         "",
-        f"Command: `python evals/extract_real.py --llm {cfg['base_url']} --llm-model {cfg['model']} --llm-sample {cfg['sample']} "
+        f"Command: `python evals/extract_real.py --llm {cfg['base_url']} --llm-model {cfg['model']} "
+        f"--llm-sample {cfg['sample']} --llm-max-chars {cfg['max_chars']} "
         f"--llm-seed {cfg['seed']} --llm-response-format {cfg['response_format']}`. Model: {cfg['description']}. "
         f"Texts sent: the first {cfg['max_chars']} characters. "
         "Answers cached in `evals/results/extract/llm-cache/` (a re-run reads them).",
@@ -425,7 +432,16 @@ def llm_markdown(results: dict[str, Any]) -> str:
         stated = sum(e["stated_not_gold"] for e in edges)
         precision = _fmt(right / len(edges) if edges else None)
         lines.append(f"| {series} | {cfg['confidence']} | {len(edges)} | {right} | {stated} | {precision} |")
-    lines += ["", "## Cost per document", "", "| corpus | calls timed | median s | max s |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Cost per document",
+        "",
+        "Seconds of each call the cache did not answer (`llm-cache/timings.json`; the first run's were read off its "
+        "progress bar), on whatever else the machine was running.",
+        "",
+        "| corpus | calls timed | median s | max s |",
+        "|---|---|---|---|",
+    ]
     for series, r in results["series"].items():
         s = r["seconds_per_uncached_call"]
         lines.append(
@@ -493,10 +509,13 @@ def main_llm(args: argparse.Namespace) -> None:
         "description": args.llm_description or args.llm_model,
         "sample": args.llm_sample,
         "seed": args.llm_seed,
+        "response_format": args.llm_response_format,
         "max_chars": args.llm_max_chars,
         "confidence": config.confidence,
     }
     results: dict[str, Any] = {"dev_data": True, "tau": DEFAULT_MIN_CONFIDENCE, "llm": cfg, "series": {}}
+    timed = args.llm_cache / "timings.json"
+    timings: dict[str, dict[str, float]] = json.loads(timed.read_text()) if timed.is_file() else {}
     for series in SERIES:
         docs = raw_documents(series)
         policy = load_policy(POLICIES / f"{series}.policy.toml")
@@ -504,7 +523,9 @@ def main_llm(args: argparse.Namespace) -> None:
         types = tuple(dict.fromkeys([*(t.doc_type for t in policy.extract.doc_types), policy.extract.default_doc_type]))
         route = LLMRoute(config, types, args.llm_cache)
         sample = llm_sample(series, docs, args.llm_sample, args.llm_seed)
-        results["series"][series] = llm_routes(series, docs, report, route, sample)
+        results["series"][series] = llm_routes(series, docs, report, route, sample, timings.setdefault(series, {}))
+        timed.parent.mkdir(parents=True, exist_ok=True)
+        timed.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "llm.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     (args.out / "llm.md").write_text(llm_markdown(results), encoding="utf-8")
