@@ -85,14 +85,21 @@ class JSONEndpoint:
                 model=self.config.model,
                 temperature=0,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                response_format={
-                    "type": "json_schema",
-                    "json_schema": {"name": schema_name, "strict": True, "schema": schema.model_json_schema(by_alias=True)},
-                },
+                response_format=self._response_format(schema, schema_name),
             )
         except self._openai.APITimeoutError:
             raise EndpointError(f"{where} timed out after {self.config.timeout_s:g} s") from None
         except self._openai.APIError as exc:
-            raise EndpointError(f"{where} failed: {exc}") from None
+            hint = ""
+            if "response_format" in str(exc) and self.config.response_format == "json_schema":
+                hint = ' (a server that refuses OpenAI\'s json_schema form may take response_format = "json_object")'
+            raise EndpointError(f"{where} failed: {exc}{hint}") from None
         content = response.choices[0].message.content if response.choices else None
         return content or ""
+
+    def _response_format(self, schema: type[BaseModel], schema_name: str) -> dict[str, Any]:
+        """The structured-output request in the form the endpoint takes (``response_format`` in the policy)."""
+        body = schema.model_json_schema(by_alias=True)
+        if self.config.response_format == "json_object":
+            return {"type": "json_object", "schema": body}
+        return {"type": "json_schema", "json_schema": {"name": schema_name, "strict": True, "schema": body}}

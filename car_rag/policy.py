@@ -38,7 +38,7 @@ import tomllib
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -142,6 +142,11 @@ class LLMScopeExtractor(BaseModel):
     timeout_s: float = Field(default=60.0, gt=0, description="Seconds per call before the record is reported.")
     max_retries: int = Field(default=2, ge=0, description="The client's retries per call (timeouts, 5xx).")
     max_chars: int = Field(default=8000, ge=1, description="Characters of the record's text sent (the start).")
+    response_format: Literal["json_schema", "json_object"] = Field(
+        default="json_schema",
+        description="How the schema is sent: OpenAI's strict 'json_schema', or 'json_object' with the schema beside it "
+        "(the form llama-cpp-python's server takes).",
+    )
 
 
 class RecordScope(BaseModel):

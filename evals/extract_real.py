@@ -6,9 +6,15 @@ the policies in evals/extract_policies/ were written against. None of these figu
 
     python evals/extract_real.py                    # edges, calibration, doc types (seconds)
     python evals/extract_real.py --e2e              # + success@5 (builds four stores, minutes)
+    python evals/extract_real.py --llm http://127.0.0.1:8089/v1 --llm-model M   # the LLM route (hours on a CPU)
 
-Writes evals/results/extract/real.json and real.md. Route: patterns only (the LLM route is not
-built yet). Gold: the corpus's structured-field edges (``*.edges.jsonl``); "text-cited" gold: the
+Writes evals/results/extract/real.json and real.md (patterns route over every document). With
+``--llm``: the three routes (patterns, LLM, both as ``car-rag extract`` combines them: the LLM only
+for a document where no header or sentence gave an edge) on a sample, because a local LLM reads a
+document in tens of seconds: every document on either side of a text-cited gold edge and
+``--llm-sample`` seeded documents of each series that cite another one without an edge between
+them. Writes llm.json and llm.md; the answers are cached under ``--llm-cache`` (committed, so a
+re-run reads them and asks nothing). Gold: the corpus's structured-field edges (``*.edges.jsonl``); "text-cited" gold: the
 edges whose two raw texts cite each other by number (the README's strict patterns, ``stats.json``).
 """
 
@@ -16,14 +22,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from car_rag.extract import AuthorityExtractor, ExtractReport
 from car_rag.extract.identifiers import IdentifierResolver
-from car_rag.policy import load_policy
+from car_rag.extract.llm import LLMRoute
+from car_rag.policy import LLMExtractor, load_policy
 from car_rag.records import Record
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 
@@ -96,10 +107,18 @@ def citing_pairs(series: str, docs: list[dict[str, Any]]) -> set[frozenset[str]]
     return pairs
 
 
-def edge_metrics(series: str, docs: list[dict[str, Any]], report: ExtractReport) -> dict[str, Any]:
-    gold = {(e["superseder"], e["superseded"]) for e in _jsonl(DATA / f"{series}.edges.jsonl")}
+def gold_edges(series: str) -> set[Pair]:
+    return {(e["superseder"], e["superseded"]) for e in _jsonl(DATA / f"{series}.edges.jsonl")}
+
+
+def text_cited_gold(series: str) -> set[Pair]:
+    """The gold edges whose raw texts cite each other (the README's strict patterns)."""
     per_edge = json.loads((DATA / "stats.json").read_text())[series]["citations"]["per_edge"]
-    cited_gold = {tuple(k.split(" > ")) for k, v in per_edge.items() if v["raw_text/strict"] != "-"}
+    return {(a, b) for a, _, b in (k.partition(" > ") for k, v in per_edge.items() if v["raw_text/strict"] != "-")}
+
+
+def edge_metrics(series: str, docs: list[dict[str, Any]], report: ExtractReport) -> dict[str, Any]:
+    gold, cited_gold = gold_edges(series), text_cited_gold(series)
     edges = {(e.superseder, e.superseded): e for e in report.edges}
     voiding = {p for p, e in edges.items() if e.confidence >= DEFAULT_MIN_CONFIDENCE}
     citing = citing_pairs(series, docs)
@@ -219,7 +238,7 @@ def markdown(results: dict[str, Any]) -> str:
         "here). None of these figures is a held-out result.",
         "",
         "Command: `python evals/extract_real.py --e2e`. Corpus: `../shared/data/real-supersession` raw texts; "
-        "policies: `evals/extract_policies/`. Route: patterns only (the LLM route needs an endpoint; not measured here). "
+        "policies: `evals/extract_policies/`. Route: patterns only (the LLM route, measured on a sample: `llm.md`). "
         f"Edges count at τ = {DEFAULT_MIN_CONFIDENCE} (below it an edge leaves its target contested, not voided).",
         "",
         "| corpus | edges found (≥τ) | correct | P (all gold) | P (+ stated, not gold) | R (all gold) | F1 "
@@ -292,12 +311,167 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def llm_sample(series: str, docs: list[dict[str, Any]], size: int, seed: int) -> dict[str, list[str]]:
+    """Both sides of every text-cited gold edge, and ``size`` seeded documents that cite another
+    one with no gold edge between them (where an LLM could invent one)."""
+    sides = sorted({d for pair in text_cited_gold(series) for d in pair})
+    gold = {frozenset(p) for p in gold_edges(series)}
+    citing = sorted({d for pair in citing_pairs(series, docs) if pair not in gold for d in pair} - set(sides))
+    return {"edge_sides": sides, "citing_without_edge": sorted(random.Random(seed).sample(citing, min(size, len(citing))))}
+
+
+def _route_row(
+    predicted: set[Pair], cited_gold: set[Pair], gold: set[Pair], unsuperseding: set[frozenset[str]]
+) -> dict[str, Any]:
+    invented = {frozenset(p) for p in predicted} & unsuperseding
+    return {
+        "text_cited_gold": _prf(predicted & cited_gold | (predicted - gold), cited_gold),
+        "stated_not_gold": sorted(f"{a} > {b}" for a, b in predicted - gold if (a, b) in STATED_NOT_GOLD),
+        "false_citations": len(invented),
+        "false_citation_rate": len(invented) / len(unsuperseding) if unsuperseding else None,
+    }
+
+
+def llm_routes(
+    series: str,
+    docs: list[dict[str, Any]],
+    report: ExtractReport,
+    route: LLMRoute,
+    sample: dict[str, list[str]],
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    """The patterns, the LLM and both (the LLM where no header or sentence of a document gave an
+    edge), each over the edges read in the sampled documents, at any confidence (the LLM's edges
+    carry its configured confidence, below τ by default: they contest until measured).
+    ``timings``: seconds of each call that was not cached (doc_id -> s), kept beside the cache."""
+    policy = load_policy(POLICIES / f"{series}.policy.toml")
+    resolver = IdentifierResolver(
+        policy.extract, {d["doc_id"] for d in docs}, {d["doc_id"]: d["title"] for d in docs if d.get("title")}
+    )
+    read = set(sample["edge_sides"]) | set(sample["citing_without_edge"])
+    gold, cited_gold = gold_edges(series), text_cited_gold(series)
+    unsuperseding = {p for p in citing_pairs(series, docs) if p & read and not any(frozenset(g) == p for g in gold)}
+    patterns: dict[str, set[Pair]] = {}
+    for edge in report.edges:
+        for found in {ev["found_in"] for ev in edge.evidence} & read:
+            patterns.setdefault(found, set()).add((edge.superseder, edge.superseded))
+    llm: dict[str, set[Pair]] = {}
+    answers = []
+    by_id = {d["doc_id"]: d for d in docs}
+    for doc_id in tqdm(sorted(read), desc=f"LLM route, {series}", unit="doc"):
+        calls, start = route.calls, time.perf_counter()
+        answer = route.ask(by_id[doc_id]["text"])
+        if route.calls > calls:
+            timings[doc_id] = round(time.perf_counter() - start, 1)
+        named = [(w, False) for w in answer.supersedes] + [(w, True) for w in answer.superseded_by]
+        resolved = {w: [c.doc_id for c in resolver.value(w) if c.doc_id and c.doc_id != doc_id] for w, _ in named}
+        for written, backwards in named:
+            for other in resolved[written]:
+                llm.setdefault(doc_id, set()).add((other, doc_id) if backwards else (doc_id, other))
+        answers.append(
+            {"doc_id": doc_id, "supersedes": answer.supersedes, "superseded_by": answer.superseded_by, "resolved": resolved}
+        )
+    both = {d: patterns.get(d) or llm.get(d, set()) for d in read}
+    routes = {"patterns": patterns, "llm": llm, "both": both}
+    union = {name: set().union(*found.values()) if found else set() for name, found in routes.items()}
+    return {
+        "sample": sample,
+        "citing_pairs_without_edge_read": len(unsuperseding),
+        "routes": {name: _route_row(pred, cited_gold, gold, unsuperseding) for name, pred in union.items()},
+        "llm_edges": [
+            {"edge": f"{a} > {b}", "in_gold": (a, b) in gold, "stated_not_gold": (a, b) in STATED_NOT_GOLD}
+            for a, b in sorted(union["llm"])
+        ],
+        "answers": answers,
+        "seconds_per_uncached_call": sorted(timings[d] for d in read if d in timings),
+    }
+
+
+def llm_markdown(results: dict[str, Any]) -> str:
+    cfg = results["llm"]
+    lines = [
+        "# car-rag extract: the LLM route on real documents (DEV data, a sample)",
+        "",
+        f"Command: `python evals/extract_real.py --llm {cfg['base_url']} --llm-model {cfg['model']} "
+        f"--llm-sample {cfg['sample']} --llm-max-chars {cfg['max_chars']} "
+        f"--llm-seed {cfg['seed']} --llm-response-format {cfg['response_format']}`. Model: {cfg['description']}. "
+        f"Texts sent: the first {cfg['max_chars']} characters. "
+        "Answers cached in `evals/results/extract/llm-cache/` (a re-run reads them).",
+        "",
+        "Read: every document on either side of a text-cited gold edge, and a seeded sample of documents that cite "
+        "another one with no gold edge between them. Each route counts the edges read in those documents at any "
+        f"confidence (the LLM's carry {cfg['confidence']}, below τ = {DEFAULT_MIN_CONFIDENCE}: by default they leave their "
+        "target contested, never voided). 'both' is how `car-rag extract` combines them: the LLM's edges only for a "
+        "document where no header or sentence gave one. False citations: citing pairs without a gold edge (touching a "
+        "document read) that a route made an edge.",
+        "",
+        "| corpus | documents read | route | edges | correct | P (text-cited gold; + stated, not gold) "
+        "| R (text-cited gold) | false citations |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for series, r in results["series"].items():
+        n = len(r["sample"]["edge_sides"]) + len(r["sample"]["citing_without_edge"])
+        for name, row in r["routes"].items():
+            t = row["text_cited_gold"]
+            stated = (t["correct"] + len(row["stated_not_gold"])) / t["predicted"] if t["predicted"] else None
+            lines.append(
+                f"| {series} | {n} | {name} | {t['predicted']} | {t['correct']} | {_fmt(t['precision'])}; {_fmt(stated)} "
+                f"| {t['correct']}/{t['gold']} = {_fmt(t['recall'])} "
+                f"| {row['false_citations']}/{r['citing_pairs_without_edge_read']} = {_fmt(row['false_citation_rate'])} |"
+            )
+    lines += [
+        "",
+        "## Calibration of the LLM route",
+        "",
+        "| corpus | confidence | edges | in gold | stated, not gold | precision |",
+        "|---|---|---|---|---|---|",
+    ]
+    for series, r in results["series"].items():
+        edges = r["llm_edges"]
+        right = sum(e["in_gold"] for e in edges)
+        stated = sum(e["stated_not_gold"] for e in edges)
+        precision = _fmt(right / len(edges) if edges else None)
+        lines.append(f"| {series} | {cfg['confidence']} | {len(edges)} | {right} | {stated} | {precision} |")
+    lines += [
+        "",
+        "## Cost per document",
+        "",
+        "Seconds of each call the cache did not answer (`llm-cache/timings.json`; the first run's were read off its "
+        "progress bar), on whatever else the machine was running.",
+        "",
+        "| corpus | calls timed | median s | max s |",
+        "|---|---|---|---|",
+    ]
+    for series, r in results["series"].items():
+        s = r["seconds_per_uncached_call"]
+        lines.append(
+            f"| {series} | {len(s)} | {s[len(s) // 2]:.1f} | {s[-1]:.1f} |" if s else f"| {series} | 0 (all cached) | — | — |"
+        )
+    lines += ["", "## Every edge the LLM named", "", "| corpus | edge | in gold |", "|---|---|---|"]
+    for series, r in results["series"].items():
+        for e in r["llm_edges"]:
+            lines.append(f"| {series} | {e['edge']} | {'yes' if e['in_gold'] else 'stated' if e['stated_not_gold'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--e2e", action="store_true", help="also build stores and measure success@5")
     parser.add_argument("--stores", type=Path, default=ROOT / ".car-stores" / "extract-real", help="where the e2e stores go")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--llm", metavar="URL", help="an OpenAI-compatible endpoint: measure the LLM route on a sample")
+    parser.add_argument("--llm-model", default="local", help="model name on that endpoint")
+    parser.add_argument("--llm-description", default="", help="what the model is, for the report")
+    parser.add_argument("--llm-sample", type=int, default=20, help="citing documents without an edge read per series")
+    parser.add_argument("--llm-seed", type=int, default=0)
+    parser.add_argument("--llm-max-chars", type=int, default=6000, help="characters of each text sent")
+    parser.add_argument("--llm-timeout-s", type=float, default=600.0)
+    parser.add_argument("--llm-response-format", choices=["json_schema", "json_object"], default="json_schema")
+    parser.add_argument("--llm-cache", type=Path, default=OUT / "llm-cache")
     args = parser.parse_args()
+    if args.llm:
+        main_llm(args)
+        return
     results: dict[str, Any] = {"dev_data": True, "route": "patterns", "tau": DEFAULT_MIN_CONFIDENCE, "series": {}}
     for series in SERIES:
         docs = raw_documents(series)
@@ -319,6 +493,43 @@ def main() -> None:
     (args.out / "real.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     (args.out / "real.md").write_text(markdown(results), encoding="utf-8")
     print(markdown(results))
+
+
+def main_llm(args: argparse.Namespace) -> None:
+    config = LLMExtractor(
+        base_url=args.llm,
+        model=args.llm_model,
+        max_chars=args.llm_max_chars,
+        timeout_s=args.llm_timeout_s,
+        response_format=args.llm_response_format,
+    )
+    cfg = {
+        "base_url": args.llm,
+        "model": args.llm_model,
+        "description": args.llm_description or args.llm_model,
+        "sample": args.llm_sample,
+        "seed": args.llm_seed,
+        "response_format": args.llm_response_format,
+        "max_chars": args.llm_max_chars,
+        "confidence": config.confidence,
+    }
+    results: dict[str, Any] = {"dev_data": True, "tau": DEFAULT_MIN_CONFIDENCE, "llm": cfg, "series": {}}
+    timed = args.llm_cache / "timings.json"
+    timings: dict[str, dict[str, float]] = json.loads(timed.read_text()) if timed.is_file() else {}
+    for series in SERIES:
+        docs = raw_documents(series)
+        policy = load_policy(POLICIES / f"{series}.policy.toml")
+        report = AuthorityExtractor(policy).extract(docs)
+        types = tuple(dict.fromkeys([*(t.doc_type for t in policy.extract.doc_types), policy.extract.default_doc_type]))
+        route = LLMRoute(config, types, args.llm_cache)
+        sample = llm_sample(series, docs, args.llm_sample, args.llm_seed)
+        results["series"][series] = llm_routes(series, docs, report, route, sample, timings.setdefault(series, {}))
+        timed.parent.mkdir(parents=True, exist_ok=True)
+        timed.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "llm.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    (args.out / "llm.md").write_text(llm_markdown(results), encoding="utf-8")
+    print(llm_markdown(results))
 
 
 if __name__ == "__main__":

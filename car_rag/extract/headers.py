@@ -54,21 +54,25 @@ def _values(text: str, match: re.Match[str]) -> tuple[list[str], int]:
     return [i for i in items if i], end
 
 
-def _columns(text: str) -> Iterator[tuple[str, list[str], tuple[int, int]]]:
+def _columns(text: str, resolver: IdentifierResolver) -> Iterator[tuple[str, list[str], tuple[int, int]]]:
     """A document-control table with a supersession column and one row, the document's own
     (``| Number | Title | Supersedes |`` / ``|---|---|---|`` / ``| POL-3 | Travel | POL-1 |``):
     each such column's key, its values and the table's span. A table of several rows (a register,
-    a revision history) does not say which row is this document: nothing."""
+    a revision history) does not say which row is this document: nothing. A two-cell row with the
+    key first is a column header when its second cell names no document (``| Supersedes |
+    Effective |``), else the first field of a key-value table (``| Supersedes | POL-1 |``)."""
     for header in _ROW.finditer(text):
         cells = [c.strip() for c in header.group("cells").split("|")]
         keys = {i: m.group(1) for i, c in enumerate(cells) if (m := _KEY_CELL.fullmatch(c))}
-        if not keys or (len(cells) == 2 and 0 in keys):
-            continue  # a key and its value: a row of a key-value table, read as a field
+        if not keys:
+            continue
         lines = text[header.end() + 1 :].split("\n")
         if len(lines) < 2 or not _RULE.fullmatch(lines[0]) or not _ROW.fullmatch(lines[1]):
             continue
         if len(lines) > 2 and _ROW.fullmatch(lines[2]):
             continue
+        if len(cells) == 2 and 0 in keys and any(c.doc_id for c in resolver.value(cells[1].strip(_QUOTES))):
+            continue  # a key and its value: a row of a key-value table, read as a field
         row = [c.strip() for c in lines[1].strip()[1:-1].split("|")]
         end = header.end() + 1 + len(lines[0]) + 1 + len(lines[1])
         for i, key in keys.items():
@@ -106,7 +110,7 @@ def header_edges(
     lowered = text.lower()
     if not any(stem in lowered for stem in _STEMS):
         return found, spans
-    tables = list(_columns(text))
+    tables = list(_columns(text, resolver))
     for match in _FIELD.finditer(text):
         if any(s <= match.start() < e for _, _, (s, e) in tables):
             continue  # a table's header row, read by column

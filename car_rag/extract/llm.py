@@ -26,15 +26,18 @@ from car_rag.policy import LLMExtractor
 
 __all__ = ["LLMAnswer", "LLMRoute", "LLMRouteError", "PROMPT_VERSION"]
 
-PROMPT_VERSION = 1
-"""Part of every cache key: a changed prompt must not reuse answers to the old one."""
+PROMPT_VERSION = 2
+"""Part of every cache key: a changed prompt must not reuse answers to the old one. Version 1 gave
+an example identifier ("POL-7"); a 1.5B model copied it into 4 of its first 10 answers on KEPs
+(``superseded_by: ["POL-7"]``, ``"POL-2433"`` for "KEP 2433"), so version 2 gives none."""
 
 SYSTEM_PROMPT = """\
 You read one document of a collection and report what it states about its own authority, for a \
 retrieval index. Answer with a JSON object with exactly the keys asked for. "supersedes": the \
 documents this document says it supersedes, replaces, obsoletes, rescinds or withdraws; \
-"superseded_by": the documents the text says replace or supersede this one. Write each as the \
-text writes it (an identifier such as "POL-7", or a title). A document that is only cited, \
+"superseded_by": the documents the text says replace or supersede this one. Copy each exactly \
+as the text writes it (its identifier or its title, letters and digits unchanged); a list is \
+empty when the text states no such thing. A document that is only cited, \
 referenced, built on or compared with is not superseded: leave it out. "doc_type": one of the \
 types offered, or null when none fits. Never guess what the text does not state."""
 

@@ -107,6 +107,8 @@ def test_a_list_after_the_verb_gives_one_edge_per_cited_document() -> None:
         ),
         ("| **Number** | **Superseded by** |\n| --- | :---: |\n| POL-3 | POL-2 |", {("pol-2", "pol-3")}),
         ("| Supersedes | POL-1 |\n|---|---|\n| Effective | 1 May 2024 |", {("pol-3", "pol-1")}),
+        ("| Supersedes | Effective |\n|---|---|\n| POL-1 | 1 May 2024 |", {("pol-3", "pol-1")}),
+        ("| Superseded by | Date |\n|---|---|\n| POL-2 | 1 May 2024 |", {("pol-2", "pol-3")}),
         ("Rescinds: POL-1", {("pol-3", "pol-1")}),
         # An RFC's two-column header: the author beside the value is not part of it; Updates is not supersession.
         (

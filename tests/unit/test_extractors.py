@@ -262,6 +262,18 @@ def test_the_llm_fills_only_the_keys_still_missing_validated_and_cached(tmp_path
         assert again.records == done.records[:1] and len(server.requests) == 1
 
 
+def test_json_object_sends_the_schema_in_the_form_llama_cpp_servers_take(tmp_path):
+    """llama-cpp-python's server refuses OpenAI's ``json_schema`` form and takes ``json_object`` with a schema."""
+    with FakeOpenAIServer(answer=packages) as server:
+        toml = LLM_TOML.format(url=server.base_url, timeout=5.0) + 'response_format = "json_object"\n'
+        policy = load_policy(write_policy(tmp_path, toml))
+        done = ScopeExtractor(policy, cache_dir=tmp_path / "cache").fill([disclosure(text="CVE-2099-0001: a flaw in lodash merge.")])
+        assert [r.scope["package"] for r in done.records] == ["lodash"]
+        (request,) = server.requests
+        assert request["response_format"]["type"] == "json_object"
+        assert request["response_format"]["schema"]["required"] == ["package"]
+
+
 def test_the_llm_saying_null_leaves_the_key_missing(tmp_path):
     with FakeOpenAIServer(answer=lambda messages: '{"package": null}') as server:
         done = ScopeExtractor(llm_policy(tmp_path, server), cache_dir=tmp_path / "c").fill([disclosure()])
