@@ -36,6 +36,7 @@ from car_rag.store.ingest import DEFAULT_CHUNK, Ingest, IngestReport
 from car_rag.store.locking import ReadWriteLock
 from car_rag.store.replica import Replica
 from car_rag.store.sqlite_log import SqliteRecordLog
+from car_rag.trust import PublisherScopes
 
 __all__ = ["CARStore"]
 
@@ -54,11 +55,12 @@ class CARStore:
         chroma_client: Any = None,
         chroma_timeout_s: float | None = None,
         log: RecordLog | None = None,
+        publisher_scopes: Mapping[str, PublisherScopes] | None = None,
     ):
         self.path = path
         self.config = config
         self.chroma_timeout_s = chroma_timeout_s
-        self.policy = Policy.model_validate(config["policy"])
+        self.policy = _with_publishers(Policy.model_validate(config["policy"]), publisher_scopes or {}, path)
         built_with = built_encoder(config)
         self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_with)
         if embedder is not None and embedder.model_name != config["embedding_model"]:
@@ -127,6 +129,7 @@ class CARStore:
         authority_schema: str | None = None,
         vector_store: str | None = None,
         follow: bool = True,
+        publisher_scopes: Mapping[str, PublisherScopes] | None = None,
     ) -> Self:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
 
@@ -150,6 +153,10 @@ class CARStore:
         Chroma (a ``vector`` column under an HNSW index, written in the records' own transaction;
         ``hnsw`` as for Chroma, see ``DEFAULT_PGVECTOR_HNSW``). A store remembers its vector store
         (``"chroma"`` or ``"pgvector"``) and refuses the other.
+
+        ``publisher_scopes`` (publisher name -> {scope key: values}, a server's keys file) narrows
+        the scopes those publishers' records may void tenants' records in, for this process (see
+        :mod:`car_rag.trust`); the store's policy is left as built.
         """
         path = Path(path)
         check_options(embedder, encoder, vector_store, chroma_url, authority_url, authority_schema)
@@ -190,7 +197,9 @@ class CARStore:
         if shared is not None:
             path.mkdir(parents=True, exist_ok=True)
             chroma_timeout_s = chroma.SHARED_CHROMA_TIMEOUT_S if chroma_timeout_s is None else chroma_timeout_s
-        store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s, log=shared)
+        store = cls(
+            path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s, log=shared, publisher_scopes=publisher_scopes
+        )
         if added:
             assert wanted is not None
             store._adopt(wanted, added)
@@ -356,3 +365,17 @@ class CARStore:
         if self.replica is not None and self.feed is None:
             self.feed = ChangeFeed(self, self.replica.log, poll_s=poll_s)
             self.feed.start()
+
+
+def _with_publishers(policy: Policy, scopes: Mapping[str, PublisherScopes], where: Path) -> Policy:
+    """``policy`` deciding trust with ``scopes`` (publisher -> scope key -> values); a scope key the
+    policy does not have is refused, since no record's scope could hold it."""
+    if not scopes:
+        return policy
+    for name, keys in scopes.items():
+        if unknown := sorted(set(keys) - set(policy.scope_keys)):
+            raise StoreError(
+                f"publisher {name!r} publishes for scope keys {unknown} that policy {policy.name!r} of store {where} "
+                f"does not have (scope_keys {list(policy.scope_keys)})"
+            )
+    return policy.model_copy(update={"trust": policy.trust.with_publishers(scopes)})
