@@ -256,3 +256,17 @@ def test_an_out_of_scope_publisher_record_is_a_claim_shown_with_its_rule() -> No
 def test_a_policys_publisher_scopes_are_checked(scopes) -> None:
     with pytest.raises(ValidationError, match="'nvd'"):
         Trust(publisher_scopes=scopes)
+
+
+def test_a_claimant_of_several_chain_members_is_listed_under_the_same_one_in_any_graph() -> None:
+    """A public record claims eight acme notes that void one acme disclosure: which note's chain lists
+    it is a tie (one anchor, one group) broken by id, not by the order a set of ids iterates in (which
+    the hash seed and the graph's history change, as the trust fuzz found)."""
+    notes = [rec(f"note-{n}", at=n + 1, tenant="acme", supersedes=["acme-d"]) for n in range(8)]
+    claimant = rec("pub-claim", at=20, supersedes=[r.doc_id for r in notes])
+    records = [_disclosure("acme-d", tenant="acme"), *notes, claimant]
+    for graph in (_graph(*records), _graph(*reversed(records))):
+        item = _status(graph, "acme-d", ACME)
+        result = resolve_authority(graph, graph.policy, "q", [Anchor("acme-d", 1)], ACME)
+        assert item.status == "superseded"
+        assert result.get("pub-claim").anchor_id == "note-0"
