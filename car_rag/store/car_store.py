@@ -32,7 +32,7 @@ from car_rag.store.config import (
     write_config,
 )
 from car_rag.store.indexes import Indexes
-from car_rag.store.ingest import DEFAULT_CHUNK, Ingest, IngestReport
+from car_rag.store.ingest import DEFAULT_CHUNK, Ingest, IngestReport, key_of, key_records
 from car_rag.store.locking import ReadWriteLock
 from car_rag.store.replica import Replica
 from car_rag.store.sqlite_log import SqliteRecordLog
@@ -269,11 +269,24 @@ class CARStore:
     def __len__(self) -> int:
         return len(self.graph)
 
-    def get(self, doc_id: str) -> Record:
+    def get(self, doc_id: str, tenant: str | None = None) -> Record:
+        """The record ``doc_id`` of ``tenant`` (None: the public one), as the store holds it (its
+        ``doc_id`` the key :meth:`key` gives)."""
         try:
-            return self.graph.records[doc_id]
+            return self.graph.records[self.key(doc_id, tenant)]
         except KeyError:
-            raise KeyError(f"no record {doc_id!r} in store {self.path}") from None
+            owner = "" if tenant is None else f" of tenant {tenant!r}"
+            raise KeyError(f"no record {doc_id!r}{owner} in store {self.path}") from None
+
+    def key(self, doc_id: str, tenant: str | None = None) -> str:
+        """The key the store holds ``tenant``'s record ``doc_id`` under (see :func:`~car_rag.records.tenant_key`)."""
+        return key_of(tenant, doc_id, self.graph.records)
+
+    def keyed(self, records: Sequence[Record]) -> list[Record]:
+        """``records`` as the store would hold them: under their keys, their ``supersedes`` resolved
+        (see :func:`~car_rag.store.ingest.key_records`)."""
+        with self.lock.read():
+            return key_records(records, self.graph.records)
 
     @property
     def records(self) -> dict[str, Record]:
@@ -312,6 +325,11 @@ class CARStore:
 
         ``atomic`` stores nothing when any record is rejected (``report.errors``): a batch goes in
         whole or not at all, as a service's clients expect of one request; it is one chunk.
+
+        A tenant's record is held under its :func:`~car_rag.records.tenant_key`, so two tenants may
+        each hold a record of one doc_id; what a ``supersedes`` of a tenant's record names is its own
+        tenant's record of that id, else a public one (see :func:`~car_rag.store.ingest.key_records`).
+        The report names records by those keys; :meth:`get` takes a doc_id and its tenant.
 
         ``may_replace(stored, new)`` is asked, for each record that would replace a stored one,
         whether it may (None) or why not (the record is rejected with that reason, field
