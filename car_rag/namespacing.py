@@ -8,6 +8,7 @@ carries the doc_id its writer gave it. Without tenants the result is returned as
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from car_rag.ambiguity import Ambiguity
@@ -16,7 +17,7 @@ from car_rag.graph import Edge
 from car_rag.records import TENANT_SEPARATOR, Record, shown_id
 from car_rag.resolution import RetrievalResult, RetrievedRecord
 
-__all__ = ["as_shown", "shown_edge", "shown_record"]
+__all__ = ["as_shown", "renamed", "shown_edge", "shown_record"]
 
 
 def as_shown(result: RetrievalResult) -> RetrievalResult:
@@ -24,46 +25,57 @@ def as_shown(result: RetrievalResult) -> RetrievalResult:
     hits = [*result.anchors, *result.candidates]
     if not any(TENANT_SEPARATOR in d for d in [*(r.doc_id for r in result.ranked), *(h.doc_id for h in hits)]):
         return result
+    return renamed(result, shown_id)
+
+
+def renamed(result: RetrievalResult, name: Callable[[str], str]) -> RetrievalResult:
+    """``result`` with every doc_id it holds (records, the ids they name, edges, hits) as ``name`` gives it."""
     return replace(
         result,
-        ranked=[_shown_item(item) for item in result.ranked],
-        anchors=[_shown_hit(h) for h in result.anchors],
-        candidates=[_shown_hit(h) for h in result.candidates],
-        ambiguity=None if result.ambiguity is None else _shown_ambiguity(result.ambiguity),
+        ranked=[_item(item, name) for item in result.ranked],
+        anchors=[_hit(h, name) for h in result.anchors],
+        candidates=[_hit(h, name) for h in result.candidates],
+        ambiguity=None if result.ambiguity is None else _ambiguity(result.ambiguity, name),
     )
 
 
 def shown_record(record: Record) -> Record:
     """``record`` as its writer gave it: its doc_id and the ids its ``supersedes`` names without tenant."""
-    if record.tenant is None:
-        return record
-    weak = {shown_id(d): c for d, c in record.supersedes_confidence.items()}
-    update = {"doc_id": shown_id(record.doc_id), "supersedes": [shown_id(d) for d in record.supersedes]}
-    return record.model_copy(update={**update, "supersedes_confidence": weak})
+    return record if record.tenant is None else _record(record, shown_id)
 
 
 def shown_edge(edge: Edge) -> Edge:
-    return replace(edge, superseder=shown_id(edge.superseder), target=shown_id(edge.target))
+    return _edge(edge, shown_id)
 
 
-def _shown_hit(hit: FusedHit) -> FusedHit:
-    return replace(hit, doc_id=shown_id(hit.doc_id))
+def _record(record: Record, name: Callable[[str], str]) -> Record:
+    weak = {name(d): c for d, c in record.supersedes_confidence.items()}
+    update = {"doc_id": name(record.doc_id), "supersedes": [name(d) for d in record.supersedes]}
+    return record.model_copy(update={**update, "supersedes_confidence": weak})
 
 
-def _shown_item(item: RetrievedRecord) -> RetrievedRecord:
+def _edge(edge: Edge, name: Callable[[str], str]) -> Edge:
+    return replace(edge, superseder=name(edge.superseder), target=name(edge.target))
+
+
+def _hit(hit: FusedHit, name: Callable[[str], str]) -> FusedHit:
+    return replace(hit, doc_id=name(hit.doc_id))
+
+
+def _item(item: RetrievedRecord, name: Callable[[str], str]) -> RetrievedRecord:
     return replace(
         item,
-        record=shown_record(item.record),
-        anchor_id=None if item.anchor_id is None else shown_id(item.anchor_id),
-        stage1=None if item.stage1 is None else _shown_hit(item.stage1),
-        superseded_by=[shown_id(d) for d in item.superseded_by],
-        voided_by=[shown_edge(e) for e in item.voided_by],
-        voids=[shown_edge(e) for e in item.voids],
-        contested_by=[shown_edge(e) for e in item.contested_by],
-        disputed_by=[shown_edge(e) for e in item.disputed_by],
+        record=_record(item.record, name),
+        anchor_id=None if item.anchor_id is None else name(item.anchor_id),
+        stage1=None if item.stage1 is None else _hit(item.stage1, name),
+        superseded_by=[name(d) for d in item.superseded_by],
+        voided_by=[_edge(e, name) for e in item.voided_by],
+        voids=[_edge(e, name) for e in item.voids],
+        contested_by=[_edge(e, name) for e in item.contested_by],
+        disputed_by=[_edge(e, name) for e in item.disputed_by],
     )
 
 
-def _shown_ambiguity(ambiguity: Ambiguity) -> Ambiguity:
-    members = tuple(replace(m, controlling=tuple(shown_id(d) for d in m.controlling)) for m in ambiguity.members)
+def _ambiguity(ambiguity: Ambiguity, name: Callable[[str], str]) -> Ambiguity:
+    members = tuple(replace(m, controlling=tuple(name(d) for d in m.controlling)) for m in ambiguity.members)
     return replace(ambiguity, members=members)
