@@ -87,6 +87,9 @@ ANSWER_K = 100
 """Records asked of each answer checked: the most /retrieve gives, so that it shows most anchors."""
 MAX_UNSHOWN_ANCHORS = 4
 """Anchors an answer may rank past :data:`ANSWER_K` and still be checked in order (their 4! orders tried)."""
+ANSWER_TIMEOUT_MS = 60_000
+"""The servers' deadline per request: this checks integrity, not latency, and a slow answer on a loaded
+machine would otherwise be a 503 that ends the run (the default is 2 s)."""
 KINDS = (
     *("own", "own", "explicit", "all-public", "waiting", "rule-scope", "far-future", "squat", "public-claim", "publisher"),
     "public-rule",
@@ -266,7 +269,7 @@ def servers(
     if not shared:
         with CARStore.open(workdir / "store", policy, embedder=embedder) as store:
             assert store.ingest(seeded, progress=False).errors == []
-            with serving(Service(store, api_keys=api_keys, anchors="bm25")) as url:
+            with serving(Service(store, api_keys=api_keys, anchors="bm25", timeout_ms=ANSWER_TIMEOUT_MS)) as url:
                 yield [url], lambda: nullcontext(store)
         return
     schema = "trust_fuzz"
@@ -288,6 +291,7 @@ def servers(
         keys_file = workdir / "keys.json"
         keys_file.write_text(json.dumps({"keys": [k.model_dump(exclude_defaults=True) for k in api_keys.by_hash.values()]}))
         options = ("--authority-schema", schema, "--anchors", "bm25", "--api-keys", str(keys_file))
+        options += ("--timeout-ms", str(ANSWER_TIMEOUT_MS))
         env = {"CAR_RAG_AUTHORITY_URL": pg.url}
         if trust_everything:
             (workdir / "fault").mkdir()
