@@ -290,8 +290,10 @@ def servers(
             assert store.ingest(seeded, progress=False).errors == []
         keys_file = workdir / "keys.json"
         keys_file.write_text(json.dumps({"keys": [k.model_dump(exclude_defaults=True) for k in api_keys.by_hash.values()]}))
-        options = ("--authority-schema", schema, "--anchors", "bm25", "--api-keys", str(keys_file))
-        options += ("--timeout-ms", str(ANSWER_TIMEOUT_MS))
+        options = [
+            *("--authority-schema", schema, "--anchors", "bm25"),
+            *("--api-keys", str(keys_file), "--timeout-ms", str(ANSWER_TIMEOUT_MS)),
+        ]
         env = {"CAR_RAG_AUTHORITY_URL": pg.url}
         if trust_everything:
             (workdir / "fault").mkdir()
