@@ -241,13 +241,16 @@ class AuthorityClosure:
             out += self._spelled({k: record.scope[k] for k in rule.within}, types)
         return out
 
-    def next_queries(self) -> list[ScopeQuery]:
-        """Queries for the next lookup round; empty when the closure is complete."""
+    def next_queries(self, caller: CallerContext | None = None) -> list[ScopeQuery]:
+        """Queries for the next lookup round; empty when the closure is complete. ``caller``: the
+        reader the result is for (records it may not read are no roots)."""
         planned = [q for scope in self._named for q in self._spelled(scope)] if self.rounds == 0 else []
         if self.rounds == 1 and self._named:
-            # The records resolve_authority admits for the scope ids the query names.
+            # The records resolve_authority admits for the scope ids the query names: filtered
+            # before the cap, as there, so another tenant's many records crowd out none of the reader's.
             for scope in self._named:
-                for record in self.graph.lookup(scope)[-self.scope_lookup_limit :]:
+                matches = [r for r in self.graph.lookup(scope) if caller is None or caller.can_read(r)]
+                for record in matches[-self.scope_lookup_limit :]:
                     if record.doc_id not in self.roots:
                         self.roots.append(record.doc_id)
         todo = sorted(self.graph.closure(self.roots) - self._expanded)
@@ -259,21 +262,21 @@ class AuthorityClosure:
         self.rounds += bool(fresh)
         return fresh
 
-    def steps(self) -> Iterable[list[ScopeQuery]]:
-        """The lookup rounds, each a list of queries to answer with :meth:`absorb` before
-        the next; stops at the closure, or at ``max_rounds`` with a warning."""
-        queries = self.next_queries()
+    def steps(self, caller: CallerContext | None = None) -> Iterable[list[ScopeQuery]]:
+        """The lookup rounds for ``caller``'s result, each a list of queries to answer with
+        :meth:`absorb` before the next; stops at the closure, or at ``max_rounds`` with a warning."""
+        queries = self.next_queries(caller)
         while queries:
             yield queries
             if self.rounds >= self.max_rounds:
-                if self.next_queries():
+                if self.next_queries(caller):
                     warnings.warn(
                         f"car-rag: Stage 2 stopped after max_rounds={self.max_rounds} lookup rounds "
                         "before reaching the authority closure",
                         stacklevel=2,
                     )
                 return
-            queries = self.next_queries()
+            queries = self.next_queries(caller)
 
     # ------------------------------------------------------------------ result
     def finish(self, caller: CallerContext | None = None) -> RetrievalResult:
@@ -327,7 +330,7 @@ def _log_closure(closure: AuthorityClosure, store: AuthorityStore) -> None:
 
 def resolve_closure(closure: AuthorityClosure, store: AuthorityStore, caller: CallerContext | None = None) -> RetrievalResult:
     """Run ``closure`` against ``store`` (sync) and resolve; anchors must be added first."""
-    for queries in closure.steps():
+    for queries in closure.steps(caller):
         closure.absorb(store.fetch(queries))
     _log_closure(closure, store)
     return closure.finish(caller)
@@ -337,7 +340,7 @@ async def aresolve_closure(
     closure: AuthorityClosure, store: AuthorityStore, caller: CallerContext | None = None
 ) -> RetrievalResult:
     """:func:`resolve_closure` with the store's lookups awaited (:meth:`AuthorityStore.afetch`)."""
-    for queries in closure.steps():
+    for queries in closure.steps(caller):
         closure.absorb(await store.afetch(queries))
     _log_closure(closure, store)
     return closure.finish(caller)

@@ -31,11 +31,40 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["PUBLIC_TENANT", "UNDATED", "LoadReport", "Record", "RecordError", "json_line_error", "load_records", "parse_records"]
+__all__ = [
+    "PUBLIC_TENANT",
+    "TENANT_SEPARATOR",
+    "UNDATED",
+    "LoadReport",
+    "Record",
+    "RecordError",
+    "json_line_error",
+    "load_records",
+    "parse_records",
+    "shown_id",
+    "tenant_key",
+]
 
 PUBLIC_TENANT = "*"
 """The tenant value the eligibility gate writes for records that belong to every tenant;
 reserved, so no record can claim it (see :mod:`car_rag.eligibility`)."""
+
+TENANT_SEPARATOR = "\x1f"
+"""Between a tenant and a doc_id in the key a store holds a tenant's record under (see
+:func:`tenant_key`); no tenant and no doc_id a writer sends holds it."""
+
+
+def tenant_key(tenant: str | None, doc_id: str) -> str:
+    """The key a store holds ``tenant``'s record ``doc_id`` under: the doc_id itself for a public
+    record, else prefixed with its tenant, so that two tenants may each hold a record ``doc_id``
+    and neither can see or take the other's (a reader is only ever shown :func:`shown_id`)."""
+    return doc_id if tenant is None or doc_id.startswith(tenant + TENANT_SEPARATOR) else f"{tenant}{TENANT_SEPARATOR}{doc_id}"
+
+
+def shown_id(key: str) -> str:
+    """The doc_id its writer gave the record a store holds under ``key`` (what readers are shown)."""
+    return key.rpartition(TENANT_SEPARATOR)[2]
+
 
 METADATA_DEPTH = 64
 """How deeply ``metadata`` may nest: a record is stored as JSON and read back when its store
@@ -217,6 +246,13 @@ class Record(BaseModel):
             raise ValueError(f"{PUBLIC_TENANT!r} is reserved for records of every tenant: leave tenant out instead")
         return value
 
+    @field_validator("tenant")
+    @classmethod
+    def _no_separator_in_tenant(cls, value: str | None) -> str | None:
+        if value is not None and TENANT_SEPARATOR in value:
+            raise ValueError("must not hold the character U+001F (it separates a tenant from its doc_ids)")
+        return value
+
     @field_validator("publisher")
     @classmethod
     def _public_only(cls, value: str | None, info: Any) -> str | None:
@@ -314,7 +350,7 @@ def _errors_from_validation(exc: ValidationError, source: str, line: int | None,
 
 def _validate(numbered: Iterable[tuple[int, Any, str | None]], source: str) -> LoadReport:
     report = LoadReport()
-    seen: set[str] = set()
+    seen: set[str] = set()  # tenant_key of each record
     for number, item, problem in numbered:
         if problem:
             doc_id = item.get("doc_id") if isinstance(item, dict) and isinstance(item.get("doc_id"), str) else None
@@ -332,13 +368,31 @@ def _validate(numbered: Iterable[tuple[int, Any, str | None]], source: str) -> L
             except ValidationError as exc:
                 report.errors.extend(_errors_from_validation(exc, source, number, doc_id))
                 continue
-        if record.doc_id in seen:
+        if separated := _separator_in(record):
+            report.errors.append(RecordError(source, number, record.doc_id, *separated))
+            continue
+        key = tenant_key(record.tenant, record.doc_id)  # two tenants may each have a record of one doc_id
+        if key in seen:
             report.errors.append(RecordError(source, number, record.doc_id, "doc_id", "duplicate doc_id in this input"))
             continue
-        seen.add(record.doc_id)
+        seen.add(key)
         report.records.append(record)
-        report.lines[record.doc_id] = number
+        report.lines.setdefault(record.doc_id, number)
     return report
+
+
+def _separator_in(record: Record) -> tuple[str, str] | None:
+    """(field, message) where an id of ``record`` holds U+001F: a store's key for a tenant's record
+    (:func:`tenant_key`), which a record may give only for itself and its own tenant's records (one
+    read back from a store, written again)."""
+    prefix = None if record.tenant is None else record.tenant + TENANT_SEPARATOR
+    for name, ids in (("doc_id", [record.doc_id]), ("supersedes", record.supersedes)):
+        for doc_id in ids:
+            if TENANT_SEPARATOR in doc_id and (
+                prefix is None or not doc_id.startswith(prefix) or TENANT_SEPARATOR in doc_id[len(prefix) :]
+            ):
+                return name, f"must not hold the character U+001F (it separates a tenant from its doc_ids), got {_shown(doc_id)}"
+    return None
 
 
 def parse_records(items: Iterable[Any], source: str = "<input>") -> LoadReport:

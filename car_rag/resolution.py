@@ -289,7 +289,7 @@ def resolve_authority(
     for hit in hits:
         admit(hit.doc_id, hit.rank, "anchor", hit.doc_id)
     for doc_id, (group, _, _) in list(members.items()):
-        for sup in _chain_above(graph, doc_id, resolution):
+        for sup in sorted(_chain_above(graph, doc_id, resolution)):  # sorted: a tie of groups goes the same way in any graph
             admit(sup, group, "superseder", doc_id)
     disputed = resolution == "rules" and graph.has_disputes()
     if disputed:
@@ -301,7 +301,7 @@ def resolve_authority(
             for claim in claims:
                 if claim.untrusted and not readable(claim.superseder):
                     continue  # an untrusted claim is shown only where both records are
-                for other in (claim.superseder, *graph.ancestors(claim.superseder)):
+                for other in (claim.superseder, *sorted(graph.ancestors(claim.superseder))):
                     admit(other, groups[doc_id], "superseder", doc_id)
 
     if resolution == "rules":

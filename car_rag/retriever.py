@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -22,6 +23,7 @@ from car_rag.channels import ChannelHit, FusedHit, LexicalIndex, reciprocal_rank
 from car_rag.channels.fusion import DEFAULT_TEMPERATURES, calibrated_fusion
 from car_rag.eligibility import CallerContext
 from car_rag.latent_scope import AMBIGUITY_MARGIN, QuestionScope, TieOrder, detect_ambiguity, read_question_scope, select_anchors
+from car_rag.namespacing import as_shown
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
 from car_rag.store import CARStore
 
@@ -265,7 +267,7 @@ class ControllingAuthorityRetriever:
         if scope is not None:
             result.scope_links = scope.links
         result.ambiguity = ambiguity
-        return result
+        return as_shown(result)  # tenants' records by the doc_ids their writers gave (car_rag.namespacing)
 
     # ------------------------------------------------------------------ all stages
     def resolve_runs(
@@ -286,7 +288,7 @@ class ControllingAuthorityRetriever:
             anchors, scope, ambiguity = self._anchors(query, candidates, caller)
             latent_done = time.perf_counter()
             result = self.resolve(query, anchors, caller, scope=scope, ambiguity=ambiguity)
-        result.candidates = candidates
+        result = as_shown(replace(result, candidates=candidates))
         result.timings_ms = {
             "stage1": (stage1_done - started) * 1000,
             "latent_scope": (latent_done - stage1_done) * 1000,

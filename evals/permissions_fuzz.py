@@ -63,6 +63,8 @@ import car_rag  # noqa: E402
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever, Embedder  # noqa: E402
 from car_rag.channels import LexicalIndex, make_lexical_index  # noqa: E402
 from car_rag.evidence import render_audit  # noqa: E402
+from car_rag.namespacing import renamed  # noqa: E402
+from car_rag.records import shown_id  # noqa: E402
 
 __all__ = [
     "CALLER_TENANTS",
@@ -360,7 +362,7 @@ def random_case(rng: random.Random, corpus: Corpus, number: int) -> Case:
     """
     caller = random_caller(rng)
     records = corpus.records
-    hidden = [r for r in records if not caller.can_read(corpus.store.records[r["doc_id"]])]
+    hidden = [r for r in records if not caller.can_read(corpus.store.get(r["doc_id"], r.get("tenant")))]
     target = rng.choice(hidden) if hidden and rng.random() < 0.5 else rng.choice(records)
     words = _query_words(target["text"])
     picked = rng.sample(words, min(len(words), rng.randint(3, 8)))
@@ -402,6 +404,11 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
     graph = store.graph
     unreadable = {d for d, r in store.records.items() if not caller.can_read(r)}
     texts = {d: r.text for d, r in store.records.items()}
+    # Results name records by their writers' doc_ids (unique in these corpora), the store by its keys
+    # (car_rag.namespacing): what is shown is checked against the doc_ids, the rest against the keys.
+    held_as = {shown_id(d): d for d in store.records}
+    shown_unreadable = {shown_id(d) for d in unreadable}
+    shown_texts = {shown_id(d): t for d, t in texts.items()}
     out: list[Violation] = []
     desc = case.describe()
 
@@ -413,7 +420,8 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
     lexical = corpus.lexical(case.lexical)
     for sink in corpus.spied.values():
         sink.clear()
-    result = retriever.retrieve(q, caller=caller)
+    shown = retriever.retrieve(q, caller=caller)
+    result = renamed(shown, lambda d: held_as.get(d, d))
     for channel, ids in corpus.spied.items():
         leaked = sorted(set(ids) & unreadable)
         if leaked:
@@ -476,9 +484,9 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
     leaked = sorted(mentioned & unreadable)
     if leaked:
         bad("result", f"result records or edges name unreadable {leaked}")
-    as_dict = result.to_dict()
+    as_dict = shown.to_dict()
     del as_dict["query"]  # the caller's own words (a marker probe names the marker it probes for)
-    leaks = unreadable_leaks(json.dumps(as_dict, ensure_ascii=False), unreadable, texts)
+    leaks = unreadable_leaks(json.dumps(as_dict, ensure_ascii=False), shown_unreadable, shown_texts)
     if leaks:
         bad("result-json", f"result.to_dict() leaks {leaks}")
 
@@ -495,11 +503,11 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
                     bad("scope", f"readable records {missing} of query-named {key}={value} not admitted")
 
     # (c) the rendered XML
-    xml = render_audit(result, policy=store.policy, **case.render)
-    leaks = unreadable_leaks(xml, unreadable, texts)
+    xml = render_audit(shown, policy=store.policy, **case.render)
+    leaks = unreadable_leaks(xml, shown_unreadable, shown_texts)
     if leaks:
         bad("xml", f"XML leaks {leaks}")
-    by_id = {item.doc_id: item for item in result.ranked}
+    by_id = {item.doc_id: item for item in shown.ranked}
     for el in ET.fromstring(xml).iter("evidence-packet"):
         packet_item = by_id.get(el.get("doc-id", ""))
         if packet_item is None:
@@ -552,7 +560,7 @@ def check_case(corpus: Corpus, case: Case, stats: Counter) -> list[Violation]:
 
     # (e) sanity: would an unrestricted retrieval have shown the caller something it may not read?
     open_result = retriever.retrieve(q)
-    open_hidden = set(open_result.doc_ids()) & unreadable
+    open_hidden = {held_as.get(d, d) for d in open_result.doc_ids()} & unreadable
     stats["cases_with_hidden_records"] += bool(open_hidden)
     stats["hidden_records_total"] += len(open_hidden)
     stats["result_records"] += len(ids)

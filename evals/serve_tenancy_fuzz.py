@@ -16,7 +16,8 @@ changed, truncated, its SHA-256, another scheme or header), and one of:
   one; or a body setting ``caller``, an unknown field, a bad k or format, malformed JSON;
 * ``POST /records``: fresh records of the key's tenant that void other tenants' records (by rule or
   by an explicit ``supersedes``), records of another tenant, a doc_id another tenant (or the
-  public, or a principal the key lacks) holds, the key's own records replaced, a ``caller`` field,
+  public, or a principal the key lacks) holds (only the last refused: doc_ids are namespaced per
+  tenant, so the others are records of the key's tenant of their own), the key's own records replaced, a ``caller`` field,
   a bad field in a batch, no records, malformed JSON;
 * ``GET /metrics``, ``/readyz``, ``/healthz``.
 
@@ -61,6 +62,8 @@ import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from car_rag import CARStore, Embedder, Record, load_policy  # noqa: E402
+from car_rag.namespacing import shown_record  # noqa: E402
+from car_rag.records import tenant_key as key_in_store  # noqa: E402
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
 from car_rag_evals.servers import serving  # noqa: E402
@@ -95,7 +98,8 @@ class World:
 
     rng: random.Random
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
-    marked: dict[str, dict[str, Any]] = field(default_factory=dict)
+    marked: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Marker -> the records that carry it (a doc_id's marker: each tenant's record of that doc_id)."""
     topics: list[dict[str, str]] = field(default_factory=list)
     words: set[str] = field(default_factory=set)
     day: int = 0
@@ -134,10 +138,10 @@ class World:
         }
 
     def store(self, record: dict[str, Any]) -> None:
-        """``record`` is held (its doc_id now names it, whoever held it before)."""
-        self.records[record["doc_id"]] = record
+        """``record`` is held (its tenant's doc_id now names it: doc_ids are namespaced per tenant)."""
+        self.records[key_in_store(record.get("tenant"), record["doc_id"])] = record
         for mark in MARKER.findall(" ".join(record.get(f) or "" for f in ("doc_id", "text", "source", "uri"))):
-            self.marked[mark] = record
+            self.marked.setdefault(mark, []).append(record)
 
 
 def seed(world: World) -> list[dict[str, Any]]:
@@ -314,7 +318,9 @@ def records_request(world: World, key: Key | None, headers: dict[str, str]) -> R
             [r for r in held if not (key is not None and tenant_key and r.get("tenant") == key.tenant and may_read(key, r))]
         )
         body = {**world.record(fresh_type, topic, **_tenant(tenant)), "doc_id": victim["doc_id"]}
-        stores, refused = [body], tenant_key
+        # Refused only where the key's own tenant holds it: another tenant's (or the public's) doc_id is
+        # a record of the key's tenant of its own (doc_ids are namespaced per tenant).
+        stores, refused = [body], tenant_key and victim.get("tenant") == tenant
     elif shape == "replace-own":
         own = [r for r in held if r.get("tenant") == tenant]
         victim = rng.choice(own)
@@ -430,9 +436,9 @@ def leaks(text: str, key: Key | None, sent: str, world: World, keys: list[Key]) 
     """What ``text`` shows that ``key`` may not see: markers of records it may not read (unless the
     request sent them itself), and any API key."""
     found = [
-        f"marker {m} of {_who(world.marked[m])}"
+        f"marker {m} of {_who(world.marked[m][0])}"
         for m in set(MARKER.findall(text))
-        if m in world.marked and m not in sent and not may_read(key, world.marked[m])
+        if m in world.marked and m not in sent and not any(may_read(key, r) for r in world.marked[m])
     ]
     found += [f"the key of {k.name!r}" for k in keys if k.secret in text]
     return found
@@ -537,8 +543,8 @@ def run_fuzz(
         for problem in check_metrics(metrics, keys):
             report.violation("/metrics", problem)
         report.counts["metric samples"] = sum(len(f.samples) for f in text_string_to_metric_families(metrics))
-        stored = {d: r.fingerprint() for d, r in store.records.items()}
-        expected = {d: Record.model_validate(r).fingerprint() for d, r in world.records.items()}
+        stored = {d: shown_record(r).fingerprint() for d, r in store.records.items()}  # as their writers gave them
+        expected = {k: Record.model_validate(r).fingerprint() for k, r in world.records.items()}
         differ = sorted(d for d in stored.keys() | expected.keys() if stored.get(d) != expected.get(d))
         if differ:
             report.violation("store", f"the store differs from what the accepted writes stored: {differ[:5]}")
@@ -550,7 +556,7 @@ def _count_reach(report: Report, world: World, got: httpx.Response) -> None:
     """Evidence that the fuzz reaches what the gate guards: answers with a hidden superseder, and
     answers that show a restricted record (a tenant's, or a principal's) to a key that may read it."""
     report.counts["answers with a hidden superseder"] += any(r["hidden_superseder"] for r in got.json()["reranked"])
-    restricted = [world.marked[m] for m in MARKER.findall(got.text) if m in world.marked]
+    restricted = [r for m in MARKER.findall(got.text) for r in world.marked.get(m, ())]
     report.counts["answers showing a restricted record the key may read"] += any(
         r.get("tenant") or r.get("allowed_principals") for r in restricted
     )

@@ -5,17 +5,19 @@ public writer that is no publisher and a publisher, then every reader's view che
 The writes are the issue's attacks, mixed with each tenant's own writes: explicit ``supersedes`` to
 other tenants' and public ids (up to every public id at once), waiting edges to the ids a tenant
 writes next, ``patch_release`` records in other tenants' scopes (dated at random, or 9999-12-31),
-records squatting the id a tenant writes next, public records naming tenants' ids, and a
-publisher's public patches in tenants' scopes (trusted: the control that voiding across tenants
-still happens where it should).
+records squatting the id a tenant writes next, public records naming tenants' ids, public patches
+from no publisher in tenants' scopes, and a publisher's public patches in tenants' scopes
+(trusted: the control that voiding across tenants still happens where it should).
 
 Integrity, checked at the end for each reader (each tenant, a tenant principal that reads its
 embargoed records, a public reader): every record the reader may read is resolved as the only
 anchor (Stages 2-3, :func:`resolve_authority`) over the store's graph, and over a graph of the
 records of the reader's own tenant and the public ones only. Another tenant's records must change
 nothing: any difference in a result (status, superseders, edges, disputes, the hidden flag, order)
-is an integrity change. Leaks: each write's answer may name only records its key may read.
-A squatted id that blocked a tenant's own later write is counted (doc_id namespacing is not built).
+is an integrity change. Leaks: each write's answer may name only records its key may read (an id
+named is the writer's own tenant's record of that id where there is one, else the public one). A
+tenant's own write refused because another tenant took its id first is counted: tenants' doc_ids
+are namespaced, so there should be none.
 
 ``--shared``: the same writes alternate between two ``car-rag serve`` processes over one store in
 a throwaway PostgreSQL (vectors in pgvector); once both have applied every write (their /readyz
@@ -37,6 +39,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
@@ -55,12 +58,14 @@ import httpx  # noqa: E402
 from car_rag import CallerContext, CARStore, Embedder, load_policy  # noqa: E402
 from car_rag.channels.fusion import FusedHit  # noqa: E402
 from car_rag.graph import AuthorityGraph  # noqa: E402
+from car_rag.namespacing import as_shown  # noqa: E402
 from car_rag.policy import Policy  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
-from car_rag.records import Record  # noqa: E402
+from car_rag.records import Record, tenant_key  # noqa: E402
 from car_rag.resolution import Anchor, resolve_authority  # noqa: E402
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
+from car_rag.store import ingest  # noqa: E402
 from car_rag.trust import Trust  # noqa: E402
 from car_rag_evals.servers import car_rag_serve, serving  # noqa: E402
 
@@ -72,13 +77,25 @@ READERS = {
     "acme-legal": CallerContext("acme", {"legal"}),
     "public": CallerContext(),
 }
-FAULT = "from car_rag.trust import Trust\n\nTrust.distrust = lambda *_: None\n"
-"""``--trust-everything --shared``: the servers' ``sitecustomize``, every edge trusted as before issue 32."""
+FAULT = (
+    "from car_rag.store import ingest\nfrom car_rag.trust import Trust\n\n"
+    "Trust.distrust = lambda *_: None\ningest.tenant_key = lambda tenant, doc_id: doc_id\n"
+)
+"""``--trust-everything --shared``: the servers' ``sitecustomize``, every edge trusted and one doc_id space
+for all tenants, as before issue 32."""
 ANSWER_K = 100
 """Records asked of each answer checked: the most /retrieve gives, so that it shows most anchors."""
 MAX_UNSHOWN_ANCHORS = 4
 """Anchors an answer may rank past :data:`ANSWER_K` and still be checked in order (their 4! orders tried)."""
-KINDS = ("own", "own", "explicit", "all-public", "waiting", "rule-scope", "far-future", "squat", "public-claim", "publisher")
+ANSWER_TIMEOUT_MS = 60_000
+"""The servers' deadline per request: this checks integrity, not latency, and a slow answer on a loaded
+machine would otherwise be a 503 that ends the run (the default is 2 s)."""
+KINDS = (
+    *("own", "own", "explicit", "all-public", "waiting", "rule-scope", "far-future", "squat", "public-claim", "publisher"),
+    "public-rule",
+)
+"""``public-rule``: a public patch from no publisher in a tenant's scope (half of them dated 9999-12-31):
+with tenants' ids namespaced, the attack only the trust check stops for a reader who reads both."""
 
 
 @dataclass
@@ -184,8 +201,8 @@ def attack(world: World, kind: str) -> tuple[str, dict[str, Any]]:
         doc_id = world.next_id(tenant)
         world.counter[tenant] += 1
         return writer, {"doc_id": doc_id, **world.record(tenant, doc_type, rng.choice(world.scopes[tenant]), **extra)}
-    if kind in ("public-claim", "publisher"):
-        writer, tenant = ("owner" if kind == "public-claim" else "nvd"), None
+    if kind in ("public-claim", "publisher", "public-rule"):
+        writer, tenant = ("nvd" if kind == "publisher" else "owner"), None
         victim = rng.choice(TENANTS)
         victim_scope, victim_ids = rng.choice(world.scopes[victim]), world.ids[victim]
     doc_id = f"{writer}-x{world.counter[writer]}"
@@ -200,13 +217,37 @@ def attack(world: World, kind: str) -> tuple[str, dict[str, Any]]:
     elif kind == "waiting":
         ahead = [f"{victim or 'pub'}-r{world.counter[victim] + n}" for n in range(5)]
         record = {**world.record(tenant, "note", victim_scope), "supersedes": ahead}
-    elif kind == "far-future":
+    elif kind == "far-future" or (kind == "public-rule" and rng.random() < 0.5):
         record["published_at"] = "9999-12-31"
     return writer, {"doc_id": doc_id, **record}
 
 
 def readable(caller: CallerContext, records: dict[str, Record], ids: list[str]) -> bool:
-    return all(d in records and caller.can_read(records[d]) for d in ids)
+    """Whether ``caller`` may read every record ``ids`` names, as it names them: its own tenant's
+    record of an id, else the public one."""
+    return all(any(k in records and caller.can_read(records[k]) for k in held_as(caller, records, d)) for d in ids)
+
+
+def held_as(caller: CallerContext, records: dict[str, Record], doc_id: str) -> list[str]:
+    """The keys a store may hold the record ``caller`` names ``doc_id`` under, its own tenant's first."""
+    own = tenant_key(caller.tenant, doc_id)
+    return [k for k in dict.fromkeys((own, doc_id)) if k in records]
+
+
+def anchor_key(caller: CallerContext, records: dict[str, Record], shown: dict[str, Any]) -> str:
+    """The key of the record an answer shows as ``shown`` (its doc_id and, where the caller's tenant
+    and the public both have a record of that id, its type and date tell which)."""
+    keys = held_as(caller, records, shown["doc_id"])
+
+    def dated(record: Record) -> str | None:
+        return None if record.published_at is None else record.published_at.isoformat()
+
+    fits = [
+        k
+        for k in keys
+        if "doc_type" not in shown or (records[k].doc_type, dated(records[k])) == (shown["doc_type"], shown["published_at"])
+    ]
+    return (fits or keys or [shown["doc_id"]])[0]
 
 
 @contextmanager
@@ -228,7 +269,7 @@ def servers(
     if not shared:
         with CARStore.open(workdir / "store", policy, embedder=embedder) as store:
             assert store.ingest(seeded, progress=False).errors == []
-            with serving(Service(store, api_keys=api_keys, anchors="bm25")) as url:
+            with serving(Service(store, api_keys=api_keys, anchors="bm25", timeout_ms=ANSWER_TIMEOUT_MS)) as url:
                 yield [url], lambda: nullcontext(store)
         return
     schema = "trust_fuzz"
@@ -249,7 +290,10 @@ def servers(
             assert store.ingest(seeded, progress=False).errors == []
         keys_file = workdir / "keys.json"
         keys_file.write_text(json.dumps({"keys": [k.model_dump(exclude_defaults=True) for k in api_keys.by_hash.values()]}))
-        options = ("--authority-schema", schema, "--anchors", "bm25", "--api-keys", str(keys_file))
+        options = [
+            *("--authority-schema", schema, "--anchors", "bm25"),
+            *("--api-keys", str(keys_file), "--timeout-ms", str(ANSWER_TIMEOUT_MS)),
+        ]
         env = {"CAR_RAG_AUTHORITY_URL": pg.url}
         if trust_everything:
             (workdir / "fault").mkdir()
@@ -275,7 +319,7 @@ def run_fuzz(
     """``writes`` attacks, spread over the servers in turn; then each reader's view of the store
     (:func:`check`) and, once every server has applied every write, each reader's answers from
     every server (:func:`check_answers`). ``trust_everything``: the fault this fuzz must find, every
-    edge trusted as before issue 32."""
+    edge trusted and one doc_id space for all tenants, as before issue 32."""
     report, world = Report(), World(random.Random(seed_value))
     api_keys, secrets = keys()
     started = time.perf_counter()
@@ -285,6 +329,7 @@ def run_fuzz(
     with ExitStack() as stack:
         if trust_everything:
             stack.enter_context(mock.patch.object(Trust, "distrust", lambda *_: None))
+            stack.enter_context(mock.patch.object(ingest, "tenant_key", lambda tenant, doc_id: doc_id))
         urls, open_store = stack.enter_context(
             servers(shared, workdir, policy, embedder or Embedder(), api_keys, seeded, trust_everything)
         )
@@ -303,7 +348,7 @@ def run_fuzz(
                 answer = got.json()
                 named = answer["newly_superseded"] + [d for e in answer["new_edges"] for d in (e["superseder"], e["target"])]
                 answered.append((kind, writer, named))
-            elif kind == "own" and "taken" in got.text:
+            elif kind == "own" and "taken" in got.text:  # namespaced ids: none expected
                 report.blocked_by_squat += 1
         with open_store() as store:
             caught_up(client, urls, secrets["public"], store.head)
@@ -381,7 +426,7 @@ def check_answers(
                 )
                 got.raise_for_status()
                 answer = got.json()
-                orders, ordered = anchor_orders(answer)
+                orders, ordered = anchor_orders(answer, functools.partial(anchor_key, caller, own.records))
                 report.answers[name] += 1
                 if not ordered:
                     report.answers_unordered += 1
@@ -395,7 +440,7 @@ def check_answers(
                     result = resolve_authority(
                         own, own.policy, query, anchors, caller, scope_ids=answer["diagnostics"]["scope_ids"]
                     )
-                    want = {"records": [_shown(r.to_dict()) for r in result.top(ANSWER_K)]}
+                    want = {"records": [_shown(r.to_dict()) for r in as_shown(result).top(ANSWER_K)]}
                     if want == shown:
                         break
                     first = first or want
@@ -405,22 +450,22 @@ def check_answers(
                 report.answer_changes += compare(report, f"{name} asking {query!r} at {url}", shown, want)
 
 
-def anchor_orders(answer: dict[str, Any]) -> tuple[list[list[FusedHit]], bool]:
-    """The answer's anchors at their ranks, for each way the anchors it does not show may take the
-    ranks left; past :data:`MAX_UNSHOWN_ANCHORS` of them, one way only (Stage-1 order), and False."""
+def anchor_orders(answer: dict[str, Any], key: Callable[[dict[str, Any]], str]) -> tuple[list[list[FusedHit]], bool]:
+    """The answer's anchors at their ranks (each named by the ``key`` of what the answer shows), for
+    each way the anchors it does not show may take the ranks left; past :data:`MAX_UNSHOWN_ANCHORS`
+    of them, one way only (Stage-1 order), and False."""
+    shown = [r for r in answer["reranked"] if r["stage1"] is not None]
     anchors = [
-        FusedHit(r["doc_id"], h["score"], h["rank"], h["channels"], {}, h["contributions"])
-        for r in answer["reranked"]
-        if (h := r["stage1"]) is not None
+        FusedHit(key(r), h["score"], h["rank"], h["channels"], {}, h["contributions"]) for r in shown if (h := r["stage1"])
     ]
-    unshown = [c for c in answer["candidates"] if c["anchor"] and c["doc_id"] not in {h.doc_id for h in anchors}]
+    unshown = [c for c in answer["candidates"] if c["anchor"] and c["doc_id"] not in {r["doc_id"] for r in shown}]
     free = sorted(set(range(1, len(anchors) + len(unshown) + 1)) - {h.rank for h in anchors})
     ordered = len(unshown) <= MAX_UNSHOWN_ANCHORS
     return [
         anchors
         + [
             FusedHit(
-                c["doc_id"],
+                key(c),
                 c["score"],
                 rank,
                 {n: ch["score"] for n, ch in c["channels"].items()},
@@ -441,7 +486,7 @@ def unordered(
     disputes follow from the anchors whatever their ranks; only the order and the chain a record is
     listed under need the ranks of the anchors the answer does not show."""
     query, scope_ids = answer["query"], answer["diagnostics"]["scope_ids"]
-    result = resolve_authority(own, own.policy, query, anchors, caller, scope_ids=scope_ids)
+    result = as_shown(resolve_authority(own, own.policy, query, anchors, caller, scope_ids=scope_ids))
     reference = {r.doc_id: _listed(r.to_dict()) for r in result.ranked}
     shown = answer["reranked"]
     # A record the reference does not hold at all: {} (an integrity change).
@@ -499,7 +544,7 @@ def render(report: Report, args: argparse.Namespace) -> str:
         f"the {ANSWER_K} records shown): {report.answers_unordered} of {sum(report.answers.values())}",
         f"- untrusted claims recorded (voiding nothing): {report.claims}",
         f"- a tenant's own write refused because another tenant squatted its next id: {report.blocked_by_squat} "
-        "(doc_id namespacing, issue 32 item 3, is not built)",
+        "(tenants' doc_ids are namespaced: each tenant's own)",
         "",
         f"| reader | records checked (graph) | answers checked ({report.servers} server(s)) |",
         "|---|---:|---:|",
@@ -520,7 +565,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--out", type=Path)
     parser.add_argument(
-        "--trust-everything", action="store_true", help="the fault this fuzz must find: every edge trusted, as before issue 32"
+        "--trust-everything",
+        action="store_true",
+        help="the fault this fuzz must find: every edge trusted and one doc_id space for all tenants, as before issue 32",
     )
     parser.add_argument(
         "--shared", action="store_true", help="two car-rag serve processes over one store in PostgreSQL (pgvector), in turn"

@@ -73,7 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
         return 0
-    with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s, **authority(args)) as store:
+    scopes = None if keys is None else keys.publisher_scopes
+    with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s, publisher_scopes=scopes, **authority(args)) as store:
         service = Service(
             store,
             api_keys=keys,

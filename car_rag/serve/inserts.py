@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from car_rag.extractors import missing_scope
 from car_rag.graph import Edge
-from car_rag.records import Record, RecordError, parse_records
+from car_rag.namespacing import shown_edge
+from car_rag.records import TENANT_SEPARATOR, Record, RecordError, parse_records, shown_id
 from car_rag.serve.errors import Forbidden, Unavailable
 from car_rag.serve.keys import ApiKey
 from car_rag.serve.metrics import Metrics
@@ -80,9 +81,10 @@ class Inserts:
     def _refuse_untrusted(self, records: list[Record]) -> None:
         """Under ``untrusted = "refuse"``: a 403 naming the trust rule, for a request whose record
         would claim to void a stored record it is not trusted to (the target is never named)."""
+        keyed = self.store.keyed(records)
         with self.store.lock.read():
-            for number, record in enumerate(records, start=1):
-                claims = self.store.graph.claims_by(record)
+            for number, (record, held_as) in enumerate(zip(records, keyed, strict=True), start=1):
+                claims = self.store.graph.claims_by(held_as)
                 if claims:
                     rule = claims[0].untrusted
                     assert rule is not None
@@ -130,12 +132,17 @@ class Inserts:
             return False
         if report.errors:
             return False
-        edges = _edges_by_request(group, report)
+        with self.store.lock.read():
+            owners = {d: _owner(d, self.store.records) for d in report.added + report.updated}
+            edges = _edges_by_request(group, report, self.store.records)
         for n, pending in enumerate(group):
             pending.warnings += [w for w in report.warnings if w not in pending.warnings]  # the outbox's concern all
-            mine = {r.doc_id for r in pending.records}
+            mine = {(r.tenant, r.doc_id) for r in pending.records}
             pending.answer = self._answer(
-                pending, [d for d in report.added if d in mine], [d for d in report.updated if d in mine], edges[n]
+                pending,
+                [d for d in report.added if owners[d] in mine],
+                [d for d in report.updated if owners[d] in mine],
+                edges[n],
             )
         return True
 
@@ -165,7 +172,8 @@ class Inserts:
             pending.answer = self._answer(pending, report.added, report.updated, report.new_edges)
 
     def _answer(self, pending: _Insert, added: list[str], updated: list[str], edges: list[Edge]) -> RecordsResponse:
-        """What one request stored, and the edges it made that its key may read."""
+        """What one request stored, and the edges it made that its key may read, by the doc_ids their
+        writers gave (``added``, ``updated`` and ``edges`` name records by the keys the store holds them under)."""
         unchanged = len(pending.records) - len(added) - len(updated)
         for outcome, count in (("added", len(added)), ("updated", len(updated)), ("unchanged", unchanged)):
             self.metrics.ingested.labels(outcome).inc(count)
@@ -175,10 +183,10 @@ class Inserts:
             readable: Callable[[str], bool] = (
                 (lambda _d: True) if key is None else (lambda d: d in records and key.caller.can_read(records[d]))
             )
-            shown = [e for e in edges if readable(e.superseder) and readable(e.target)]
+            shown = [shown_edge(e) for e in edges if readable(e.superseder) and readable(e.target)]
         return RecordsResponse(
-            added=added,
-            updated=updated,
+            added=[shown_id(d) for d in added],
+            updated=[shown_id(d) for d in updated],
             unchanged=unchanged,
             newly_superseded=sorted({e.target for e in shown}),
             new_edges=[EdgeOut(superseder=e.superseder, target=e.target, rule=e.rule) for e in shown],
@@ -192,10 +200,14 @@ class Inserts:
         key = pending.key
         if not isinstance(error, CycleRefused) or key is None:
             return error
-        mine = {r.doc_id for r in pending.records}
+        mine = {(r.tenant, r.doc_id) for r in pending.records}
         with self.store.lock.read():
             records = self.store.records
-            hidden = [d for d in error.cycle if d not in mine and not (d in records and key.caller.can_read(records[d]))]
+            hidden = [
+                d
+                for d in error.cycle
+                if _owner(d, records) not in mine and not (d in records and key.caller.can_read(records[d]))
+            ]
         if not hidden:
             return error
         return replace(
@@ -238,30 +250,40 @@ class _Owners:
     another tenant's record or to make a public one private. Keeps what it refused."""
 
     def __init__(self, group: list[_Insert]):
-        self.keys = {r.doc_id: (number, p.key) for p in group for number, r in enumerate(p.records, start=1)}
+        self.keys = {(r.tenant, r.doc_id): (number, p.key) for p in group for number, r in enumerate(p.records, start=1)}
         self.refused: list[tuple[int, str]] = []
         """(position in its request, doc_id) of each record refused."""
 
     def __call__(self, held: Record, new: Record) -> str | None:
-        number, key = self.keys[new.doc_id]
+        doc_id = shown_id(new.doc_id)
+        number, key = self.keys[(new.tenant, doc_id)]
         if key is None or key.tenant is None or (held.tenant == key.tenant and key.caller.can_read(held)):
             return None
-        self.refused.append((number, new.doc_id))
+        self.refused.append((number, doc_id))
         return "the doc_id is taken by a record this key does not own"
 
 
-def _edges_by_request(group: list[_Insert], report: IngestReport) -> list[list[Edge]]:
+def _edges_by_request(group: list[_Insert], report: IngestReport, records: Mapping[str, Record]) -> list[list[Edge]]:
     """A group ingest's new edges, per request: each to the request whose record made it. The store
     adds records one by one, each linking to those already there, so an edge is made by the later
     of its two records that this ingest added or replaced (an unchanged one was not added again)."""
-    changed = set(report.added) | set(report.updated)
-    made_by: dict[str, tuple[int, int]] = {}  # doc_id -> (its place in the ingest, its request)
+    changed = {_owner(d, records) for d in report.added + report.updated}
+    made_by: dict[tuple[str | None, str], tuple[int, int]] = {}  # (tenant, doc_id) -> (its place in the ingest, its request)
     for n, pending in enumerate(group):
         for record in pending.records:
-            if record.doc_id in changed:
-                made_by[record.doc_id] = (len(made_by), n)
+            if (record.tenant, record.doc_id) in changed:
+                made_by[(record.tenant, record.doc_id)] = (len(made_by), n)
     edges: list[list[Edge]] = [[] for _ in group]
     for edge in report.new_edges:
-        _, n = max(made_by[d] for d in (edge.superseder, edge.target) if d in made_by)
+        _, n = max(made_by[o] for d in (edge.superseder, edge.target) if (o := _owner(d, records)) in made_by)
         edges[n].append(edge)
     return edges
+
+
+def _owner(key: str, records: Mapping[str, Record]) -> tuple[str | None, str]:
+    """(tenant, doc_id its writer gave) of the record a store holds, or would hold, under ``key``."""
+    held = records.get(key)
+    if held is not None:
+        return held.tenant, shown_id(key)
+    tenant, separated, _ = key.partition(TENANT_SEPARATOR)
+    return (tenant if separated else None), shown_id(key)

@@ -12,6 +12,8 @@ as its SHA-256, never in clear::
     write = false               # true: may POST /records, for its own tenant only
     publisher = false           # true (a key with no tenant): the public records it writes may
                                 # void tenants' records (car_rag.trust); they carry its name
+    publisher_scopes = { package = ["lodash"] }   # with publisher = true: only tenants' records
+                                # whose scope holds one of these values (left out: every scope)
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ import json
 import logging
 import stat
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, field_validator, model_validator
 
 from car_rag.eligibility import CallerContext
 from car_rag.records import PUBLIC_TENANT
+from car_rag.trust import PublisherScopes
 
 __all__ = ["ApiKey", "ApiKeys", "KeysFileError", "hash_key", "load_api_keys"]
 
@@ -59,6 +63,22 @@ class ApiKey(BaseModel):
     write: StrictBool = False
     """Strict: ``"false"`` or ``"no"`` (text, not a boolean) would otherwise read as a writer or not."""
     publisher: StrictBool = Field(default=False, description="Its public records may void tenants' (car_rag.trust).")
+    publisher_scopes: dict[StrictStr, tuple[StrictStr, ...]] | None = Field(
+        default=None,
+        description="Scope key -> values: a publisher key's records void tenants' records only in these scopes.",
+    )
+
+    @field_validator("publisher_scopes")
+    @classmethod
+    def _scopes(cls, value: dict[str, tuple[str, ...]] | None) -> dict[str, tuple[str, ...]] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("names no scope key: leave it out for every scope, or set publisher = false")
+        for key, values in value.items():
+            if not key.strip() or not values or any(not v.strip() for v in values):
+                raise ValueError(f"{key!r}: needs a scope key and a non-empty list of non-blank values")
+        return value
 
     @field_validator("sha256")
     @classmethod
@@ -85,6 +105,8 @@ class ApiKey(BaseModel):
     def _publishes_public_records(self) -> ApiKey:
         if self.publisher and (self.tenant is not None or not self.write):
             raise ValueError("publisher: a publisher key writes public records: it needs write = true and no tenant")
+        if self.publisher_scopes is not None and not self.publisher:
+            raise ValueError("publisher_scopes: only a publisher key (publisher = true) publishes for scopes")
         return self
 
     @property
@@ -100,6 +122,11 @@ class ApiKeys:
 
     def lookup(self, presented: str) -> ApiKey | None:
         return self.by_hash.get(hash_key(presented))
+
+    @property
+    def publisher_scopes(self) -> Mapping[str, PublisherScopes]:
+        """The scopes of each publisher key that names some (the trust a store opened for them decides by)."""
+        return {k.name: k.publisher_scopes for k in self.by_hash.values() if k.publisher_scopes is not None}
 
 
 def load_api_keys(path: str | Path) -> ApiKeys:

@@ -67,13 +67,14 @@ def worker_app() -> Any:
 
     _thread_lock_for_progress_bars()
     settings = WorkerSettings.model_validate_json(os.environ[SETTINGS_ENV])
+    keys = load_api_keys(settings.api_keys) if settings.api_keys else None
     store = CARStore.open(
         settings.store,
         authority_url=settings.authority_url,
         authority_schema=settings.authority_schema,
         chroma_timeout_s=settings.chroma_timeout_s,
+        publisher_scopes=None if keys is None else keys.publisher_scopes,
     )
-    keys = load_api_keys(settings.api_keys) if settings.api_keys else None
     service = Service(
         store,
         api_keys=keys,

@@ -32,10 +32,11 @@ from car_rag.store.config import (
     write_config,
 )
 from car_rag.store.indexes import Indexes
-from car_rag.store.ingest import DEFAULT_CHUNK, Ingest, IngestReport
+from car_rag.store.ingest import DEFAULT_CHUNK, Ingest, IngestReport, key_of, key_records
 from car_rag.store.locking import ReadWriteLock
 from car_rag.store.replica import Replica
 from car_rag.store.sqlite_log import SqliteRecordLog
+from car_rag.trust import PublisherScopes
 
 __all__ = ["CARStore"]
 
@@ -54,11 +55,12 @@ class CARStore:
         chroma_client: Any = None,
         chroma_timeout_s: float | None = None,
         log: RecordLog | None = None,
+        publisher_scopes: Mapping[str, PublisherScopes] | None = None,
     ):
         self.path = path
         self.config = config
         self.chroma_timeout_s = chroma_timeout_s
-        self.policy = Policy.model_validate(config["policy"])
+        self.policy = _with_publishers(Policy.model_validate(config["policy"]), publisher_scopes or {}, path)
         built_with = built_encoder(config)
         self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_with)
         if embedder is not None and embedder.model_name != config["embedding_model"]:
@@ -127,6 +129,7 @@ class CARStore:
         authority_schema: str | None = None,
         vector_store: str | None = None,
         follow: bool = True,
+        publisher_scopes: Mapping[str, PublisherScopes] | None = None,
     ) -> Self:
         """Open the store at ``path``, creating it when ``policy`` is given and none exists.
 
@@ -150,6 +153,10 @@ class CARStore:
         Chroma (a ``vector`` column under an HNSW index, written in the records' own transaction;
         ``hnsw`` as for Chroma, see ``DEFAULT_PGVECTOR_HNSW``). A store remembers its vector store
         (``"chroma"`` or ``"pgvector"``) and refuses the other.
+
+        ``publisher_scopes`` (publisher name -> {scope key: values}, a server's keys file) narrows
+        the scopes those publishers' records may void tenants' records in, for this process (see
+        :mod:`car_rag.trust`); the store's policy is left as built.
         """
         path = Path(path)
         check_options(embedder, encoder, vector_store, chroma_url, authority_url, authority_schema)
@@ -190,7 +197,9 @@ class CARStore:
         if shared is not None:
             path.mkdir(parents=True, exist_ok=True)
             chroma_timeout_s = chroma.SHARED_CHROMA_TIMEOUT_S if chroma_timeout_s is None else chroma_timeout_s
-        store = cls(path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s, log=shared)
+        store = cls(
+            path, config, embedder=embedder, chroma_timeout_s=chroma_timeout_s, log=shared, publisher_scopes=publisher_scopes
+        )
         if added:
             assert wanted is not None
             store._adopt(wanted, added)
@@ -260,11 +269,24 @@ class CARStore:
     def __len__(self) -> int:
         return len(self.graph)
 
-    def get(self, doc_id: str) -> Record:
+    def get(self, doc_id: str, tenant: str | None = None) -> Record:
+        """The record ``doc_id`` of ``tenant`` (None: the public one), as the store holds it (its
+        ``doc_id`` the key :meth:`key` gives)."""
         try:
-            return self.graph.records[doc_id]
+            return self.graph.records[self.key(doc_id, tenant)]
         except KeyError:
-            raise KeyError(f"no record {doc_id!r} in store {self.path}") from None
+            owner = "" if tenant is None else f" of tenant {tenant!r}"
+            raise KeyError(f"no record {doc_id!r}{owner} in store {self.path}") from None
+
+    def key(self, doc_id: str, tenant: str | None = None) -> str:
+        """The key the store holds ``tenant``'s record ``doc_id`` under (see :func:`~car_rag.records.tenant_key`)."""
+        return key_of(tenant, doc_id, self.graph.records)
+
+    def keyed(self, records: Sequence[Record]) -> list[Record]:
+        """``records`` as the store would hold them: under their keys, their ``supersedes`` resolved
+        (see :func:`~car_rag.store.ingest.key_records`)."""
+        with self.lock.read():
+            return key_records(records, self.graph.records)
 
     @property
     def records(self) -> dict[str, Record]:
@@ -303,6 +325,11 @@ class CARStore:
 
         ``atomic`` stores nothing when any record is rejected (``report.errors``): a batch goes in
         whole or not at all, as a service's clients expect of one request; it is one chunk.
+
+        A tenant's record is held under its :func:`~car_rag.records.tenant_key`, so two tenants may
+        each hold a record of one doc_id; what a ``supersedes`` of a tenant's record names is its own
+        tenant's record of that id, else a public one (see :func:`~car_rag.store.ingest.key_records`).
+        The report names records by those keys; :meth:`get` takes a doc_id and its tenant.
 
         ``may_replace(stored, new)`` is asked, for each record that would replace a stored one,
         whether it may (None) or why not (the record is rejected with that reason, field
@@ -356,3 +383,17 @@ class CARStore:
         if self.replica is not None and self.feed is None:
             self.feed = ChangeFeed(self, self.replica.log, poll_s=poll_s)
             self.feed.start()
+
+
+def _with_publishers(policy: Policy, scopes: Mapping[str, PublisherScopes], where: Path) -> Policy:
+    """``policy`` deciding trust with ``scopes`` (publisher -> scope key -> values); a scope key the
+    policy does not have is refused, since no record's scope could hold it."""
+    if not scopes:
+        return policy
+    for name, keys in scopes.items():
+        if unknown := sorted(set(keys) - set(policy.scope_keys)):
+            raise StoreError(
+                f"publisher {name!r} publishes for scope keys {unknown} that policy {policy.name!r} of store {where} "
+                f"does not have (scope_keys {list(policy.scope_keys)})"
+            )
+    return policy.model_copy(update={"trust": policy.trust.with_publishers(scopes)})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,23 @@ from car_rag.extractors import MissingScope, ScopeExtractor, missing_scope
 from car_rag.graph import Edge, SupersessionCycleError
 from car_rag.policy import Policy
 from car_rag.record_log import LogWriter, RecordLog
-from car_rag.records import LoadReport, Record, RecordError, load_records, parse_records
+from car_rag.records import (
+    TENANT_SEPARATOR,
+    LoadReport,
+    Record,
+    RecordError,
+    load_records,
+    parse_records,
+    shown_id,
+    tenant_key,
+)
 from car_rag.store import chroma
 from car_rag.store.config import StoreError
 from car_rag.store.indexes import Indexes
 from car_rag.store.locking import ReadWriteLock
 from car_rag.store.replica import Replica
 
-__all__ = ["DEFAULT_CHUNK", "CycleRefused", "Ingest", "IngestReport"]
+__all__ = ["DEFAULT_CHUNK", "CycleRefused", "Ingest", "IngestReport", "key_of", "key_records"]
 
 log = logging.getLogger(__package__)  # car_rag.store: one logger for all the store says, whichever module
 
@@ -59,6 +68,7 @@ class IngestReport:
     """What one ingest changed."""
 
     added: list[str] = field(default_factory=list)
+    """The records added, by the keys the store holds them under (a tenant's: :func:`~car_rag.records.tenant_key`)."""
     updated: list[str] = field(default_factory=list)
     unchanged: int = 0
     errors: list[RecordError] = field(default_factory=list)
@@ -149,11 +159,15 @@ class Ingest:
         report.warnings, report.scope_filled = filled.warnings, filled.filled
         report.timings_s["scope"] = time.perf_counter() - tick
         with self.lock.read():  # another thread's ingest may be writing the records table
-            fingerprints = self.log.fingerprints([r.doc_id for r in filled.records])
+            records = key_records(filled.records, self.indexes.graph.records)
+            fingerprints = self.log.fingerprints([r.doc_id for r in records])
+        lines = {r.doc_id: line for r in records if (line := loaded.lines.get(shown_id(r.doc_id))) is not None}
+        if embeddings is not None:
+            embeddings = {r.doc_id: embeddings[shown] for r in records if (shown := shown_id(r.doc_id)) in embeddings}
         valid: list[Record] = []
         changed: list[Record] = []
-        for record in filled.records:
-            problems = _scope_key_errors(record, label, loaded.lines.get(record.doc_id))
+        for record in records:
+            problems = _scope_key_errors(record, label, lines.get(record.doc_id))
             if problems:
                 report.errors.extend(problems)
                 continue
@@ -176,8 +190,9 @@ class Ingest:
                     bar.set_postfix_str(f"{report.unchanged} already stored", refresh=False)
                 for start in range(0, len(changed), size):
                     chunk = changed[start : start + size]
-                    report.merge(self._chunk(chunk, embeddings, atomic, label, loaded.lines, may_replace))
+                    report.merge(self._chunk(chunk, embeddings, atomic, label, lines, may_replace))
                     bar.update(len(chunk))
+        report.errors = [_as_given(e) for e in report.errors]
         self._log(label, report)
         return report
 
@@ -319,6 +334,57 @@ class Ingest:
         tick = time.perf_counter()
         held.take(ids, [r.text for r in records], vectors if self.log.shared else None, replaces)
         timings["bm25"] = time.perf_counter() - tick
+
+
+def key_records(records: Sequence[Record], held: Mapping[str, Record]) -> list[Record]:
+    """``records`` as a store holds them, next to the records ``held``: each tenant's record under its
+    :func:`~car_rag.records.tenant_key`, and each id its ``supersedes`` names resolved to its own
+    tenant's record of that id, else to a public one, never to another tenant's (an id neither
+    names yet: its own tenant's, which the edge waits for). A record a store holds already under
+    its bare doc_id (stored before tenants' ids were namespaced) keeps that key. Public records
+    are held as they are."""
+    keys = {(r.tenant, r.doc_id): key_of(r.tenant, r.doc_id, held) for r in records if r.tenant is not None}
+    batch = set(keys.values())
+
+    def target(tenant: str, doc_id: str) -> str:
+        own = key_of(tenant, doc_id, held)
+        if own in held or own in batch:
+            return own
+        public = held.get(doc_id)
+        return doc_id if public is not None and public.tenant is None else own
+
+    out = []
+    for record in records:
+        tenant = record.tenant
+        if tenant is None:
+            out.append(record)
+            continue
+        named = [target(tenant, d) for d in record.supersedes]
+        key = keys[(tenant, record.doc_id)]
+        if key == record.doc_id and named == record.supersedes:
+            out.append(record)
+            continue
+        weak = {target(tenant, d): c for d, c in record.supersedes_confidence.items()}
+        out.append(record.model_copy(update={"doc_id": key, "supersedes": named, "supersedes_confidence": weak}))
+    return out
+
+
+def key_of(tenant: str | None, doc_id: str, held: Mapping[str, Record]) -> str:
+    """The key ``tenant``'s record ``doc_id`` is (or would be) held under, among the records ``held``."""
+    if tenant is None:
+        return doc_id
+    legacy = held.get(doc_id)
+    return doc_id if legacy is not None and legacy.tenant == tenant else tenant_key(tenant, doc_id)
+
+
+def _as_given(error: RecordError) -> RecordError:
+    """``error`` naming records by the doc_ids their writers gave them."""
+    if error.doc_id is None or TENANT_SEPARATOR not in error.doc_id + error.message:
+        return error
+    message = error.message
+    for key in sorted({error.doc_id, *getattr(error, "cycle", ())}, key=len, reverse=True):
+        message = message.replace(repr(key), repr(shown_id(key))).replace(key, shown_id(key))
+    return replace(error, doc_id=shown_id(error.doc_id), message=message)
 
 
 def _scope_key_errors(record: Record, source: str, line: int | None) -> list[RecordError]:

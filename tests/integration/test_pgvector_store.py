@@ -21,6 +21,7 @@ from car_rag.cli import main
 from car_rag.eligibility import CallerContext
 from car_rag.postgres import PgVectorChannel
 from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.records import shown_id
 from car_rag.store import StoreError
 from helpers_records import pgvector_channel, shared_log
 from servers import fetch_one
@@ -193,16 +194,16 @@ def test_the_caller_gate_is_inside_the_sql_search(new_database, tmp_path, demo_r
         follow=False,
     ) as store:
         store.ingest(records, progress=False)
-        for caller in CALLERS:
-            assert [h.doc_id for h in store.dense.search(query, K, where=caller.chroma_where())] == _expected(
+        for caller in CALLERS:  # the channel names records by the store's keys; the corpus by doc_ids (unique here)
+            assert [shown_id(h.doc_id) for h in store.dense.search(query, K, where=caller.chroma_where())] == _expected(
                 records, vectors, query, caller, K
             ), caller
         _past_the_limit(store)
-        assert {h.doc_id for h in store.dense.search(query, K)} <= restricted  # the best overall are unreadable
+        assert {shown_id(h.doc_id) for h in store.dense.search(query, K)} <= restricted  # the best overall are unreadable
         for caller in CALLERS:
             hits = store.dense.search(query, K, where=caller.chroma_where())
-            assert [h.doc_id for h in hits] == _expected(records, vectors, query, caller, K), caller
-            assert {h.doc_id for h in store.dense.search(query, len(records), where=caller.chroma_where())} == {
+            assert [shown_id(h.doc_id) for h in hits] == _expected(records, vectors, query, caller, K), caller
+            assert {shown_id(h.doc_id) for h in store.dense.search(query, len(records), where=caller.chroma_where())} == {
                 r["doc_id"] for r in records if caller.can_read(Record.model_validate(r))
             }
         assert pgvector_channel(store).exact_scans == 0
@@ -210,7 +211,7 @@ def test_the_caller_gate_is_inside_the_sql_search(new_database, tmp_path, demo_r
         opened = {**records[45], "allowed_principals": ["analyst"]}
         store.ingest([opened], progress=False)
         analyst = CallerContext("acme", ["analyst"])
-        assert store.dense.search(query, 1, where=analyst.chroma_where())[0].doc_id == opened["doc_id"]
+        assert shown_id(store.dense.search(query, 1, where=analyst.chroma_where())[0].doc_id) == opened["doc_id"]
 
 
 def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(

@@ -135,3 +135,29 @@ def test_the_adversarial_fuzz_across_two_servers_finds_no_integrity_change_and_f
     assert report.claims >= 50 and min(report.answers.values()) == 160 and report.answers_unordered == 0
     leaky = trust_fuzz.run_fuzz(100, workdir=tmp_path / "leaky", embedder=embedder, shared=True, trust_everything=True)
     assert leaky.answer_changes >= 50
+
+
+def test_two_tenants_write_one_doc_id_through_two_workers_and_each_reads_its_own(tmp_path, pg, security_policy, embedder):
+    """doc_ids namespaced per tenant over the shared store: globex's write of an id acme took is
+    stored beside acme's (no 403), each worker applies both from the change feed, and each tenant
+    is shown its own record under that id, never the other's nor the key the store holds it under."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with CARStore.open(
+        tmp_path / "build", security_policy, embedder=embedder, authority_url=pg, authority_schema=schema, vector_store="pgvector"
+    ) as store:
+        assert store.ingest([disclosure(n) for n in range(10)], progress=False).errors == []
+    with workers(pg, schema, tmp_path) as base:
+        for tenant in ("acme", "globex"):
+            got = post(base, f"k-{tenant}", [disclosure(5, tenant=tenant), patch(5, "shared-id", tenant=tenant)])
+            assert got.json()["added"] == [f"d5-{tenant}", "shared-id"] and "\\u001f" not in got.text
+        wait_for(lambda: caught_up(base), "both workers applied every write", 60, 0.1)
+        for tenant in ("acme", "globex", "acme", "globex"):  # each twice: both workers answer some
+            got = httpx.post(
+                f"{base}/retrieve",
+                json={"query": f"is the archive flaw in {scope(5)['package']} fixed?", "k": 20, "with_text": True},
+                headers={"Authorization": f"Bearer k-{tenant}"},
+                timeout=60,
+            )
+            shown = {r["doc_id"]: r for r in got.json()["reranked"]}
+            assert shown[f"d5-{tenant}"]["superseded_by"] == ["shared-id"] and "\\u001f" not in got.text
+            assert not {"d5-acme", "d5-globex"} - {f"d5-{tenant}"} & set(shown)

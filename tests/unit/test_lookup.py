@@ -126,6 +126,21 @@ def test_eligibility_keeps_restricted_records_out():
     assert insider.doc_ids() == ["fix-1", "disc"]
 
 
+def test_another_tenants_many_records_in_a_named_scope_crowd_out_none_of_the_readers_chains():
+    """The scope a question names holds 1 acme record and 25 later globex ones: acme's is a root of
+    the closure all the same (filtered before the cap), so its superseder from another scope is found."""
+    cve = {"package": "lodash", "cve_id": "CVE-2024-0001"}
+    records = [
+        _rec("acme-d", "vulnerability_disclosure", cve, 1, tenant="acme"),
+        *(_rec(f"globex-{n}", "vulnerability_disclosure", cve, 2, tenant="globex") for n in range(25)),
+        _rec("acme-memo", "note", {"package": "other"}, 3, tenant="acme", supersedes=["acme-d"]),
+    ]
+    acme = CallerContext(tenant="acme")
+    result = DictStore.of(records).resolve(SEC, "is CVE-2024-0001 fixed?", [], caller=acme)
+    assert retrieved(result, "acme-d").superseded_by == ["acme-memo"]
+    assert _shape(result) == _shape(_reference(records, SEC, "is CVE-2024-0001 fixed?", [], acme))
+
+
 def test_queries_collapse_and_naming_queries_stay_apart():
     bucket = ScopeQuery.make({"package": "p", "cve_id": "c"})
     typed = ScopeQuery.make({"package": "p", "cve_id": "c"}, ["patch_release"])

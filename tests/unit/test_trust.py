@@ -202,6 +202,12 @@ def test_a_publisher_survives_the_flat_metadata_layout_and_plain_metadata_is_no_
         ({"tenant": "acme", "write": True, "publisher": True}, "needs write = true and no tenant"),
         ({"publisher": True}, "needs write = true and no tenant"),
         ({"write": True, "publisher": "yes"}, "publisher: Input should be a valid boolean"),
+        ({"write": True, "publisher_scopes": {"package": ["lodash"]}}, "only a publisher key (publisher = true)"),
+        ({"write": True, "publisher": True, "publisher_scopes": {}}, "names no scope key"),
+        ({"write": True, "publisher": True, "publisher_scopes": {"package": []}}, "non-empty list of non-blank values"),
+        ({"write": True, "publisher": True, "publisher_scopes": {"package": [" "]}}, "non-empty list of non-blank values"),
+        ({"write": True, "publisher": True, "publisher_scopes": {"package": "lodash"}}, "publisher_scopes.package"),
+        ({"write": True, "publisher": True, "publisher_scopes": {"package": [1]}}, "valid string"),
     ],
 )
 def test_a_keys_file_declares_publishers_or_says_what_is_wrong(tmp_path, entry, problem) -> None:
@@ -212,3 +218,55 @@ def test_a_keys_file_declares_publishers_or_says_what_is_wrong(tmp_path, entry, 
     path.write_text(json.dumps({"keys": [{"name": "nvd", "sha256": hash_key("k"), "write": True, "publisher": True}]}))
     key = load_api_keys(path).lookup("k")
     assert key is not None and key.publisher and key.tenant is None
+
+
+def test_a_keys_file_names_the_scopes_of_a_publisher_key(tmp_path) -> None:
+    path = tmp_path / "keys.toml"
+    path.write_text(
+        f'[[keys]]\nname = "nvd"\nsha256 = "{hash_key("k")}"\nwrite = true\npublisher = true\n'
+        'publisher_scopes = { package = ["lodash", "express"] }\n'
+        f'[[keys]]\nname = "osv"\nsha256 = "{hash_key("o")}"\nwrite = true\npublisher = true\n'
+    )
+    path.chmod(0o600)
+    assert load_api_keys(path).publisher_scopes == {"nvd": {"package": ("lodash", "express")}}  # osv: every scope
+
+
+def test_a_publisher_with_scopes_voids_tenants_records_only_in_them() -> None:
+    scoped = Trust().with_publishers({"nvd": {"package": ("lodash",)}})
+    nvd = _patch("p", publisher="nvd")
+    assert scoped.distrust(nvd, _disclosure("d", tenant="acme")) is None
+    express = rec("e", "vulnerability_disclosure", at=0, scope={"package": "express"}, tenant="acme")
+    assert scoped.distrust(nvd, express) == "publisher_out_of_scope"
+    assert scoped.distrust(nvd, rec("u", "vulnerability_disclosure", at=0, tenant="acme")) == "publisher_out_of_scope"
+    assert scoped.distrust(nvd, express.model_copy(update={"tenant": None})) is None  # public over public, as ever
+    assert scoped.distrust(_patch("q", publisher="osv"), express) is None  # a publisher it does not name: every scope
+    assert Trust(public_voids_tenants="any", publisher_scopes=scoped.publisher_scopes).distrust(nvd, express) is None
+    assert "publisher_out_of_scope" in TRUST_REASONS
+
+
+def test_an_out_of_scope_publisher_record_is_a_claim_shown_with_its_rule() -> None:
+    policy = POLICY.model_copy(update={"trust": Trust().with_publishers({"nvd": {"package": ("express",)}})})
+    graph = _graph(_disclosure("globex-d", tenant="globex"), _patch("nvd-p", publisher="nvd"), policy=policy)
+    assert graph.edges() == []
+    item = _status(graph, "globex-d", GLOBEX)
+    assert item.status == "active" and [e.untrusted for e in item.disputed_by] == ["publisher_out_of_scope"]
+
+
+@pytest.mark.parametrize("scopes", [{"nvd": {}}, {"nvd": {"package": ()}}, {"nvd": {"package": ("",)}}])
+def test_a_policys_publisher_scopes_are_checked(scopes) -> None:
+    with pytest.raises(ValidationError, match="'nvd'"):
+        Trust(publisher_scopes=scopes)
+
+
+def test_a_claimant_of_several_chain_members_is_listed_under_the_same_one_in_any_graph() -> None:
+    """A public record claims eight acme notes that void one acme disclosure: which note's chain lists
+    it is a tie (one anchor, one group) broken by id, not by the order a set of ids iterates in (which
+    the hash seed and the graph's history change, as the trust fuzz found)."""
+    notes = [rec(f"note-{n}", at=n + 1, tenant="acme", supersedes=["acme-d"]) for n in range(8)]
+    claimant = rec("pub-claim", at=20, supersedes=[r.doc_id for r in notes])
+    records = [_disclosure("acme-d", tenant="acme"), *notes, claimant]
+    for graph in (_graph(*records), _graph(*reversed(records))):
+        item = _status(graph, "acme-d", ACME)
+        result = resolve_authority(graph, graph.policy, "q", [Anchor("acme-d", 1)], ACME)
+        claimed = result.get("pub-claim")
+        assert item.status == "superseded" and claimed is not None and claimed.anchor_id == "note-0"
