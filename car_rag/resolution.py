@@ -14,12 +14,13 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from car_rag.ambiguity import Ambiguity
 from car_rag.channels.fusion import RRF_K, FusedHit
-from car_rag.eligibility import CallerContext
-from car_rag.graph import RSSG, AuthorityGraph, Edge
+from car_rag.eligibility import CallerContext, RecordFilter, as_of_label
+from car_rag.graph import RSSG, AuthorityGraph, DatedGraph, Edge
 from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import Policy
 from car_rag.records import Record
@@ -170,6 +171,10 @@ class RetrievalResult:
     """The fused Stage-1 candidates the anchors were chosen from, best first, with their
     channel scores (the core retriever's; empty where no fusion ran, e.g. a framework's
     Stage 1). Not part of :meth:`to_dict`."""
+    as_of: datetime | None = None
+    """The date the authority was resolved as of (None: now, every record the store holds)."""
+    filters: RecordFilter | None = None
+    """The filter the records were chosen under (None: none)."""
 
     def __iter__(self) -> Iterator[RetrievedRecord]:
         return iter(self.ranked)
@@ -199,8 +204,13 @@ class RetrievalResult:
         return next((r for r in self.ranked if r.doc_id == doc_id), None)
 
     def to_dict(self, k: int | None = None) -> dict[str, Any]:
+        # as_of and filters only where a query set them: other results are written as before.
+        asked: dict[str, Any] = {} if self.as_of is None else {"as_of": as_of_label(self.as_of)}
+        if self.filters:
+            asked["filters"] = self.filters.to_dict()
         return {
             "query": self.query,
+            **asked,
             "scope_ids": self.scope_ids,
             "records": [r.to_dict() for r in self.top(k)],
             "scope_posterior": self.scope_posterior.to_dict() if self.scope_posterior is not None else None,
@@ -243,6 +253,7 @@ def resolve_authority(
     scope_ids: dict[str, list[str]] | None = None,
     posterior: ScopePosterior | None = None,
     min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+    filters: RecordFilter | None = None,
 ) -> RetrievalResult:
     """Stage 2 + 3: authority closure and active frontier for given Stage-1 anchors.
 
@@ -265,12 +276,18 @@ def resolve_authority(
     Only edges of at least ``min_confidence`` void (the safe frontier, Definition 9); Stage 2
     still follows weaker ones, so a record they alone void is returned active with its
     weak voiders beside it in ``contested_by``.
+
+    A graph as of a date (:meth:`AuthorityGraph.as_of`) resolves the authority as it stood
+    then, and the result says so. Records ``filters`` leaves out are never admitted either, but
+    they still void: one they void is superseded, with nothing shown in its place
+    (``hidden_superseder``), as for a superseder the caller may not read.
     """
     if not 0.0 <= min_confidence <= 1.0:
         raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
     started = time.perf_counter()
     hits = [a.hit() if isinstance(a, Anchor) else a for a in anchors]
-    readable: Callable[[str], bool] = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
+    may_read: Callable[[str], bool] = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
+    readable = may_read if not filters else (lambda d: may_read(d) and filters.matches(graph.records[d]))
     # member -> (group, role, anchor id): group orders chains (0 = named in the query).
     members: dict[str, tuple[int, Role, str | None]] = {}
 
@@ -312,9 +329,9 @@ def resolve_authority(
     hidden = {
         d
         for d in members
-        if caller is not None
+        if (caller is not None or filters)
         and not all(map(readable, above := graph.ancestors(d, min_confidence)))
-        and _hidden_voider(graph, d, above, readable)
+        and _hidden_voider(graph, d, above, readable, may_read)
     }
     stage1 = {h.doc_id: h for h in hits}
     # The claims over each member that another member makes (so the reader may read both).
@@ -370,16 +387,21 @@ def resolve_authority(
             anchor = graph.records.get(item.anchor_id) if item.anchor_id else None
             item.scope_probability = own if own is not None or anchor is None else posterior.probability(anchor)
     elapsed = (time.perf_counter() - started) * 1000
-    return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior)
+    as_of = graph.when if isinstance(graph, DatedGraph) else None
+    return RetrievalResult(
+        query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior, as_of=as_of, filters=filters or None
+    )
 
 
-def _hidden_voider(graph: AuthorityGraph, doc_id: str, above: set[str], readable: Callable[[str], bool]) -> bool:
-    """Whether a record of ``above`` (what voids ``doc_id``) that the reader may not read counts for
-    this reader: only one of ``doc_id``'s own tenant does (an embargoed fix within one
-    organisation), so no other tenant's or publisher's private record changes, or dates, what
-    this reader is shown."""
+def _hidden_voider(
+    graph: AuthorityGraph, doc_id: str, above: set[str], readable: Callable[[str], bool], may_read: Callable[[str], bool]
+) -> bool:
+    """Whether a record of ``above`` (what voids ``doc_id``) that is not shown counts for this
+    reader: one the query's filter leaves out does, and of those the reader may not read, only
+    one of ``doc_id``'s own tenant (an embargoed fix within one organisation), so no other
+    tenant's or publisher's private record changes, or dates, what this reader is shown."""
     tenant, records = graph.records[doc_id].tenant, graph.records
-    return any(records[a].tenant == tenant and not readable(a) for a in above)
+    return any(not readable(a) and (may_read(a) or records[a].tenant == tenant) for a in above)
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: ResolutionMode) -> set[str]:
