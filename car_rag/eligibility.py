@@ -205,6 +205,36 @@ class RecordFilter:
         return out
 
 
+def filter_of(fields: Mapping[str, Any], scope_keys: Sequence[str]) -> RecordFilter:
+    """A :class:`RecordFilter` from the ``filters`` object of ``/retrieve`` (``date_range``
+    ``{"from", "to"}``, ``subjects`` ``{scope key: [values]}``, ``sources``, ``doc_types``,
+    ``metadata`` ``{key: value}``). A field not among those, or a subject that is not one of the
+    policy's ``scope_keys``, is a ValueError naming it: a filter is never silently ignored."""
+    unknown = sorted(set(fields) - set(FILTER_FIELDS))
+    if unknown:
+        raise ValueError(f"filters.{unknown[0]}: unknown filter field (known: {', '.join(FILTER_FIELDS)})")
+    dates = fields.get("date_range") or {}
+    if not isinstance(dates, Mapping) or set(dates) - {"from", "to"}:
+        raise ValueError('filters.date_range: expected {"from": date, "to": date} (either may be left out)')
+    subjects = fields.get("subjects") or {}
+    if not isinstance(subjects, Mapping):
+        raise ValueError("filters.subjects: expected {scope key: [values]}")
+    strange = sorted(set(subjects) - set(scope_keys))
+    if strange:
+        raise ValueError(f"filters.subjects.{strange[0]}: not a scope key of the policy (its keys: {', '.join(scope_keys)})")
+    lists = {name: fields.get(name) or [] for name in ("sources", "doc_types")}
+    for name, values in [*lists.items(), *((f"subjects.{k}", v) for k, v in subjects.items())]:
+        if isinstance(values, str) or not isinstance(values, Sequence):
+            raise ValueError(f"filters.{name}: expected a list of strings")
+    metadata = fields.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise ValueError("filters.metadata: expected {key: value}")
+    try:
+        return RecordFilter(since=dates.get("from"), until=dates.get("to"), subjects=subjects, metadata=metadata, **lists)
+    except ValueError as exc:
+        raise ValueError(f"filters.{exc}") from None
+
+
 def _same(held: Any, wanted: Scalar) -> bool:
     # True is not 1 here: a metadata flag and a count are different values.
     return bool(held == wanted) and isinstance(held, bool) == isinstance(wanted, bool)

@@ -31,12 +31,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
+from car_rag.eligibility import as_of_label
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.packets import SupersededMode
 from car_rag.evidence.wording import (
     CUT_MARK,
     HIDDEN_REPLACER_NOTE,
     ambiguity_note,
+    as_of_sentence,
     disputed_note,
     document_header,
     plain_line,
@@ -111,8 +113,10 @@ def render_plain(
     lead = ""  # the ambiguity sentence, where the question names several subjects it does not tell apart
     if hasattr(evidence, "top"):
         result = cast("RetrievalResult", evidence)
+        if result.as_of is not None:
+            lead = f"{as_of_sentence(as_of_label(result.as_of))}\n\n"
         if result.ambiguity is not None:
-            lead = f"{plain_line(ambiguity_note(result.ambiguity, result.policy))}\n\n"
+            lead += f"{plain_line(ambiguity_note(result.ambiguity, result.policy))}\n\n"
         shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
         # Named by label, not by document number: a token budget can renumber the documents.
         possibly = {

@@ -22,6 +22,7 @@ Every string is escaped by :mod:`car_rag.evidence.xml_tree`: retrieved text neve
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
@@ -39,7 +40,7 @@ from car_rag.evidence.wording import (
     subject_phrase,
     uncertain_scope,
 )
-from car_rag.evidence.xml_tree import Element, iso_date
+from car_rag.evidence.xml_tree import Element, as_of_element, iso_date
 
 if TYPE_CHECKING:
     from car_rag.ambiguity import Ambiguity
@@ -112,9 +113,12 @@ def _document(
     dropped: list[str],
     cut_to: int | None,
     ambiguity: Ambiguity | None,
+    as_of: datetime | None,
 ) -> str:
     refs = {**hidden_refs, **{p.doc_id: p.evidence_packet_id for p in shown}}
     root = Element("evidence", {"query-id": query_id})
+    if as_of is not None:
+        root.add(as_of_element(as_of))
     if ambiguity is not None:
         root.add(Element("ambiguity", {"subjects": str(ambiguity.scopes)}, ambiguity_sentence(ambiguity, policy)))
     lines = authority_digest(shown, policy, refs=hidden_refs)
@@ -166,7 +170,12 @@ def render_reader(
     shown = [p for p in ordered if p.is_active or superseded == "include"]
     not_shown = {p.doc_id: p.evidence_packet_id for p in ordered if p not in shown}
     count = token_counter or approx_tokens
-    options: dict[str, Any] = {"query_id": query_id, "indent": indent, "ambiguity": getattr(evidence, "ambiguity", None)}
+    options: dict[str, Any] = {
+        "query_id": query_id,
+        "indent": indent,
+        "ambiguity": getattr(evidence, "ambiguity", None),
+        "as_of": getattr(evidence, "as_of", None),
+    }
     dropped: list[str] = []
     if token_budget is not None:
         # Greedy in reader order: keep each packet that still fits, drop one that does not

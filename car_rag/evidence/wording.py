@@ -12,7 +12,9 @@ changes what readers answer (the reader protocol in the docs says how to measure
 * packet ids stand at the end of a digest line, apart from its words: an id next to "fixes"
   is copied in place of a version (``evals/results/llm-ghsa-freeform-reader/choices/``);
 * a record replaced by one the caller may not read says so and never names it;
-* a scope probability is said only where the scope is a guess (under 1.00).
+* a scope probability is said only where the scope is a guess (under 1.00);
+* a result asked as of a date says so first, in every form: its records are the authority as
+  it stood that day, not now.
 
 Record values (types, versions, scope values) reach these sentences as data: the renderings
 escape what they write, and the ambiguity sentence folds white space so no value starts a
@@ -43,6 +45,7 @@ __all__ = [
     "NOT_SUPERSEDED",
     "Link",
     "ambiguity_note",
+    "as_of_sentence",
     "ambiguity_sentence",
     "compact_possibly_text",
     "compact_relation_text",
@@ -257,6 +260,11 @@ def ambiguity_sentence(ambiguity: Ambiguity, policy: Policy | None = None) -> st
 def ambiguity_note(ambiguity: Ambiguity, policy: Policy | None = None) -> str:
     """The ambiguity sentence as the plain form opens with it."""
     return f"Note: {ambiguity_sentence(ambiguity, policy)}"
+
+
+def as_of_sentence(label: str) -> str:
+    """What every form says first of a result asked as of a date (``label``: the date as written)."""
+    return f"As of {label}: these records are the authority as it stood then; nothing dated later was considered."
 
 
 # ---------------------------------------------------------------------- the authority digest
