@@ -90,6 +90,9 @@ class RetrievedRecord:
     hidden_superseder: bool = False
     """Voided by a record of its own tenant that the caller may not read (never named): stale,
     though nothing shown says why. Another tenant's or a publisher's private record never sets it."""
+    filtered_superseder: bool = False
+    """Voided by a record the query's filter leaves out (one the caller may read): stale, with
+    nothing shown in its place. A filter narrows what is shown, not what is true."""
     scope_probability: float | None = None
     """How probable it is that the question is about this record's scope (latent-scope CAR);
     1.0 for a scope the question names alone, None where no posterior was estimated."""
@@ -107,8 +110,8 @@ class RetrievedRecord:
     @property
     def displaced(self) -> bool:
         """Superseded, with a record the caller may read in its place: ranked after the active
-        records as provenance. One voided only by hidden records (``hidden_superseder``) is not."""
-        return self.status == "superseded" and not self.hidden_superseder
+        records as provenance. One voided only by hidden or filtered-out records is not."""
+        return self.status == "superseded" and not self.hidden_superseder and not self.filtered_superseder
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +127,7 @@ class RetrievedRecord:
             "contested_by": [edge_json(e.superseder, e) for e in self.contested_by],
             "disputed_by": [edge_json(e.superseder, e) for e in self.disputed_by],
             "hidden_superseder": self.hidden_superseder,
+            **({"filtered_superseder": True} if self.filtered_superseder else {}),
             "scope": self.record.scope,
             "scope_probability": None if self.scope_probability is None else round(self.scope_probability, 4),
             "published_at": self.record.published_at.isoformat() if self.record.published_at else None,
@@ -280,7 +284,7 @@ def resolve_authority(
     A graph as of a date (:meth:`AuthorityGraph.as_of`) resolves the authority as it stood
     then, and the result says so. Records ``filters`` leaves out are never admitted either, but
     they still void: one they void is superseded, with nothing shown in its place
-    (``hidden_superseder``), as for a superseder the caller may not read.
+    (``filtered_superseder``), ranked as a record with a hidden superseder is.
     """
     if not 0.0 <= min_confidence <= 1.0:
         raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
@@ -326,13 +330,14 @@ def resolve_authority(
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
     # Voided by a record the reader may not read: as cheap as ever where all it reads is readable.
-    hidden = {
-        d
-        for d in members
-        if (caller is not None or filters)
-        and not all(map(readable, above := graph.ancestors(d, min_confidence)))
-        and _hidden_voider(graph, d, above, readable, may_read)
-    }
+    hidden: set[str] = set()
+    filtered: set[str] = set()
+    for d in members if caller is not None or filters else ():
+        above = graph.ancestors(d, min_confidence)
+        if caller is not None and not all(map(may_read, above)) and _hidden_voider(graph, d, above, may_read):
+            hidden.add(d)
+        if filters and any(may_read(a) and not readable(a) for a in above):
+            filtered.add(d)
     stage1 = {h.doc_id: h for h in hits}
     # The claims over each member that another member makes (so the reader may read both).
     among = graph.disputes_among(members) if disputed else {}
@@ -346,11 +351,11 @@ def resolve_authority(
     for doc_id, (_, role, anchor_id) in members.items():
         voided = rssg.voided_by.get(doc_id, {})
         # A record voided by something the caller cannot see does not control anything.
-        controlling = [c for c in rssg.controlling(doc_id) if c not in hidden]
+        controlling = [c for c in rssg.controlling(doc_id) if c not in hidden and c not in filtered]
         items.append(
             RetrievedRecord(
                 record=graph.records[doc_id],
-                status="superseded" if voided or doc_id in hidden else "active",
+                status="superseded" if voided or doc_id in hidden or doc_id in filtered else "active",
                 role=role,
                 rank=0,
                 anchor_id=anchor_id,
@@ -361,6 +366,7 @@ def resolve_authority(
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
                 disputed_by=sorted(claimed[doc_id], key=lambda e: e.superseder) if doc_id in claimed else [],
                 hidden_superseder=doc_id in hidden and not controlling,
+                filtered_superseder=doc_id in filtered and not controlling,
             )
         )
 
@@ -374,7 +380,9 @@ def resolve_authority(
     ranked = sorted(items, key=order)
     # Nothing shown stands in for a record voided only by hidden ones: an anchor among them
     # is never ranked after its Stage-1 rank, so a caller asking for k records sees it.
-    keep = sorted((i.stage1.rank, i.doc_id) for i in items if i.hidden_superseder and i.stage1 is not None)
+    keep = sorted(
+        (i.stage1.rank, i.doc_id) for i in items if (i.hidden_superseder or i.filtered_superseder) and i.stage1 is not None
+    )
     for stage1_rank, doc_id in keep:
         at = next(n for n, i in enumerate(ranked) if i.doc_id == doc_id)
         if at >= stage1_rank:
@@ -393,15 +401,13 @@ def resolve_authority(
     )
 
 
-def _hidden_voider(
-    graph: AuthorityGraph, doc_id: str, above: set[str], readable: Callable[[str], bool], may_read: Callable[[str], bool]
-) -> bool:
-    """Whether a record of ``above`` (what voids ``doc_id``) that is not shown counts for this
-    reader: one the query's filter leaves out does, and of those the reader may not read, only
-    one of ``doc_id``'s own tenant (an embargoed fix within one organisation), so no other
-    tenant's or publisher's private record changes, or dates, what this reader is shown."""
+def _hidden_voider(graph: AuthorityGraph, doc_id: str, above: set[str], readable: Callable[[str], bool]) -> bool:
+    """Whether a record of ``above`` (what voids ``doc_id``) that the reader may not read counts for
+    this reader: only one of ``doc_id``'s own tenant does (an embargoed fix within one
+    organisation), so no other tenant's or publisher's private record changes, or dates, what
+    this reader is shown."""
     tenant, records = graph.records[doc_id].tenant, graph.records
-    return any(not readable(a) and (may_read(a) or records[a].tenant == tenant) for a in above)
+    return any(records[a].tenant == tenant and not readable(a) for a in above)
 
 
 def _chain_above(graph: AuthorityGraph, doc_id: str, resolution: ResolutionMode) -> set[str]:

@@ -21,6 +21,7 @@ from car_rag.cli.options import (
 )
 from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
+from car_rag.evidence.wording import FILTERED_SUPERSEDER_TEXT
 from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
             why = f"superseded by {', '.join(rec.superseded_by)} ({', '.join(rules)})"
         elif rec.hidden_superseder:
             why = HIDDEN_SUPERSEDER_TEXT
+        elif rec.filtered_superseder:
+            why = FILTERED_SUPERSEDER_TEXT
         else:
             why = rec.role
         rank = str(rec.rank) if rec in shown else "prov"

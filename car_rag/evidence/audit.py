@@ -188,6 +188,8 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
     if ep.conflict_indicators.hidden_superseder:
         # Never an id, a type or a rule of the hidden record: only that it exists.
         el.add(Element("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))
+    elif ep.conflict_indicators.filtered_superseder:
+        el.add(Element("superseded-by", {"filtered-out": "true"}, packet.filtered_sentence()))
     cite = packet.citation_coordinates
     if any(v is not None for v in (cite.uri, cite.version_id, cite.section_path, cite.page_number)):
         el.add(

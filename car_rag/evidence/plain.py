@@ -36,6 +36,7 @@ from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.packets import SupersededMode
 from car_rag.evidence.wording import (
     CUT_MARK,
+    FILTERED_REPLACER_NOTE,
     HIDDEN_REPLACER_NOTE,
     ambiguity_note,
     as_of_sentence,
@@ -107,6 +108,7 @@ def render_plain(
     if isinstance(evidence, (str, bytes)):
         raise TypeError("render_plain takes a RetrievalResult or Record objects, not text")
     hidden: set[str] = set()  # voided only by records the caller may not read: nothing shown says so
+    filtered: set[str] = set()  # voided only by records the query's filters leave out
     guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
     possibly: dict[str, list[tuple[str, float]]] = {}  # contested doc_id -> (its weak voider's label, confidence)
     disputed: dict[str, list[tuple[str, str]]] = {}  # doc_id -> the records disputing its authority, with their rule
@@ -126,6 +128,7 @@ def render_plain(
             r.doc_id: [(_label(result, e.superseder), plain_value(e.rule)) for e in r.disputed_by] for r in shown if r.disputed_by
         }
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
+        filtered = {r.doc_id for r in shown if r.filtered_superseder and not r.hidden_superseder and not r.superseded_by}
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]
     else:
@@ -135,7 +138,7 @@ def render_plain(
     count = token_counter or approx_tokens
 
     def doc(i: int, rec: Record, text: str) -> str:
-        notes = [HIDDEN_REPLACER_NOTE] if rec.doc_id in hidden else []
+        notes = [HIDDEN_REPLACER_NOTE] if rec.doc_id in hidden else [FILTERED_REPLACER_NOTE] if rec.doc_id in filtered else []
         notes += [possibly_superseded_note(voider, confidence) for voider, confidence in possibly.get(rec.doc_id, ())]
         if rec.doc_id in disputed:
             notes.append(disputed_note(disputed[rec.doc_id]))

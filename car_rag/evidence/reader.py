@@ -30,6 +30,7 @@ from car_rag.evidence.digest import authority_digest
 from car_rag.evidence.packets import EvidencePacket, SupersededMode, hidden_only, renderable_packets
 from car_rag.evidence.wording import (
     CUT_MARK,
+    FILTERED_REPLACER,
     HIDDEN_REPLACER,
     NOT_SHOWN_REASON,
     ambiguity_sentence,
@@ -82,6 +83,8 @@ def _packet(packet: EvidencePacket, refs: dict[str, str], policy: Policy | None,
     replaced_by = [refs.get(link.doc_id, link.doc_id) for link in ep.superseded_by if link.controlling]
     if ep.conflict_indicators.hidden_superseder and not replaced_by:
         replaced_by = [HIDDEN_REPLACER]
+    elif ep.conflict_indicators.filtered_superseder and not replaced_by:
+        replaced_by = [FILTERED_REPLACER]
     possibly = [ref_with_confidence(refs.get(link.doc_id, link.doc_id), link.confidence) for link in ep.possibly_superseded_by]
     when = packet.provenance.effective_at or packet.provenance.published_at
     return Element(

@@ -38,6 +38,9 @@ __all__ = [
     "CUT_MARK",
     "DEFAULT_VERB",
     "DIGEST_IDS",
+    "FILTERED_REPLACER",
+    "FILTERED_REPLACER_NOTE",
+    "FILTERED_SUPERSEDER_TEXT",
     "HIDDEN_REPLACER",
     "HIDDEN_REPLACER_NOTE",
     "HIDDEN_SUPERSEDER_TEXT",
@@ -45,8 +48,8 @@ __all__ = [
     "NOT_SUPERSEDED",
     "Link",
     "ambiguity_note",
-    "as_of_sentence",
     "ambiguity_sentence",
+    "as_of_sentence",
     "compact_possibly_text",
     "compact_relation_text",
     "confidence_words",
@@ -55,6 +58,7 @@ __all__ = [
     "digest_current",
     "digest_disputed_authority",
     "digest_disputed_states",
+    "digest_filtered_replacer",
     "digest_hidden_replacer",
     "digest_ids",
     "digest_possibly_superseded",
@@ -68,6 +72,7 @@ __all__ = [
     "disputed_sentence",
     "document_header",
     "dropped_reason",
+    "filtered_sentence",
     "guessed_subject",
     "hidden_sentence",
     "link_label",
@@ -155,6 +160,9 @@ def uncertain_scope(probability: float | None) -> str | None:
 HIDDEN_SUPERSEDER_TEXT = "superseded by a record you are not permitted to read"
 """What a packet says when the record that voids it is one the caller may not read."""
 
+FILTERED_SUPERSEDER_TEXT = "superseded by a record this query's filters leave out"
+"""What a packet says when the record that voids it is one the query's filters leave out."""
+
 NOT_SUPERSEDED = "active: no retrieved record supersedes it"
 """The rationale of an active record nothing voids."""
 
@@ -183,6 +191,11 @@ def superseded_by_sentence(label: str, link: Link) -> str:
 def hidden_sentence(label: str) -> str:
     """'<label> is superseded by a record you are not permitted to read.' (no id, by design)."""
     return f"{label} is {HIDDEN_SUPERSEDER_TEXT}."
+
+
+def filtered_sentence(label: str) -> str:
+    """'<label> is superseded by a record this query's filters leave out.'"""
+    return f"{label} is {FILTERED_SUPERSEDER_TEXT}."
 
 
 def disputed_sentence(label: str, link: Link, reverse: Link | None) -> str:
@@ -332,6 +345,10 @@ def digest_hidden_replacer(subject: str, record: str) -> str:
     )
 
 
+def digest_filtered_replacer(subject: str, record: str) -> str:
+    return f"{subject}: the {record} has been replaced by a record this query's filters leave out."
+
+
 def digest_replaced_not_shown(subject: str, record: str, replacer: str) -> str:
     return f"{subject}: the {record} has been replaced by the {replacer}, which is not shown."
 
@@ -354,6 +371,9 @@ def digest_ids(current: Sequence[str], replaced: Sequence[str]) -> str:
 # ---------------------------------------------------------------------- plain documents
 HIDDEN_REPLACER_NOTE = "replaced by a record you are not permitted to read"
 """Header note of a document voided by a record the caller may not read (never named)."""
+
+FILTERED_REPLACER_NOTE = "replaced by a record this query's filters leave out"
+"""Header note of a document voided by a record the query's filters leave out."""
 
 CUT_MARK = " […]"
 """Where a text was cut to fit a token budget."""
@@ -424,6 +444,9 @@ def scope_probability_note(probability: str, subject: str) -> str:
 # ---------------------------------------------------------------------- the reader-first form
 HIDDEN_REPLACER = "hidden"
 """``replaced-by`` of a packet voided by a record the caller may not read."""
+
+FILTERED_REPLACER = "filtered-out"
+"""``replaced-by`` of a packet voided by a record the query's filters leave out."""
 
 NOT_SHOWN_REASON = "length budget"
 """Why packets are listed in ``<not-shown>``."""

@@ -177,6 +177,7 @@ class RankedRecord(_Strict):
     contested_by: list[Link] = Field(description="Voiders too unsure to count (below min_confidence): possibly superseded.")
     disputed_by: list[Link] = Field(description="Records another authority relation orders the other way.")
     hidden_superseder: bool
+    filtered_superseder: bool = Field(False, description="Voided by a record the request's filters leave out.")
     scope: dict[str, str]
     scope_probability: float | None
     published_at: str | None

@@ -11,6 +11,7 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever
 from car_rag.eligibility import RecordFilter
+from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.serve.service import Service
 from car_rag_evals.servers import serving
 from conftest import DEMO, read_jsonl
@@ -85,7 +86,13 @@ def test_a_filtered_out_superseder_still_voids(shelved):
     disclosures = RecordFilter(doc_types=["vulnerability_disclosure"])
     got = retriever.retrieve(QUESTION, filters=disclosures)
     assert got.get(PATCH) is None
-    assert got.get(DISCLOSURE).status == "superseded" and got.get(DISCLOSURE).hidden_superseder
+    voided = got.get(DISCLOSURE)
+    assert voided.status == "superseded" and voided.filtered_superseder and not voided.hidden_superseder
+    assert not voided.displaced  # nothing shown stands in for it: it keeps its place
+    assert "replaced by a record this query's filters leave out" in render_plain(got)
+    assert "not permitted" not in render_plain(got) + render_reader(got) + render_audit(got)
+    assert "superseded by a record this query's filters leave out" in render_audit(got)
+    assert next(r for r in got.to_dict()["records"] if r["doc_id"] == DISCLOSURE)["filtered_superseder"] is True
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from car_rag.graph import exists_at
 from car_rag.records import Record
 from car_rag.retriever import ControllingAuthorityRetriever
 from helpers_records import day
-from memory_store import MemoryStore
+from car_rag_evals.memory_store import MemoryStore
 
 WORDS = ["merge", "prototype", "ruling", "appeal", "patch", "release", "blackout", "policy", "court", "trade"]
 
