@@ -17,8 +17,8 @@ from car_rag.eligibility import instant
 from car_rag.graph import exists_at
 from car_rag.records import Record
 from car_rag.retriever import ControllingAuthorityRetriever
-from helpers_records import day
 from car_rag_evals.memory_store import MemoryStore
+from helpers_records import day
 
 WORDS = ["merge", "prototype", "ruling", "appeal", "patch", "release", "blackout", "policy", "court", "trade"]
 
