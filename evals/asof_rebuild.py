@@ -97,7 +97,7 @@ def check_suite(name: str, stores: Path, per_suite: int) -> list[dict[str, Any]]
             rebuilt = MemoryStore(
                 store.policy, existed, embedder=store.embedder, rows=rows, bm25_backend=store.config["bm25_backend"]
             )
-            again = ControllingAuthorityRetriever(rebuilt)
+            again = ControllingAuthorityRetriever(rebuilt)  # type: ignore[arg-type]  # what a retriever reads of a store
             differences = []
             for query, vector in zip(chosen, vectors):
                 asked = answer(live._retrieve(query.query, vector, None, time.perf_counter(), when))

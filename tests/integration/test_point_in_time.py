@@ -15,6 +15,7 @@ from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.serve.service import Service
 from car_rag_evals.servers import serving
 from conftest import DEMO, read_jsonl
+from helpers_records import retrieved
 
 QUESTION = "Is lodash still vulnerable to CVE-2099-10001, the prototype pollution through merge and defaultsDeep?"
 DISCLOSURE, PATCH = "sec-lodash-cve-2099-10001-disclosure", "sec-lodash-4.17.12-release"
@@ -67,14 +68,14 @@ def test_as_of_before_the_patch_finds_the_disclosure_in_force(shelved, engine):
     try:
         retriever = ControllingAuthorityRetriever(store, k1=3, depth=10)
         now = retriever.retrieve(QUESTION)
-        assert now.get(DISCLOSURE).status == "superseded" and now.get(PATCH).status == "active"
+        assert retrieved(now, DISCLOSURE).status == "superseded" and retrieved(now, PATCH).status == "active"
         then = retriever.retrieve(QUESTION, as_of="2024-03-18")  # the patch came out on 2024-03-19
-        assert then.get(PATCH) is None and then.get(DISCLOSURE).status == "active"
+        assert then.get(PATCH) is None and retrieved(then, DISCLOSURE).status == "active"
         assert then.to_dict()["as_of"] == "2024-03-18"
         assert all(r.record.time is None or r.record.time.date().isoformat() <= "2024-03-18" for r in then)
         assert all(h.doc_id != PATCH for hits in retriever.channel_runs(QUESTION, as_of="2024-03-18").values() for h in hits)
         on_the_day = retriever.retrieve(QUESTION, as_of="2024-03-19")  # a day counts to its end
-        assert on_the_day.get(DISCLOSURE).status == "superseded"
+        assert retrieved(on_the_day, DISCLOSURE).status == "superseded"
     finally:
         store.dense.exact_limit = 20_000
         store.dense.load(list(store.records))
@@ -86,7 +87,7 @@ def test_a_filtered_out_superseder_still_voids(shelved):
     disclosures = RecordFilter(doc_types=["vulnerability_disclosure"])
     got = retriever.retrieve(QUESTION, filters=disclosures)
     assert got.get(PATCH) is None
-    voided = got.get(DISCLOSURE)
+    voided = retrieved(got, DISCLOSURE)
     assert voided.status == "superseded" and voided.filtered_superseder and not voided.hidden_superseder
     assert not voided.displaced  # nothing shown stands in for it: it keeps its place
     assert "replaced by a record this query's filters leave out" in render_plain(got)
