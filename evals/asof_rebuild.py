@@ -2,7 +2,11 @@
 dates (the 10th, 30th, 50th, 70th and 90th percentiles of its records' dates), the store's
 answer ``retrieve(q, as_of=date)`` must equal, field for field (ranking, statuses, edges,
 Stage-1 scores, scope posterior, ambiguity; not the timings), the answer of a store rebuilt
-from only the records dated up to it.
+from only the records dated up to it. An answer is *identical* when every field is; *equal* when
+every field but a score is, and every score is within a relative 1e-6 of the rebuilt store's:
+the dense dot products are float32 sums whose last bit may differ with the size of the matrix
+they are read from (the live store holds more rows), so a fused score can move in its 8th digit
+while no rank, status or edge does.
 
 The rebuilt store is held in memory (``car_rag_evals.memory_store``): the same policy, the
 records that existed (undated ones included) in the store's order, a BM25 index of the store's
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from datetime import date
@@ -45,6 +50,20 @@ def answer(result: RetrievalResult) -> dict[str, Any]:
     out.pop("timings_ms")
     out.pop("as_of", None)
     return out
+
+
+SCORE_TOLERANCE = 1e-6
+
+
+def close(a: Any, b: Any) -> bool:
+    """Equal, but floats within :data:`SCORE_TOLERANCE` of each other (relative)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=SCORE_TOLERANCE, abs_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> str:
@@ -73,8 +92,8 @@ def dates_of(store: CARStore) -> list[date]:
     return sorted({days[min(len(days) - 1, len(days) * p // 100)] for p in PERCENTILES})
 
 
-def check_suite(name: str, stores: Path, per_suite: int) -> list[dict[str, Any]]:
-    suite = load_suite(name)
+def check_suite(name: str, stores: Path, per_suite: int, mirrors: Path | None = None) -> list[dict[str, Any]]:
+    suite = load_suite(name, mirrors_dir=mirrors)
     path = store_path(suite, stores)
     if not (path / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{name}: no store at {path} (build it with `car-rag bench --stores {stores}` first)")
@@ -98,12 +117,17 @@ def check_suite(name: str, stores: Path, per_suite: int) -> list[dict[str, Any]]
                 store.policy, existed, embedder=store.embedder, rows=rows, bm25_backend=store.config["bm25_backend"]
             )
             again = ControllingAuthorityRetriever(rebuilt)  # type: ignore[arg-type]  # what a retriever reads of a store
-            differences = []
+            differences: list[dict[str, str]] = []
+            rounded: list[dict[str, str]] = []
+            identical = 0
             for query, vector in zip(chosen, vectors):
                 asked = answer(live._retrieve(query.query, vector, None, time.perf_counter(), when))
                 fresh = answer(again._retrieve(query.query, vector, None, time.perf_counter()))
-                if asked != fresh:
-                    differences.append({"query_id": query.query_id, "first_difference": first_difference(asked, fresh)})
+                if asked == fresh:
+                    identical += 1
+                    continue
+                found = {"query_id": query.query_id, "first_difference": first_difference(asked, fresh)}
+                (rounded if close(asked, fresh) else differences).append(found)
             rows_out.append(
                 {
                     "suite": name,
@@ -111,13 +135,16 @@ def check_suite(name: str, stores: Path, per_suite: int) -> list[dict[str, Any]]
                     "records": len(existed),
                     "of": len(order),
                     "queries": len(chosen),
+                    "identical": identical,
                     "equal": len(chosen) - len(differences),
+                    "score_rounding": rounded,
                     "differences": differences,
                     "seconds": round(time.perf_counter() - tick, 1),
                 }
             )
             print(
-                f"{name} as of {day}: {len(existed)}/{len(order)} records, {rows_out[-1]['equal']}/{len(chosen)} equal",
+                f"{name} as of {day}: {len(existed)}/{len(order)} records, {identical} identical, "
+                f"{rows_out[-1]['equal']}/{len(chosen)} equal",
                 flush=True,
             )
     return rows_out
@@ -129,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("evals/results/asof"))
     parser.add_argument("--suites", default=",".join(SUITES + DEV_SUITES), help="comma-separated (default: every suite)")
     parser.add_argument("--queries", type=int, default=20, help="questions per suite, spread over its query set")
+    parser.add_argument("--mirrors", type=Path, help="where evals/mirror_suites.py wrote the mirrors (default: evals/mirrors)")
     args = parser.parse_args(argv)
-    results = [row for name in args.suites.split(",") for row in check_suite(name, args.stores, args.queries)]
+    results = [row for name in args.suites.split(",") for row in check_suite(name, args.stores, args.queries, args.mirrors)]
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python evals/asof_rebuild.py " + " ".join(argv if argv is not None else sys.argv[1:])
     (args.out / "rebuild.json").write_text(json.dumps({"command": command, "results": results}, indent=2) + "\n")
@@ -139,18 +167,22 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{command}`: each suite's store asked `as_of` each date against a store rebuilt in memory from the records",
         "dated up to it (same policy, same vectors, a BM25 index of the same backend), default retriever,",
-        "every field of the answer but its timings compared.",
+        "every field of the answer but its timings compared: *identical* (every field), *equal* (every field, scores",
+        f"within a relative {SCORE_TOLERANCE:g}: float32 dot products may differ in their last bit with the matrix size).",
         "",
         "Undated records exist at every date; a suite with no dated record is checked at "
         + ", ".join(d.isoformat() for d in UNDATED_SUITE_DATES)
         + ".",
         "",
-        "| suite | as of | records that existed | queries | equal answers |",
-        "|---|---|---|---|---|",
-        *(f"| {r['suite']} | {r['as_of']} | {r['records']} / {r['of']} | {r['queries']} | {r['equal']} |" for r in results),
+        "| suite | as of | records that existed | queries | identical | equal |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {r['suite']} | {r['as_of']} | {r['records']} / {r['of']} | {r['queries']} | {r['identical']} | {r['equal']} |"
+            for r in results
+        ),
         "",
-        f"**{sum(r['equal'] for r in results)} of {sum(r['queries'] for r in results)} answers equal** over "
-        f"{len({r['suite'] for r in results})} suites.",
+        f"**{sum(r['equal'] for r in results)} of {sum(r['queries'] for r in results)} answers equal** "
+        f"({sum(r['identical'] for r in results)} identical) over {len({r['suite'] for r in results})} suites.",
     ]
     (args.out / "rebuild.md").write_text("\n".join(lines) + "\n")
     return 0 if all(r["equal"] == r["queries"] for r in results) else 1
