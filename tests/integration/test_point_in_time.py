@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever
+from car_rag.cli import main
 from car_rag.eligibility import RecordFilter
 from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.serve.service import Service
@@ -154,3 +155,41 @@ def test_retrieve_refuses_a_bad_date_or_filter_with_a_400_naming_it(url, shelved
     got = httpx.post(f"{url}/retrieve", json={"query": QUESTION, **asked}, timeout=60)
     assert got.status_code == 400 and says in got.json()["detail"], got.text
     assert json.dumps(sorted(r.model_dump_json() for r in store.records.values())) == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--as-of", "2024-13-01"], "--as-of: cannot read '2024-13-01' as a date"),
+        (["--since", "2024-05-01", "--until", "2024-04-01"], "--since/--until: from 2024-05-01 is after to 2024-04-01"),
+        (["--until", "someday"], "--until: cannot read 'someday'"),
+        (["--filter", "court=ca9"], "--filter court=ca9: unknown filter field 'court'"),
+        (["--filter", "doc_type"], "--filter doc_type: expected KEY=VALUE"),
+    ],
+)
+def test_query_refuses_a_bad_date_or_filter_with_a_usage_error_naming_it(shelved, capsys, argv, says):
+    store, _ = shelved
+    assert main(["query", "--store", str(store.path), QUESTION, *argv]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_query_as_of_and_filters_on_the_command_line(shelved, capsys):
+    store, _ = shelved
+    argv = [
+        "query",
+        "--store",
+        str(store.path),
+        QUESTION,
+        "--as-of",
+        "2024-03-18",
+        "--filter",
+        "package=lodash",
+        "--format",
+        "json",
+    ]
+    assert main(argv) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["as_of"] == "2024-03-18" and answer["filters"] == {"subjects": {"package": ["lodash"]}}
+    assert [r["doc_id"] for r in answer["records"]] == [DISCLOSURE]  # the only lodash record dated by then
+    assert main(["query", "--store", str(store.path), QUESTION, "--as-of", "2024-03-18", "--k", "2"]) == 0
+    assert capsys.readouterr().out.startswith("as of 2024-03-18\n")
