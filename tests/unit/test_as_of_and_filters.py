@@ -16,7 +16,7 @@ from car_rag.records import Record
 from car_rag.resolution import Anchor, resolve_authority
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag_evals.memory_store import MemoryStore
-from helpers_records import rec, retrieved
+from helpers_records import day, rec, retrieved
 
 SEC = load_policy("sec-204a1")
 TRADE = {"employee": "E1", "ticker": "ACME"}
@@ -77,6 +77,11 @@ def test_the_gate_compiles_to_one_chroma_where_and_leaves_a_caller_alone_as_it_w
     }
 
 
+def day_of(n: int) -> datetime:
+    """The end of day ``n`` of helpers_records' calendar (what a query as of that day means)."""
+    return instant(day(n).date())
+
+
 def trading(doc_id: str, doc_type: str, day: int) -> Record:
     return rec(doc_id, doc_type, at=day, scope=TRADE)
 
@@ -91,7 +96,7 @@ def test_an_exception_revoked_later_suspends_its_target_until_the_revocation():
         graph.add(record)
 
     def status(day: int) -> dict[str, str]:
-        view = graph.as_of(instant(rec("d", at=day).published_at))
+        view = graph.as_of(day_of(day))
         hits = [Anchor(d, rank) for rank, d in enumerate(("blackout", "exception", "revocation"), 1) if d in view]
         return {r.doc_id: r.status for r in resolve_authority(view, SEC, "blackout", hits)}
 
@@ -107,7 +112,7 @@ def test_supersession_does_not_pass_through_a_record_that_did_not_exist_yet():
     graph.add(rec("b", "ruling_issued", at=20, scope={"case": "y"}, supersedes=["c"]))
     graph.add(rec("a", "ruling_issued", at=10, scope={"case": "z"}, supersedes=["b"]))
     assert graph.ancestors("c") == {"a", "b"}
-    assert graph.as_of(instant(rec("d", at=15).published_at)).ancestors("c") == set()
+    assert graph.as_of(day_of(15)).ancestors("c") == set()
     with pytest.raises(TypeError, match="read-only"):
         graph.as_of(instant("2030-01-01")).add(rec("e"))
 
