@@ -235,6 +235,43 @@ def filter_of(fields: Mapping[str, Any], scope_keys: Sequence[str]) -> RecordFil
         raise ValueError(f"filters.{exc}") from None
 
 
+DATE_KEYS = ("published_at", "effective_at")
+"""Metadata keys a framework filter compares dates on: both mean the record's date
+(:attr:`~car_rag.records.Record.time`: ``effective_at``, else ``published_at``)."""
+
+
+def filter_of_conditions(
+    conditions: Iterable[tuple[str, str, Any]], scope_keys: Sequence[str], doc_type_key: str = "doc_type"
+) -> RecordFilter:
+    """A :class:`RecordFilter` from AND-ed ``(key, operator, value)`` conditions, the shape both
+    frameworks' metadata filters flatten to (``operator``: ``eq``, ``in``, ``gte``, ``lte``):
+    ``doc_type_key`` and ``source`` give types and sources, a scope key subjects, a date key
+    (:data:`DATE_KEYS`, with ``gte``/``lte``) the date range, any other key metadata equality.
+    What cannot be compiled into every channel is a ValueError naming it, never ignored."""
+    fields: dict[str, Any] = {}
+    for key, operator, value in conditions:
+        values = value if operator == "in" else [value]
+        if operator not in ("eq", "in", "gte", "lte") or (operator == "in" and not isinstance(value, (list, tuple))):
+            raise ValueError(
+                f"filter on {key!r}: operator {operator!r} with {value!r} cannot be compiled (eq, in; gte, lte on dates)"
+            )
+        if key in DATE_KEYS:
+            if operator not in ("gte", "lte"):
+                raise ValueError(f"filter on {key!r}: dates take gte and lte, got {operator!r}")
+            fields.setdefault("date_range", {})["from" if operator == "gte" else "to"] = value
+        elif operator in ("gte", "lte"):
+            raise ValueError(f"filter on {key!r}: {operator} compares dates ({', '.join(DATE_KEYS)}) only")
+        elif key in (doc_type_key, "source"):
+            fields.setdefault("doc_types" if key == doc_type_key else "sources", []).extend(values)
+        elif key in scope_keys:
+            fields.setdefault("subjects", {}).setdefault(key, []).extend(values)
+        elif operator == "eq":
+            fields.setdefault("metadata", {})[key] = value
+        else:
+            raise ValueError(f"filter on {key!r}: metadata compares with eq only, got {operator!r}")
+    return filter_of(fields, scope_keys)
+
+
 def _same(held: Any, wanted: Scalar) -> bool:
     # True is not 1 here: a metadata flag and a count are different values.
     return bool(held == wanted) and isinstance(held, bool) == isinstance(wanted, bool)
