@@ -4,11 +4,11 @@ channel), or refused naming what cannot be compiled."""
 from __future__ import annotations
 
 import pytest
-from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
-
 from car_rag import load_policy
 from car_rag.eligibility import RecordFilter
 from car_rag.layout import RecordLayout
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+
 from llama_index.retrievers.car.filters import record_filter
 
 LEGAL = load_policy("legal-precedent")

@@ -4,9 +4,9 @@ or refused naming what cannot be compiled."""
 from __future__ import annotations
 
 import pytest
-
 from car_rag import load_policy
 from car_rag.eligibility import RecordFilter
+
 from langchain_car.filters import record_filter
 
 LEGAL = load_policy("legal-precedent")
