@@ -25,6 +25,7 @@ both records are.
 from __future__ import annotations
 
 import heapq
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, replace
@@ -82,6 +83,7 @@ class AuthorityGraph:
         self._claims: dict[str, set[str]] = defaultdict(set)  # record -> the records it has a claim over
         self._value_log: list[tuple[str, str]] = []  # (key, value) pairs in the order they first got a record
         self._dated: dict[datetime, DatedGraph] = {}  # the last views as_of gave, newest last
+        self._dated_lock = threading.Lock()
 
     # ------------------------------------------------------------------ building
     def __len__(self) -> int:
@@ -375,10 +377,11 @@ class AuthorityGraph:
         """This graph as it stood at ``when`` (see :class:`DatedGraph`); the same view for the
         same instant while it is among the last few asked for, so what is derived from a
         view (its scope-value index) is built once per date."""
-        view = self._dated.pop(when, None) or DatedGraph(self, when)
-        if len(self._dated) >= 16:
-            self._dated.pop(next(iter(self._dated)))
-        self._dated[when] = view
+        with self._dated_lock:  # queries of several threads ask at once
+            view = self._dated.pop(when, None) or DatedGraph(self, when)
+            if len(self._dated) >= 16:
+                self._dated.pop(next(iter(self._dated)))
+            self._dated[when] = view
         return view
 
 
@@ -453,7 +456,6 @@ class DatedGraph(AuthorityGraph):
         self._claims = cast(defaultdict[str, set[str]], _Present(graph._claims, ids))
         self._weak = graph._weak
         self._value_log = graph._value_log
-        self._dated: dict[datetime, DatedGraph] = {}
 
     def add(self, record: Record) -> list[Edge]:
         raise TypeError("a graph as of a date is read-only: add records to the store's graph")
