@@ -25,11 +25,14 @@ from car_rag.records import PUBLIC_TENANT, UNDATED, Record
 
 __all__ = [
     "CallerContext",
+    "DATE_KEYS",
     "FILTER_FIELDS",
     "Gate",
     "PUBLIC_TENANT",
     "RecordFilter",
     "as_of_label",
+    "filter_of",
+    "filter_of_conditions",
     "governance_metadata",
     "instant",
 ]
