@@ -378,7 +378,9 @@ class AuthorityGraph:
         same instant while it is among the last few asked for, so what is derived from a
         view (its scope-value index) is built once per date."""
         with self._dated_lock:  # queries of several threads ask at once
-            view = self._dated.pop(when, None) or DatedGraph(self, when)
+            view = self._dated.pop(when, None)  # never `or`: a graph's truth is its length, counted
+            if view is None:
+                view = DatedGraph(self, when)
             if len(self._dated) >= 16:
                 self._dated.pop(next(iter(self._dated)))
             self._dated[when] = view

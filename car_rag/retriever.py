@@ -132,6 +132,7 @@ class ControllingAuthorityRetriever:
         self._pool: ThreadPoolExecutor | None = None
         self._mask_index: tuple[object, int] | None = None
         self._masks: dict[Gate, np.ndarray] = {}
+        self._times: np.ndarray | None = None  # the lexical index's records' dates, for as_of masks
         if anchors != "bm25":
             _ = store.embedder.model  # load now, so no query's timing includes loading the model
 
@@ -182,8 +183,7 @@ class ControllingAuthorityRetriever:
         runs: dict[str, list[ChannelHit]] = {}
         dense: Future[list[ChannelHit]] | None = None
         where = gate.chroma_where() if gate is not None else None
-        records = self.store.records
-        readable = None if gate is None else (lambda ids: gate.mask(ids, records))
+        readable = None if gate is None else (lambda ids: self._gate_mask(gate, ids))
         lexical = self.anchor_mode in ("bm25", "hybrid") and "bm25" in channels
         if vector is not None and lexical and not self.store.dense.exact:
             # Chroma's HNSW search releases the GIL: BM25 runs meanwhile (0.55x the time of one
@@ -248,12 +248,32 @@ class ControllingAuthorityRetriever:
             return None
         lexical = self.lexical or self.store.lexical
         if self._mask_index != (lexical, lexical.generation):  # an ingest changed the index
-            self._mask_index, self._masks = (lexical, lexical.generation), {}
+            self._mask_index, self._masks, self._times = (lexical, lexical.generation), {}, None
         if gate not in self._masks:
             if len(self._masks) >= 64:
                 self._masks.pop(next(iter(self._masks)))
-            self._masks[gate] = gate.mask(lexical.doc_ids, self.store.records)
+            if gate.as_of is not None and self._times is None:
+                self._times = self._dates(lexical.doc_ids)
+            self._masks[gate] = self._gate_mask(gate, lexical.doc_ids, self._times)
         return self._masks[gate]
+
+    def _gate_mask(self, gate: Gate, doc_ids: Sequence[str], times: np.ndarray | None = None) -> np.ndarray:
+        """``gate``'s mask over ``doc_ids``, its date compared as one array (a query asked as of a
+        new date costs no pass over the records in Python); ``times``: :meth:`_dates` of ``doc_ids``."""
+        records = self.store.records
+        if gate.as_of is None:
+            return gate.mask(doc_ids, records)
+        existed = (self._dates(doc_ids) if times is None else times) <= gate.as_of.timestamp()
+        rest = Gate(gate.caller, None, gate.filter)
+        return existed & rest.mask(doc_ids, records) if rest else existed
+
+    def _dates(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """Each record's date in seconds (an undated one's before every date; an id with no stored
+        record after every date: never a candidate), in ``doc_ids`` order."""
+        records = self.store.records
+        return np.fromiter(
+            (records[d].sort_time.timestamp() if d in records else np.inf for d in doc_ids), dtype=np.float64, count=len(doc_ids)
+        )
 
     def _graph(self, gate: Gate | None) -> AuthorityGraph:
         """The store's graph, as it stood at the gate's ``as_of`` where it has one."""
