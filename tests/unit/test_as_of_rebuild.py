@@ -65,9 +65,20 @@ def test_as_of_equals_a_store_rebuilt_from_the_records_of_that_date(policy_name,
     rebuilt = MemoryStore(POLICIES[policy_name], [r for r in store.accepted if exists_at(r, when)])
     words, named = data.draw(queries)
     query = " ".join(words + [named]).strip()
-    asked = retriever(store, anchors).retrieve(query, as_of=when)
+    live, again = retriever(store, anchors), retriever(rebuilt, anchors)
+    asked = live.retrieve(query, as_of=when)
     assert asked.as_of == when
-    assert answer(asked) == answer(retriever(rebuilt, anchors).retrieve(query))
+    if answer(asked) == answer(again.retrieve(query)):
+        return
+    # Else only the dense channel may differ, and only in the order of near-tied hits: float32 dot
+    # products over matrices of different sizes can differ in the last bit (identical texts tie
+    # here). The graph and Stages 2-3 must then answer the live store's own runs identically.
+    runs, fresh = live.channel_runs(query, as_of=when), again.channel_runs(query)
+    assert runs["bm25"] == fresh["bm25"]
+    assert sorted(h.score for h in runs.get("dense", [])) == pytest.approx(
+        sorted(h.score for h in fresh.get("dense", [])), rel=1e-6
+    )
+    assert answer(live.resolve_runs(query, runs, as_of=when)) == answer(again.resolve_runs(query, runs))
 
 
 @pytest.mark.parametrize("policy_name", POLICY_NAMES)
