@@ -25,16 +25,21 @@ both records are.
 from __future__ import annotations
 
 import heapq
+import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TypeVar, cast
 
 from car_rag.policy import EXPLICIT_RULE, WILDCARD, Policy
 from car_rag.records import Record
 
-__all__ = ["Edge", "AuthorityGraph", "SupersessionCycleError", "RSSG"]
+__all__ = ["Edge", "AuthorityGraph", "DatedGraph", "SupersessionCycleError", "RSSG", "exists_at"]
 
 _NONE: frozenset[str] = frozenset()
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class AuthorityGraph:
         self._disputes: dict[str, dict[str, Edge]] = defaultdict(dict)  # record -> {other: other's claim over it}
         self._claims: dict[str, set[str]] = defaultdict(set)  # record -> the records it has a claim over
         self._value_log: list[tuple[str, str]] = []  # (key, value) pairs in the order they first got a record
+        self._dated: dict[datetime, DatedGraph] = {}  # the last views as_of gave, newest last
+        self._dated_lock = threading.Lock()
 
     # ------------------------------------------------------------------ building
     def __len__(self) -> int:
@@ -365,6 +372,111 @@ class AuthorityGraph:
     def rssg(self, doc_ids: Iterable[str], min_confidence: float = 0.0) -> RSSG:
         """The supersession graph restricted to one query's retrieved set, at confidence τ."""
         return RSSG(self, set(doc_ids), min_confidence)
+
+    def as_of(self, when: datetime) -> DatedGraph:
+        """This graph as it stood at ``when`` (see :class:`DatedGraph`); the same view for the
+        same instant while it is among the last few asked for, so what is derived from a
+        view (its scope-value index) is built once per date."""
+        with self._dated_lock:  # queries of several threads ask at once
+            view = self._dated.pop(when, None)  # never `or`: a graph's truth is its length, counted
+            if view is None:
+                view = DatedGraph(self, when)
+            if len(self._dated) >= 16:
+                self._dated.pop(next(iter(self._dated)))
+            self._dated[when] = view
+        return view
+
+
+def exists_at(record: Record, when: datetime) -> bool:
+    """Whether ``record`` existed at ``when``: its :attr:`~car_rag.records.Record.time`
+    (``effective_at``, else ``published_at``) is not after it. An undated record exists at every date."""
+    return record.time is None or record.time <= when
+
+
+class _Present(Mapping[_K, _V]):
+    """A read-only view of one of a graph's indexes keeping what existed at a date: ``keep``
+    narrows each value (a bucket of ids, a record's superseders) to the records that did."""
+
+    def __init__(self, base: Mapping[_K, _V], keep: Callable[[_K, _V], _V | None]) -> None:
+        self._base, self._keep = base, keep
+
+    def __getitem__(self, key: _K) -> _V:
+        if key not in self._base:  # never base[key]: a defaultdict would grow
+            raise KeyError(key)
+        value = self._keep(key, self._base[key])
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[_K]:
+        return (k for k in self._base if k in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]  # any key: what the base does not hold is not here
+        except KeyError:
+            return False
+        return True
+
+
+class DatedGraph(AuthorityGraph):
+    """An :class:`AuthorityGraph` as it stood at ``when``: only the records that existed then
+    (:func:`exists_at`), and only the edges and claims between them. Every edge is a pair's
+    (rules fire pairwise), so this is the graph a store of those records alone would build,
+    read through views of the live graph: nothing is copied, inserts show as they come, and
+    it cannot be written to."""
+
+    def __init__(self, graph: AuthorityGraph, when: datetime) -> None:
+        # Not AuthorityGraph.__init__: every index is a view of ``graph``'s. The reading methods
+        # use only get, [] and `in` of them, which the views answer.
+        self.policy, self.when, self.base = graph.policy, when, graph
+        records = graph.records
+
+        def exists(doc_id: str) -> bool:
+            record = records.get(doc_id)
+            return record is not None and exists_at(record, when)
+
+        def ids(_key: object, held: set[str]) -> set[str]:
+            return {d for d in held if exists(d)}
+
+        def by_id(key: str, value: _V) -> _V | None:
+            return value if exists(key) else None
+
+        def towards(_key: str, others: Mapping[str, _V]) -> Mapping[str, _V]:
+            return {o: v for o, v in others.items() if exists(o)}
+
+        self.exists = exists
+        self.records = cast(dict[str, Record], _Present(records, by_id))
+        self._by_scope = cast(defaultdict[tuple[str, str], set[str]], _Present(graph._by_scope, ids))
+        self._by_type = cast(defaultdict[str, set[str]], _Present(graph._by_type, ids))
+        self._up = cast(defaultdict[str, dict[str, str]], _Present(graph._up, towards))
+        self._down = cast(defaultdict[str, dict[str, str]], _Present(graph._down, towards))
+        self._disputes = cast(defaultdict[str, dict[str, Edge]], _Present(graph._disputes, towards))
+        self._claims = cast(defaultdict[str, set[str]], _Present(graph._claims, ids))
+        self._weak = graph._weak
+        self._value_log = graph._value_log
+
+    def add(self, record: Record) -> list[Edge]:
+        raise TypeError("a graph as of a date is read-only: add records to the store's graph")
+
+    def remove(self, doc_id: str) -> None:
+        raise TypeError("a graph as of a date is read-only: remove records from the store's graph")
+
+    def load_edges(self, records: Iterable[Record], edges: Iterable[Edge], disputed: Iterable[Edge] = ()) -> None:
+        raise TypeError("a graph as of a date is read-only")
+
+    def as_of(self, when: datetime) -> DatedGraph:
+        return self.base.as_of(min(when, self.when))
+
+    def has_disputes(self) -> bool:
+        # Only lets a query skip the dispute step: the claims it then reads are this date's.
+        return self.base.has_disputes()
+
+    def scope_values_since(self, position: int) -> tuple[list[tuple[str, str]], int]:
+        return self.base.scope_values_since(position)
 
 
 class RSSG:

@@ -14,12 +14,13 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from car_rag.ambiguity import Ambiguity
 from car_rag.channels.fusion import RRF_K, FusedHit
-from car_rag.eligibility import CallerContext
-from car_rag.graph import RSSG, AuthorityGraph, Edge
+from car_rag.eligibility import CallerContext, RecordFilter, as_of_label
+from car_rag.graph import RSSG, AuthorityGraph, DatedGraph, Edge
 from car_rag.latent_scope import ScopePosterior
 from car_rag.policy import Policy
 from car_rag.records import Record
@@ -89,6 +90,9 @@ class RetrievedRecord:
     hidden_superseder: bool = False
     """Voided by a record of its own tenant that the caller may not read (never named): stale,
     though nothing shown says why. Another tenant's or a publisher's private record never sets it."""
+    filtered_superseder: bool = False
+    """Voided by a record the query's filter leaves out (one the caller may read): stale, with
+    nothing shown in its place. A filter narrows what is shown, not what is true."""
     scope_probability: float | None = None
     """How probable it is that the question is about this record's scope (latent-scope CAR);
     1.0 for a scope the question names alone, None where no posterior was estimated."""
@@ -106,8 +110,8 @@ class RetrievedRecord:
     @property
     def displaced(self) -> bool:
         """Superseded, with a record the caller may read in its place: ranked after the active
-        records as provenance. One voided only by hidden records (``hidden_superseder``) is not."""
-        return self.status == "superseded" and not self.hidden_superseder
+        records as provenance. One voided only by hidden or filtered-out records is not."""
+        return self.status == "superseded" and not self.hidden_superseder and not self.filtered_superseder
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +127,7 @@ class RetrievedRecord:
             "contested_by": [edge_json(e.superseder, e) for e in self.contested_by],
             "disputed_by": [edge_json(e.superseder, e) for e in self.disputed_by],
             "hidden_superseder": self.hidden_superseder,
+            **({"filtered_superseder": True} if self.filtered_superseder else {}),
             "scope": self.record.scope,
             "scope_probability": None if self.scope_probability is None else round(self.scope_probability, 4),
             "published_at": self.record.published_at.isoformat() if self.record.published_at else None,
@@ -170,6 +175,10 @@ class RetrievalResult:
     """The fused Stage-1 candidates the anchors were chosen from, best first, with their
     channel scores (the core retriever's; empty where no fusion ran, e.g. a framework's
     Stage 1). Not part of :meth:`to_dict`."""
+    as_of: datetime | None = None
+    """The date the authority was resolved as of (None: now, every record the store holds)."""
+    filters: RecordFilter | None = None
+    """The filter the records were chosen under (None: none)."""
 
     def __iter__(self) -> Iterator[RetrievedRecord]:
         return iter(self.ranked)
@@ -199,8 +208,13 @@ class RetrievalResult:
         return next((r for r in self.ranked if r.doc_id == doc_id), None)
 
     def to_dict(self, k: int | None = None) -> dict[str, Any]:
+        # as_of and filters only where a query set them: other results are written as before.
+        asked: dict[str, Any] = {} if self.as_of is None else {"as_of": as_of_label(self.as_of)}
+        if self.filters:
+            asked["filters"] = self.filters.to_dict()
         return {
             "query": self.query,
+            **asked,
             "scope_ids": self.scope_ids,
             "records": [r.to_dict() for r in self.top(k)],
             "scope_posterior": self.scope_posterior.to_dict() if self.scope_posterior is not None else None,
@@ -243,6 +257,7 @@ def resolve_authority(
     scope_ids: dict[str, list[str]] | None = None,
     posterior: ScopePosterior | None = None,
     min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+    filters: RecordFilter | None = None,
 ) -> RetrievalResult:
     """Stage 2 + 3: authority closure and active frontier for given Stage-1 anchors.
 
@@ -265,12 +280,18 @@ def resolve_authority(
     Only edges of at least ``min_confidence`` void (the safe frontier, Definition 9); Stage 2
     still follows weaker ones, so a record they alone void is returned active with its
     weak voiders beside it in ``contested_by``.
+
+    A graph as of a date (:meth:`AuthorityGraph.as_of`) resolves the authority as it stood
+    then, and the result says so. Records ``filters`` leaves out are never admitted either, but
+    they still void: one they void is superseded, with nothing shown in its place
+    (``filtered_superseder``), ranked as a record with a hidden superseder is.
     """
     if not 0.0 <= min_confidence <= 1.0:
         raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
     started = time.perf_counter()
     hits = [a.hit() if isinstance(a, Anchor) else a for a in anchors]
-    readable: Callable[[str], bool] = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
+    may_read: Callable[[str], bool] = (lambda _d: True) if caller is None else (lambda d: caller.can_read(graph.records[d]))
+    readable = may_read if not filters else (lambda d: may_read(d) and filters.matches(graph.records[d]))
     # member -> (group, role, anchor id): group orders chains (0 = named in the query).
     members: dict[str, tuple[int, Role, str | None]] = {}
 
@@ -309,13 +330,14 @@ def resolve_authority(
     else:
         rssg = _TimestampRSSG(graph.records, set(members), policy.scope_keys)
     # Voided by a record the reader may not read: as cheap as ever where all it reads is readable.
-    hidden = {
-        d
-        for d in members
-        if caller is not None
-        and not all(map(readable, above := graph.ancestors(d, min_confidence)))
-        and _hidden_voider(graph, d, above, readable)
-    }
+    hidden: set[str] = set()
+    filtered: set[str] = set()
+    for d in members if caller is not None or filters else ():
+        above = graph.ancestors(d, min_confidence)
+        if caller is not None and not all(map(may_read, above)) and _hidden_voider(graph, d, above, may_read):
+            hidden.add(d)
+        if filters and any(may_read(a) and not readable(a) for a in above):
+            filtered.add(d)
     stage1 = {h.doc_id: h for h in hits}
     # The claims over each member that another member makes (so the reader may read both).
     among = graph.disputes_among(members) if disputed else {}
@@ -329,11 +351,11 @@ def resolve_authority(
     for doc_id, (_, role, anchor_id) in members.items():
         voided = rssg.voided_by.get(doc_id, {})
         # A record voided by something the caller cannot see does not control anything.
-        controlling = [c for c in rssg.controlling(doc_id) if c not in hidden]
+        controlling = [c for c in rssg.controlling(doc_id) if c not in hidden and c not in filtered]
         items.append(
             RetrievedRecord(
                 record=graph.records[doc_id],
-                status="superseded" if voided or doc_id in hidden else "active",
+                status="superseded" if voided or doc_id in hidden or doc_id in filtered else "active",
                 role=role,
                 rank=0,
                 anchor_id=anchor_id,
@@ -344,6 +366,7 @@ def resolve_authority(
                 contested_by=[Edge(s, doc_id, r, c) for s, (r, c) in sorted(rssg.contested_by.get(doc_id, {}).items())],
                 disputed_by=sorted(claimed[doc_id], key=lambda e: e.superseder) if doc_id in claimed else [],
                 hidden_superseder=doc_id in hidden and not controlling,
+                filtered_superseder=doc_id in filtered and not controlling,
             )
         )
 
@@ -357,7 +380,9 @@ def resolve_authority(
     ranked = sorted(items, key=order)
     # Nothing shown stands in for a record voided only by hidden ones: an anchor among them
     # is never ranked after its Stage-1 rank, so a caller asking for k records sees it.
-    keep = sorted((i.stage1.rank, i.doc_id) for i in items if i.hidden_superseder and i.stage1 is not None)
+    keep = sorted(
+        (i.stage1.rank, i.doc_id) for i in items if (i.hidden_superseder or i.filtered_superseder) and i.stage1 is not None
+    )
     for stage1_rank, doc_id in keep:
         at = next(n for n, i in enumerate(ranked) if i.doc_id == doc_id)
         if at >= stage1_rank:
@@ -370,7 +395,10 @@ def resolve_authority(
             anchor = graph.records.get(item.anchor_id) if item.anchor_id else None
             item.scope_probability = own if own is not None or anchor is None else posterior.probability(anchor)
     elapsed = (time.perf_counter() - started) * 1000
-    return RetrievalResult(query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior)
+    as_of = graph.when if isinstance(graph, DatedGraph) else None
+    return RetrievalResult(
+        query, ranked, hits, scope_ids, {"stage23": elapsed}, policy, posterior, as_of=as_of, filters=filters or None
+    )
 
 
 def _hidden_voider(graph: AuthorityGraph, doc_id: str, above: set[str], readable: Callable[[str], bool]) -> bool:

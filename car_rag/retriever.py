@@ -14,6 +14,7 @@ import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from datetime import date, datetime
 from typing import Literal
 
 import numpy as np
@@ -21,7 +22,8 @@ import numpy as np
 from car_rag.ambiguity import Ambiguity
 from car_rag.channels import ChannelHit, FusedHit, LexicalIndex, reciprocal_rank_fusion
 from car_rag.channels.fusion import DEFAULT_TEMPERATURES, calibrated_fusion
-from car_rag.eligibility import CallerContext
+from car_rag.eligibility import CallerContext, Gate, RecordFilter, instant
+from car_rag.graph import AuthorityGraph
 from car_rag.latent_scope import AMBIGUITY_MARGIN, QuestionScope, TieOrder, detect_ambiguity, read_question_scope, select_anchors
 from car_rag.namespacing import as_shown
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
@@ -38,6 +40,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+When = date | datetime | str
+"""An ``as_of``: a day (its last instant), an instant, or either in ISO 8601."""
 AnchorMode = Literal["bm25", "dense", "hybrid"]
 FusionMode = Literal["calibrated", "rrf"]
 
@@ -69,6 +73,10 @@ class ControllingAuthorityRetriever:
 
     ``min_confidence`` is τ of the safe frontier: only edges at least that sure void; see
     :data:`~car_rag.resolution.DEFAULT_MIN_CONFIDENCE` for why 0.5.
+
+    Every query may be asked ``as_of`` a date (the records that existed then, and the frontier
+    they made: ``docs/point-in-time.md``) and under ``filters`` (a :class:`RecordFilter`); both
+    are compiled into every channel and Stage 2 like the caller's eligibility.
     """
 
     def __init__(
@@ -125,20 +133,30 @@ class ControllingAuthorityRetriever:
         self.lexical = lexical
         self._pool: ThreadPoolExecutor | None = None
         self._mask_index: tuple[object, int] | None = None
-        self._masks: dict[CallerContext, np.ndarray] = {}
+        self._masks: dict[Gate, np.ndarray] = {}
+        self._times: np.ndarray | None = None  # the lexical index's records' dates, for as_of masks
         if anchors != "bm25":
             _ = store.embedder.model  # load now, so no query's timing includes loading the model
 
     # ------------------------------------------------------------------ Stage 1
-    def stage1(self, query: str, caller: CallerContext | None = None) -> list[FusedHit]:
+    def stage1(
+        self, query: str, caller: CallerContext | None = None, *, as_of: When | None = None, filters: RecordFilter | None = None
+    ) -> list[FusedHit]:
         """The ``k1`` anchors for ``query`` among records ``caller`` may read (after the
         latent-scope step when it is on)."""
         vector = self._embed(query)
+        gate = _gate(caller, as_of, filters)
         with self.store.lock.read():
-            return self._anchors(query, self.fuse(self._runs(query, vector, caller)), caller)[0]
+            return self._anchors(query, self.fuse(self._runs(query, vector, gate)), gate)[0]
 
     def channel_runs(
-        self, query: str, caller: CallerContext | None = None, *, channels: Collection[str] | None = None
+        self,
+        query: str,
+        caller: CallerContext | None = None,
+        *,
+        channels: Collection[str] | None = None,
+        as_of: When | None = None,
+        filters: RecordFilter | None = None,
     ) -> dict[str, list[ChannelHit]]:
         """Each Stage-1 channel's top ``depth`` for ``query`` (embedding it when a dense channel
         is on), before fusion: what :meth:`resolve_runs` takes. ``channels`` searches only some
@@ -146,7 +164,7 @@ class ControllingAuthorityRetriever:
         wanted = self._channels(channels)
         vector = self._embed(query) if "dense" in wanted else None
         with self.store.lock.read():
-            return self._runs(query, vector, caller, wanted)
+            return self._runs(query, vector, _gate(caller, as_of, filters), wanted)
 
     def _channels(self, channels: Collection[str] | None) -> tuple[str, ...]:
         own = {"bm25": ("bm25",), "dense": ("dense",)}.get(self.anchor_mode, ("bm25", "dense"))
@@ -162,13 +180,12 @@ class ControllingAuthorityRetriever:
         return self.store.embedder.encode([query])[0] if self.anchor_mode != "bm25" else None
 
     def _runs(
-        self, query: str, vector: np.ndarray | None, caller: CallerContext | None, channels: Collection[str] = ("bm25", "dense")
+        self, query: str, vector: np.ndarray | None, gate: Gate | None, channels: Collection[str] = ("bm25", "dense")
     ) -> dict[str, list[ChannelHit]]:
         runs: dict[str, list[ChannelHit]] = {}
         dense: Future[list[ChannelHit]] | None = None
-        where = caller.chroma_where() if caller is not None else None
-        records = self.store.records
-        readable = None if caller is None else (lambda ids: caller.mask(ids, records))
+        where = gate.chroma_where() if gate is not None else None
+        readable = None if gate is None else (lambda ids: self._gate_mask(gate, ids))
         lexical = self.anchor_mode in ("bm25", "hybrid") and "bm25" in channels
         if vector is not None and lexical and not self.store.dense.exact:
             # Chroma's HNSW search releases the GIL: BM25 runs meanwhile (0.55x the time of one
@@ -176,7 +193,7 @@ class ControllingAuthorityRetriever:
             # 20k records gains nothing, so it stays on this thread).
             dense = self._dense_pool().submit(self.store.dense.search, vector, self.depth, where=where)
         if lexical:
-            runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(caller))
+            runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(gate))
         if dense is not None:
             runs["dense"] = dense.result()
         elif vector is not None:
@@ -195,14 +212,14 @@ class ControllingAuthorityRetriever:
         return calibrated_fusion(runs, k=self.depth, temperatures=self.temperatures)
 
     def _anchors(
-        self, query: str, candidates: list[FusedHit], caller: CallerContext | None
+        self, query: str, candidates: list[FusedHit], gate: Gate | None
     ) -> tuple[list[FusedHit], QuestionScope | None, Ambiguity | None]:
         """Anchors, what the question says about its scope (None without the latent-scope
         step: the policy's patterns name it) and its ambiguity."""
         if not self.latent_scope:
             return candidates[: self.k1], None, None
-        graph, policy = self.store.graph, self.store.policy
-        can_read = None if caller is None else caller.can_read  # None: no read check at all (the fast path)
+        graph, policy = self._graph(gate), self.store.policy
+        can_read = None if gate is None else gate.can_read  # None: no read check at all (the fast path)
         readable = can_read or (lambda _r: True)
         lexical = self.lexical or self.store.lexical
         scope = read_question_scope(
@@ -211,7 +228,7 @@ class ControllingAuthorityRetriever:
             graph,
             policy,
             readable=can_read,
-            document_frequency=functools.partial(lexical.document_frequency, mask=self._mask(caller)),
+            document_frequency=functools.partial(lexical.document_frequency, mask=self._mask(gate)),
             lookup_limit=self.scope_lookup_limit,
         )
         anchors = select_anchors(
@@ -228,17 +245,42 @@ class ControllingAuthorityRetriever:
         ambiguity = detect_ambiguity(candidates, scope.posterior, graph, policy, margin=self.ambiguity_margin, readable=readable)
         return anchors, scope, ambiguity
 
-    def _mask(self, caller: CallerContext | None) -> np.ndarray | None:
-        if caller is None:
+    def _mask(self, gate: Gate | None) -> np.ndarray | None:
+        if gate is None:
             return None
         lexical = self.lexical or self.store.lexical
         if self._mask_index != (lexical, lexical.generation):  # an ingest changed the index
-            self._mask_index, self._masks = (lexical, lexical.generation), {}
-        if caller not in self._masks:
+            self._mask_index, self._masks, self._times = (lexical, lexical.generation), {}, None
+        if gate not in self._masks:
             if len(self._masks) >= 64:
                 self._masks.pop(next(iter(self._masks)))
-            self._masks[caller] = caller.mask(lexical.doc_ids, self.store.records)
-        return self._masks[caller]
+            if gate.as_of is not None and self._times is None:
+                self._times = self._dates(lexical.doc_ids)
+            self._masks[gate] = self._gate_mask(gate, lexical.doc_ids, self._times)
+        return self._masks[gate]
+
+    def _gate_mask(self, gate: Gate, doc_ids: Sequence[str], times: np.ndarray | None = None) -> np.ndarray:
+        """``gate``'s mask over ``doc_ids``, its date compared as one array (a query asked as of a
+        new date costs no pass over the records in Python); ``times``: :meth:`_dates` of ``doc_ids``."""
+        records = self.store.records
+        if gate.as_of is None:
+            return gate.mask(doc_ids, records)
+        existed = (self._dates(doc_ids) if times is None else times) <= gate.as_of.timestamp()
+        rest = Gate(gate.caller, None, gate.filter)
+        return existed & rest.mask(doc_ids, records) if rest else existed
+
+    def _dates(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """Each record's date in seconds (an undated one's before every date; an id with no stored
+        record after every date: never a candidate), in ``doc_ids`` order."""
+        records = self.store.records
+        return np.fromiter(
+            (records[d].sort_time.timestamp() if d in records else np.inf for d in doc_ids), dtype=np.float64, count=len(doc_ids)
+        )
+
+    def _graph(self, gate: Gate | None) -> AuthorityGraph:
+        """The store's graph, as it stood at the gate's ``as_of`` where it has one."""
+        graph = self.store.graph
+        return graph if gate is None or gate.as_of is None else graph.as_of(gate.as_of)
 
     # ------------------------------------------------------------------ Stage 2 + 3
     def resolve(
@@ -249,15 +291,20 @@ class ControllingAuthorityRetriever:
         *,
         scope: QuestionScope | None = None,
         ambiguity: Ambiguity | None = None,
+        as_of: When | None = None,
+        filters: RecordFilter | None = None,
     ) -> RetrievalResult:
-        """Stage 2 + 3 over the store's graph for given Stage-1 anchors (see :func:`resolve_authority`)."""
+        """Stage 2 + 3 over the store's graph (as it stood ``as_of``) for given Stage-1 anchors
+        (see :func:`resolve_authority`)."""
+        gate = _gate(caller, as_of, filters)
         with self.store.lock.read():
             result = resolve_authority(
-                self.store.graph,
+                self._graph(gate),
                 self.store.policy,
                 query,
                 anchors,
                 caller,
+                filters=filters,
                 resolution=self.resolution,
                 scope_lookup_limit=self.scope_lookup_limit,
                 scope_ids=None if scope is None else scope.named,
@@ -277,17 +324,21 @@ class ControllingAuthorityRetriever:
         caller: CallerContext | None = None,
         *,
         started: float | None = None,
+        as_of: When | None = None,
+        filters: RecordFilter | None = None,
     ) -> RetrievalResult:
         """Fusion, the latent-scope step and Stages 2 + 3 for channel runs already searched
-        (what :meth:`retrieve` does after searching; a study can replay cached runs). The
-        result keeps the fused candidates (``candidates``), so no caller fuses again."""
+        (what :meth:`retrieve` does after searching; a study can replay cached runs, searched
+        under the same ``as_of`` and ``filters``). The result keeps the fused candidates
+        (``candidates``), so no caller fuses again."""
         started = time.perf_counter() if started is None else started
+        gate = _gate(caller, as_of, filters)
         with self.store.lock.read():
             candidates = self.fuse(runs)
             stage1_done = time.perf_counter()
-            anchors, scope, ambiguity = self._anchors(query, candidates, caller)
+            anchors, scope, ambiguity = self._anchors(query, candidates, gate)
             latent_done = time.perf_counter()
-            result = self.resolve(query, anchors, caller, scope=scope, ambiguity=ambiguity)
+            result = self.resolve(query, anchors, caller, scope=scope, ambiguity=ambiguity, as_of=as_of, filters=filters)
         result = as_shown(replace(result, candidates=candidates))
         result.timings_ms = {
             "stage1": (stage1_done - started) * 1000,
@@ -297,34 +348,56 @@ class ControllingAuthorityRetriever:
         }
         return result
 
-    def retrieve(self, query: str, caller: CallerContext | None = None) -> RetrievalResult:
+    def retrieve(
+        self, query: str, caller: CallerContext | None = None, *, as_of: When | None = None, filters: RecordFilter | None = None
+    ) -> RetrievalResult:
         """Run all three stages for one query; ``caller`` restricts every stage to what they may read
-        (no caller: unrestricted, as for a trusted service)."""
+        (no caller: unrestricted, as for a trusted service), ``as_of`` to the records that existed
+        at that date (a day: its end) and the frontier they made, ``filters`` to what it keeps."""
         _check_query(query)
         started = time.perf_counter()
+        when = None if as_of is None else instant(as_of)
         # The query is embedded before the lock is taken; all stages then read one state
         # of the store, so an ingest running meanwhile is seen entirely or not at all.
-        return self._retrieve(query, self._embed(query), caller, started)
+        return self._retrieve(query, self._embed(query), caller, started, when, filters)
 
-    def retrieve_many(self, queries: Sequence[str], caller: CallerContext | None = None) -> list[RetrievalResult]:
+    def retrieve_many(
+        self,
+        queries: Sequence[str],
+        caller: CallerContext | None = None,
+        *,
+        as_of: When | None = None,
+        filters: RecordFilter | None = None,
+    ) -> list[RetrievalResult]:
         """:meth:`retrieve` for each query, with the queries embedded together in batches: one
         forward pass per batch instead of one per query. Each result's timings include its share
         of the batched embedding."""
         for query in queries:
             _check_query(query)
+        when = None if as_of is None else instant(as_of)
         if not queries:
             return []
         started = time.perf_counter()
         vectors = self.store.embedder.encode(queries) if self.anchor_mode != "bm25" else None
         share = (time.perf_counter() - started) / len(queries)
         return [
-            self._retrieve(query, None if vectors is None else vectors[i], caller, time.perf_counter() - share)
+            self._retrieve(query, None if vectors is None else vectors[i], caller, time.perf_counter() - share, when, filters)
             for i, query in enumerate(queries)
         ]
 
-    def _retrieve(self, query: str, vector: np.ndarray | None, caller: CallerContext | None, started: float) -> RetrievalResult:
+    def _retrieve(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        caller: CallerContext | None,
+        started: float,
+        as_of: datetime | None = None,
+        filters: RecordFilter | None = None,
+    ) -> RetrievalResult:
+        gate = _gate(caller, as_of, filters)
         with self.store.lock.read():
-            result = self.resolve_runs(query, self._runs(query, vector, caller), caller, started=started)
+            runs = self._runs(query, vector, gate)
+            result = self.resolve_runs(query, runs, caller, started=started, as_of=as_of, filters=filters)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "query %r: %d anchors (%s), %d records, %d active; %s",
@@ -336,6 +409,14 @@ class ControllingAuthorityRetriever:
                 ", ".join(f"{name} {ms:.1f} ms" for name, ms in result.timings_ms.items()),
             )
         return result
+
+
+def _gate(caller: CallerContext | None, as_of: When | None, filters: RecordFilter | None) -> Gate | None:
+    """What decides a query's candidates; None where nothing narrows them (the fast path), and
+    a caller alone gated as it always was."""
+    if as_of is None and not filters:
+        return None if caller is None else Gate(caller)
+    return Gate(caller, None if as_of is None else instant(as_of), filters or None)
 
 
 def _check_query(query: object) -> None:

@@ -30,7 +30,7 @@ from typing import Literal
 
 from bm25s.stopwords import STOPWORDS_EN
 
-from car_rag.graph import AuthorityGraph
+from car_rag.graph import AuthorityGraph, DatedGraph
 from car_rag.records import Record
 
 __all__ = [
@@ -131,10 +131,15 @@ _INDEXES: weakref.WeakKeyDictionary[AuthorityGraph, ScopeValueIndex] = weakref.W
 
 
 def value_index(graph: AuthorityGraph) -> ScopeValueIndex:
-    """The graph's scope-value index, built on first use and then kept in step."""
+    """The graph's scope-value index, built on first use and then kept in step. A graph as of a
+    date (:class:`~car_rag.graph.DatedGraph`) shares its live graph's forms (a value's forms do not
+    depend on the date; which values it holds is its own :meth:`~AuthorityGraph.holds`)."""
     index = _INDEXES.get(graph)
     if index is None:
         index = _INDEXES[graph] = ScopeValueIndex(graph)
+        if isinstance(graph, DatedGraph):
+            live = value_index(graph.base)
+            index._forms, index._position = live._forms, live._position
     return index
 
 

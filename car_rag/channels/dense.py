@@ -156,6 +156,19 @@ class VectorChannel(ABC):
                 exact.put(order, np.vstack([vectors[d] for d in order]))
             self._exact = exact
 
+    def held(self) -> tuple[list[str], np.ndarray] | None:
+        """The ids and unit rows exact search holds (None when the engine answers): what
+        :meth:`hold_rows` takes, e.g. to search a subset of the records with the same scores."""
+        exact = self._exact
+        return None if exact is None else (list(exact.ids), exact.rows_in_use())
+
+    def hold_rows(self, ids: Sequence[str], unit_rows: np.ndarray) -> None:
+        """Search exactly over rows :meth:`held` returned (not normalised again: a score moved by
+        one bit could move a tie at the cut)."""
+        exact = _ExactIndex()
+        exact.restore(ids, unit_rows)
+        self._exact, self._allowed = exact, {}
+
     def put(self, doc_ids: Sequence[str], vectors: np.ndarray) -> None:
         """Set the exact-search rows of ``doc_ids`` (no-op when the engine answers): records another
         process wrote, or whose vectors reach the engine later."""

@@ -1,14 +1,20 @@
 """Options more than one command takes, with one spelling and one meaning: the retriever's (``query``,
-``serve``) and the shared store's location (``ingest``, ``query``, ``serve``)."""
+``serve``), the date and filter a query is asked under, and the shared store's location (``ingest``,
+``query``, ``serve``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from car_rag.cli.command import UsageError, confidence, count
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
+
+if TYPE_CHECKING:
+    from car_rag.eligibility import RecordFilter
 
 AUTHORITY_URL_ENV = "CAR_RAG_AUTHORITY_URL"
 """Where --authority-url is read from when not given (a URL with a password stays off the command line)."""
@@ -68,6 +74,64 @@ def retriever_options(args: argparse.Namespace) -> dict[str, Any]:
         "scope_tie_order": args.scope_tie_order,
         "min_confidence": args.min_confidence,
     }
+
+
+def point_in_time_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--as-of`` and the filters (``--since``, ``--until``, ``--filter``), as ``query`` takes them."""
+    parser.add_argument(
+        "--as-of",
+        metavar="DATE",
+        help="the authority as it stood on DATE (YYYY-MM-DD: its end; or an ISO 8601 time): records dated "
+        "later (effective_at, else published_at) are not candidates and void nothing; undated records count at every date",
+    )
+    parser.add_argument("--since", metavar="DATE", help="only records dated on or after DATE (undated records are left out)")
+    parser.add_argument("--until", metavar="DATE", help="only records dated on or before DATE (undated records are left out)")
+    parser.add_argument(
+        "--filter",
+        action="append",
+        metavar="KEY=VALUE",
+        help="only records with KEY = VALUE (repeatable; one KEY given several values keeps any of them): KEY is "
+        "doc_type, source, a scope key of the store's policy, or metadata.NAME (compared as text)",
+    )
+
+
+def point_in_time(args: argparse.Namespace, scope_keys: Sequence[str]) -> tuple[datetime | None, RecordFilter | None]:
+    """The ``as_of`` and filter of those options (a usage error names a bad one)."""
+    from car_rag.eligibility import filter_of, instant
+
+    try:
+        as_of = None if args.as_of is None else instant(args.as_of, "--as-of")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    fields: dict[str, Any] = {}
+    if args.since is not None or args.until is not None:
+        fields["date_range"] = {"from": args.since, "to": args.until}
+    for pair in args.filter or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"--filter {pair}: expected KEY=VALUE")
+        if key.startswith("metadata."):
+            fields.setdefault("metadata", {})[key.removeprefix("metadata.")] = value
+        elif key in ("doc_type", "source"):
+            fields.setdefault(f"{key}s", []).append(value)
+        elif key in scope_keys:
+            fields.setdefault("subjects", {}).setdefault(key, []).append(value)
+        else:
+            raise UsageError(
+                f"--filter {pair}: unknown filter field {key!r} (doc_type, source, metadata.NAME, or a scope key of "
+                f"the store's policy: {', '.join(scope_keys)})"
+            )
+    try:
+        found = filter_of(fields, scope_keys) if fields else None
+    except ValueError as exc:
+        # Named as the options spell it: date_range is --since/--until here.
+        raise UsageError(
+            str(exc)
+            .replace("filters.date_range.from", "--since")
+            .replace("filters.date_range.to", "--until")
+            .replace("filters.date_range", "--since/--until")
+        ) from None
+    return as_of, found
 
 
 def authority_arguments(parser: argparse.ArgumentParser) -> None:

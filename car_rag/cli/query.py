@@ -11,9 +11,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from car_rag.cli.command import Command, UsageError, count
-from car_rag.cli.options import authority, authority_arguments, retriever_arguments, retriever_options
+from car_rag.cli.options import (
+    authority,
+    authority_arguments,
+    point_in_time,
+    point_in_time_arguments,
+    retriever_arguments,
+    retriever_options,
+)
 from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
+from car_rag.evidence.wording import FILTERED_SUPERSEDER_TEXT
 from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
@@ -43,6 +51,10 @@ def _caller(args: argparse.Namespace) -> CallerContext | None:
 
 
 def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
+    if result.as_of is not None:
+        from car_rag.eligibility import as_of_label
+
+        print(f"as of {as_of_label(result.as_of)}", file=out)
     if result.ambiguity is not None:
         from car_rag.evidence.wording import ambiguity_sentence
 
@@ -66,6 +78,8 @@ def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
             why = f"superseded by {', '.join(rec.superseded_by)} ({', '.join(rules)})"
         elif rec.hidden_superseder:
             why = HIDDEN_SUPERSEDER_TEXT
+        elif rec.filtered_superseder:
+            why = FILTERED_SUPERSEDER_TEXT
         else:
             why = rec.role
         rank = str(rec.rank) if rec in shown else "prov"
@@ -159,9 +173,10 @@ def _run(args: argparse.Namespace) -> int:
     ) as store:
         if loading is not None:
             loading.result()  # loaded while the store opened
+        as_of, filters = point_in_time(args, store.policy.scope_keys)
         retriever = ControllingAuthorityRetriever(store, anchors=args.anchors, **retriever_options(args))
         if not batch:
-            result = retriever.retrieve(args.text, caller=caller)
+            result = retriever.retrieve(args.text, caller=caller, as_of=as_of, filters=filters)
             if fmt == "json":
                 print(json.dumps(result_json(result, args.k, with_text=args.with_text), indent=2, ensure_ascii=False))
             elif fmt in RENDERED:
@@ -177,7 +192,9 @@ def _run(args: argparse.Namespace) -> int:
             with tqdm(total=len(queries), desc="queries", unit="q", disable=args.out is None) as bar:
                 for start in range(0, len(queries), QUERY_BATCH):  # batched embedding; lines written as they come
                     chunk = queries[start : start + QUERY_BATCH]
-                    for query, result in zip(chunk, retriever.retrieve_many([q.query for q in chunk], caller=caller)):
+                    for query, result in zip(
+                        chunk, retriever.retrieve_many([q.query for q in chunk], caller=caller, as_of=as_of, filters=filters)
+                    ):
                         line = result_json(result, args.k, with_text=args.with_text, query_id=query.query_id)
                         print(json.dumps(line, ensure_ascii=False), file=out)
                     bar.update(len(chunk))
@@ -194,6 +211,7 @@ def _arguments(query: argparse.ArgumentParser) -> None:
     query.add_argument("--out", type=Path, help="with --queries: write here instead of stdout")
     query.add_argument("--k", type=count, default=5, help="records to return")
     retriever_arguments(query)
+    point_in_time_arguments(query)
     query.add_argument(
         "--format",
         choices=["table", "json", "plain", "reader", "audit", *FORMER_FORMATS],
@@ -221,6 +239,7 @@ QUERY = Command(
         'car-rag query --store ./store "Is lodash still vulnerable to CVE-2019-10744?" --k 5',
         'car-rag query --store ./store "..." --format json --with-text',
         "car-rag query --store ./store --queries questions.jsonl --out answers.jsonl",
+        'car-rag query --store ./store "Is the ruling good law?" --as-of 2019-06-01 --filter source=ca9',
     ),
     "Retrieve the controlling records for one question (printed as a table, JSON, or evidence for an "
     "LLM) or for a JSONL query file (one JSON line per query, the same shape as --format json).",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from car_rag.deprecation import warn_renamed
@@ -51,7 +52,7 @@ from car_rag.evidence.wording import (
     record_label,
     uncertain_scope,
 )
-from car_rag.evidence.xml_tree import Element, iso_date, short_number
+from car_rag.evidence.xml_tree import Element, as_of_element, iso_date, short_number
 
 if TYPE_CHECKING:
     from car_rag.ambiguity import Ambiguity
@@ -187,6 +188,8 @@ def _packet_element(packet: EvidencePacket, refs: dict[str, str], rationale: boo
     if ep.conflict_indicators.hidden_superseder:
         # Never an id, a type or a rule of the hidden record: only that it exists.
         el.add(Element("superseded-by", {"hidden": "true"}, packet.hidden_sentence()))
+    elif ep.conflict_indicators.filtered_superseder:
+        el.add(Element("superseded-by", {"filtered-out": "true"}, packet.filtered_sentence()))
     cite = packet.citation_coordinates
     if any(v is not None for v in (cite.uri, cite.version_id, cite.section_path, cite.page_number)):
         el.add(
@@ -300,6 +303,7 @@ def _document(
     compact: bool,
     ambiguity: Ambiguity | None,
     policy: Policy | None,
+    as_of: datetime | None,
 ) -> str:
     # A packet-ref may name an omitted or dropped packet (each is listed with its id), so a
     # packet renders the same whatever else is shown: prompts that share their first
@@ -308,6 +312,8 @@ def _document(
     for p in [*shown, *omitted, *dropped]:
         refs.setdefault(p.doc_id, p.evidence_packet_id)
     root = Element("evidence", {"query-id": query_id})
+    if as_of is not None:
+        root.add(as_of_element(as_of))
     if ambiguity is not None:
         note = root.add(Element("ambiguity", {"subjects": str(ambiguity.scopes)}, ambiguity_sentence(ambiguity, policy)))
         for member in ambiguity.members:
@@ -399,6 +405,7 @@ def render_audit(
         "compact": compact,
         "ambiguity": getattr(evidence, "ambiguity", None),
         "policy": policy,
+        "as_of": getattr(evidence, "as_of", None),
     }
     text = _document(shown, omitted, dropped, budget=token_budget, **options)
     # Active packets precede superseded ones in ``shown``, each in rank order, so the last

@@ -26,6 +26,7 @@ from car_rag.evidence.wording import (
     digest_current,
     digest_disputed_authority,
     digest_disputed_states,
+    digest_filtered_replacer,
     digest_hidden_replacer,
     digest_ids,
     digest_possibly_superseded,
@@ -157,8 +158,11 @@ def authority_digest(
         for p in replaced:
             replacers = p.epistemic_metadata.superseded_by
             controllers = [link for link in replacers if link.controlling and refs.get(link.doc_id) not in shown]
-            if p.epistemic_metadata.conflict_indicators.hidden_superseder and not any(link.controlling for link in replacers):
+            flags = p.epistemic_metadata.conflict_indicators
+            if flags.hidden_superseder and not any(link.controlling for link in replacers):
                 sentences.append(digest_hidden_replacer(subject, record_phrase(p.doc_type, p.version)))
+            elif flags.filtered_superseder and not any(link.controlling for link in replacers):
+                sentences.append(digest_filtered_replacer(subject, record_phrase(p.doc_type, p.version)))
             for link in controllers:
                 sentences.append(
                     digest_replaced_not_shown(

@@ -27,6 +27,7 @@ from car_rag.evidence.spans import matching_spans
 from car_rag.evidence.wording import (
     NOT_SUPERSEDED,
     disputed_sentence,
+    filtered_sentence,
     hidden_sentence,
     possibly_superseded_sentence,
     record_label,
@@ -143,6 +144,7 @@ class ConflictIndicators(_Model):
         default_factory=list, description="Visible records in this result that void it, possibly (contested) or not."
     )
     hidden_superseder: bool = Field(default=False, description="Voided by a record the caller may not read (never named).")
+    filtered_superseder: bool = Field(default=False, description="Voided by a record the query's filters leave out.")
 
 
 class EpistemicMetadata(_Model):
@@ -248,6 +250,10 @@ class EvidencePacket(_Model):
         """'<label> is superseded by a record you are not permitted to read.' (no id, by design)."""
         return hidden_sentence(self.label())
 
+    def filtered_sentence(self) -> str:
+        """'<label> is superseded by a record this query's filters leave out.'"""
+        return filtered_sentence(self.label())
+
 
 # ---------------------------------------------------------------------- building
 def _link(result: RetrievalResult, policy: Policy | None, edge: Edge, *, towards: str, controlling: bool = True) -> AuthorityLink:
@@ -282,8 +288,10 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
         _link(result, policy, e, towards=e.superseder, controlling=e.superseder in controlling)
         for e in sorted(item.voided_by, key=lambda e: (e.superseder not in controlling, e.superseder))
     ]
-    # Superseded with no active superseder in view: what controls is a record the caller may not read.
-    hidden = item.hidden_superseder or (item.status == "superseded" and not controlling)
+    # Superseded with no active superseder in view: what controls is a record the caller may not
+    # read, or one the query's filters leave out.
+    filtered = item.filtered_superseder and not item.hidden_superseder
+    hidden = not filtered and (item.hidden_superseder or (item.status == "superseded" and not controlling))
     supersedes = [_link(result, policy, e, towards=e.target) for e in item.voids]
     possibly = [_link(result, policy, e, towards=e.superseder) for e in item.contested_by] if item.status == "active" else []
     disputed = [_link(result, policy, e, towards=e.superseder) for e in item.disputed_by]
@@ -295,6 +303,8 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
             reasons.append("; ".join(superseded_by_sentence(label, link) for link in superseded_by))
         if hidden:
             reasons.append(hidden_sentence(label))
+        if filtered:
+            reasons.append(filtered_sentence(label))
     elif possibly or disputed:
         reasons.extend(disputed_sentence(label, link, _claim_back(result, policy, item, link)) for link in disputed)
         reasons.extend(possibly_superseded_sentence(label, link) for link in possibly)
@@ -333,6 +343,7 @@ def _packet(item: RetrievedRecord, result: RetrievalResult, policy: Policy | Non
                 has_contradiction=status == "superseded" or bool(possibly or disputed),
                 contradicted_by_ids=[link.doc_id for link in [*superseded_by, *possibly, *disputed]],
                 hidden_superseder=hidden,
+                filtered_superseder=filtered,
             ),
             superseded_by=superseded_by,
             supersedes=supersedes,
@@ -392,9 +403,10 @@ def _int_meta(meta: dict[str, Any], *keys: str) -> int | None:
 
 
 def hidden_only(packet: EvidencePacket) -> bool:
-    """Superseded only by records the caller may not read: no shown record stands in for it."""
-    ep = packet.epistemic_metadata
-    return ep.conflict_indicators.hidden_superseder and not any(link.controlling for link in ep.superseded_by)
+    """Superseded only by records the caller may not read, or the query's filters leave out: no
+    shown record stands in for it."""
+    ep, flags = packet.epistemic_metadata, packet.epistemic_metadata.conflict_indicators
+    return (flags.hidden_superseder or flags.filtered_superseder) and not any(link.controlling for link in ep.superseded_by)
 
 
 def scope_groups(packets: Sequence[EvidencePacket]) -> list[list[int]]:

@@ -31,12 +31,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
+from car_rag.eligibility import as_of_label
 from car_rag.evidence.budget import TokenCounter, approx_tokens
 from car_rag.evidence.packets import SupersededMode
 from car_rag.evidence.wording import (
     CUT_MARK,
+    FILTERED_REPLACER_NOTE,
     HIDDEN_REPLACER_NOTE,
     ambiguity_note,
+    as_of_sentence,
     disputed_note,
     document_header,
     plain_line,
@@ -108,6 +111,7 @@ def render_plain(
     if isinstance(evidence, (str, bytes)):
         raise TypeError("render_plain takes a RetrievalResult or Record objects, not text")
     hidden: set[str] = set()  # voided only by records the caller may not read: nothing shown says so
+    filtered: set[str] = set()  # voided only by records the query's filters leave out
     guessed: dict[str, str] = {}  # doc_id -> its scope's probability, where the scope is a guess
     possibly: dict[str, list[tuple[str, float]]] = {}  # contested doc_id -> (its weak voider's label, confidence)
     disputed: dict[str, list[tuple[str, str]]] = {}  # doc_id -> the records disputing its authority, with their rule
@@ -115,8 +119,10 @@ def render_plain(
     lead = ""  # the ambiguity sentence, where the question names several subjects it does not tell apart
     if hasattr(evidence, "top"):
         result = cast("RetrievalResult", evidence)
+        if result.as_of is not None:
+            lead = f"{as_of_sentence(as_of_label(result.as_of))}\n\n"
         if result.ambiguity is not None:
-            lead = f"{plain_line(ambiguity_note(result.ambiguity, result.policy))}\n\n"
+            lead += f"{plain_line(ambiguity_note(result.ambiguity, result.policy))}\n\n"
         shown = [r for r in result.top(k) if superseded == "include" or r.status == "active"]
         # Named by label, not by document number: a token budget can renumber the documents.
         possibly = {
@@ -126,11 +132,12 @@ def render_plain(
             r.doc_id: [(_label(result, e.superseder), plain_value(e.rule)) for e in r.disputed_by] for r in shown if r.disputed_by
         }
         hidden = {r.doc_id for r in shown if r.hidden_superseder and not r.superseded_by}
-        if marked:  # every replaced record the caller may see what replaced (a hidden replacer has its own note)
+        filtered = {r.doc_id for r in shown if r.filtered_superseder and not r.hidden_superseder and not r.superseded_by}
+        if marked:  # every replaced record the caller may see what replaced (a hidden or filtered-out one has its own note)
             replaced = {
                 r.doc_id: [_label(result, s) for s in r.superseded_by or [e.superseder for e in r.voided_by]]
                 for r in shown
-                if r.status == "superseded" and r.doc_id not in hidden
+                if r.status == "superseded" and r.doc_id not in hidden and r.doc_id not in filtered
             }
         guessed = {r.doc_id: p for r in shown if (p := uncertain_scope(r.scope_probability)) is not None}
         records = [r.record for r in shown]
@@ -141,7 +148,7 @@ def render_plain(
     count = token_counter or approx_tokens
 
     def doc(i: int, rec: Record, text: str) -> str:
-        notes = [HIDDEN_REPLACER_NOTE] if rec.doc_id in hidden else []
+        notes = [HIDDEN_REPLACER_NOTE] if rec.doc_id in hidden else [FILTERED_REPLACER_NOTE] if rec.doc_id in filtered else []
         if rec.doc_id in replaced:
             notes.append(replaced_note(replaced[rec.doc_id]))
         notes += [possibly_superseded_note(voider, confidence) for voider, confidence in possibly.get(rec.doc_id, ())]

@@ -22,6 +22,7 @@ Every string is escaped by :mod:`car_rag.evidence.xml_tree`: retrieved text neve
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from car_rag.evidence.budget import TokenCounter, approx_tokens
@@ -29,6 +30,7 @@ from car_rag.evidence.digest import authority_digest
 from car_rag.evidence.packets import EvidencePacket, SupersededMode, hidden_only, renderable_packets
 from car_rag.evidence.wording import (
     CUT_MARK,
+    FILTERED_REPLACER,
     HIDDEN_REPLACER,
     NOT_SHOWN_REASON,
     ambiguity_sentence,
@@ -39,7 +41,7 @@ from car_rag.evidence.wording import (
     subject_phrase,
     uncertain_scope,
 )
-from car_rag.evidence.xml_tree import Element, iso_date
+from car_rag.evidence.xml_tree import Element, as_of_element, iso_date
 
 if TYPE_CHECKING:
     from car_rag.ambiguity import Ambiguity
@@ -81,6 +83,8 @@ def _packet(packet: EvidencePacket, refs: dict[str, str], policy: Policy | None,
     replaced_by = [refs.get(link.doc_id, link.doc_id) for link in ep.superseded_by if link.controlling]
     if ep.conflict_indicators.hidden_superseder and not replaced_by:
         replaced_by = [HIDDEN_REPLACER]
+    elif ep.conflict_indicators.filtered_superseder and not replaced_by:
+        replaced_by = [FILTERED_REPLACER]
     possibly = [ref_with_confidence(refs.get(link.doc_id, link.doc_id), link.confidence) for link in ep.possibly_superseded_by]
     when = packet.provenance.effective_at or packet.provenance.published_at
     return Element(
@@ -112,9 +116,12 @@ def _document(
     dropped: list[str],
     cut_to: int | None,
     ambiguity: Ambiguity | None,
+    as_of: datetime | None,
 ) -> str:
     refs = {**hidden_refs, **{p.doc_id: p.evidence_packet_id for p in shown}}
     root = Element("evidence", {"query-id": query_id})
+    if as_of is not None:
+        root.add(as_of_element(as_of))
     if ambiguity is not None:
         root.add(Element("ambiguity", {"subjects": str(ambiguity.scopes)}, ambiguity_sentence(ambiguity, policy)))
     lines = authority_digest(shown, policy, refs=hidden_refs)
@@ -166,7 +173,12 @@ def render_reader(
     shown = [p for p in ordered if p.is_active or superseded == "include"]
     not_shown = {p.doc_id: p.evidence_packet_id for p in ordered if p not in shown}
     count = token_counter or approx_tokens
-    options: dict[str, Any] = {"query_id": query_id, "indent": indent, "ambiguity": getattr(evidence, "ambiguity", None)}
+    options: dict[str, Any] = {
+        "query_id": query_id,
+        "indent": indent,
+        "ambiguity": getattr(evidence, "ambiguity", None),
+        "as_of": getattr(evidence, "as_of", None),
+    }
     dropped: list[str] = []
     if token_budget is not None:
         # Greedy in reader order: keep each packet that still fits, drop one that does not

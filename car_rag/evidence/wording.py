@@ -12,7 +12,9 @@ changes what readers answer (the reader protocol in the docs says how to measure
 * packet ids stand at the end of a digest line, apart from its words: an id next to "fixes"
   is copied in place of a version (``evals/results/llm-ghsa-freeform-reader/choices/``);
 * a record replaced by one the caller may not read says so and never names it;
-* a scope probability is said only where the scope is a guess (under 1.00).
+* a scope probability is said only where the scope is a guess (under 1.00);
+* a result asked as of a date says so first, in every form: its records are the authority as
+  it stood that day, not now.
 
 Record values (types, versions, scope values) reach these sentences as data: the renderings
 escape what they write, and the ambiguity sentence folds white space so no value starts a
@@ -36,6 +38,9 @@ __all__ = [
     "CUT_MARK",
     "DEFAULT_VERB",
     "DIGEST_IDS",
+    "FILTERED_REPLACER",
+    "FILTERED_REPLACER_NOTE",
+    "FILTERED_SUPERSEDER_TEXT",
     "HIDDEN_REPLACER",
     "HIDDEN_REPLACER_NOTE",
     "HIDDEN_SUPERSEDER_TEXT",
@@ -44,6 +49,7 @@ __all__ = [
     "Link",
     "ambiguity_note",
     "ambiguity_sentence",
+    "as_of_sentence",
     "compact_possibly_text",
     "compact_relation_text",
     "confidence_words",
@@ -52,6 +58,7 @@ __all__ = [
     "digest_current",
     "digest_disputed_authority",
     "digest_disputed_states",
+    "digest_filtered_replacer",
     "digest_hidden_replacer",
     "digest_ids",
     "digest_possibly_superseded",
@@ -65,6 +72,7 @@ __all__ = [
     "disputed_sentence",
     "document_header",
     "dropped_reason",
+    "filtered_sentence",
     "guessed_subject",
     "hidden_sentence",
     "link_label",
@@ -153,6 +161,9 @@ def uncertain_scope(probability: float | None) -> str | None:
 HIDDEN_SUPERSEDER_TEXT = "superseded by a record you are not permitted to read"
 """What a packet says when the record that voids it is one the caller may not read."""
 
+FILTERED_SUPERSEDER_TEXT = "superseded by a record this query's filters leave out"
+"""What a packet says when the record that voids it is one the query's filters leave out."""
+
 NOT_SUPERSEDED = "active: no retrieved record supersedes it"
 """The rationale of an active record nothing voids."""
 
@@ -181,6 +192,11 @@ def superseded_by_sentence(label: str, link: Link) -> str:
 def hidden_sentence(label: str) -> str:
     """'<label> is superseded by a record you are not permitted to read.' (no id, by design)."""
     return f"{label} is {HIDDEN_SUPERSEDER_TEXT}."
+
+
+def filtered_sentence(label: str) -> str:
+    """'<label> is superseded by a record this query's filters leave out.'"""
+    return f"{label} is {FILTERED_SUPERSEDER_TEXT}."
 
 
 def disputed_sentence(label: str, link: Link, reverse: Link | None) -> str:
@@ -260,6 +276,11 @@ def ambiguity_note(ambiguity: Ambiguity, policy: Policy | None = None) -> str:
     return f"Note: {ambiguity_sentence(ambiguity, policy)}"
 
 
+def as_of_sentence(label: str) -> str:
+    """What every form says first of a result asked as of a date (``label``: the date as written)."""
+    return f"As of {label}: these records are the authority as it stood then; nothing dated later was considered."
+
+
 # ---------------------------------------------------------------------- the authority digest
 DEFAULT_VERB = "supersedes"
 """What a record does to the one it voids where no policy rule gives a verb."""
@@ -325,6 +346,10 @@ def digest_hidden_replacer(subject: str, record: str) -> str:
     )
 
 
+def digest_filtered_replacer(subject: str, record: str) -> str:
+    return f"{subject}: the {record} has been replaced by a record this query's filters leave out."
+
+
 def digest_replaced_not_shown(subject: str, record: str, replacer: str) -> str:
     return f"{subject}: the {record} has been replaced by the {replacer}, which is not shown."
 
@@ -347,6 +372,9 @@ def digest_ids(current: Sequence[str], replaced: Sequence[str]) -> str:
 # ---------------------------------------------------------------------- plain documents
 HIDDEN_REPLACER_NOTE = "replaced by a record you are not permitted to read"
 """Header note of a document voided by a record the caller may not read (never named)."""
+
+FILTERED_REPLACER_NOTE = "replaced by a record this query's filters leave out"
+"""Header note of a document voided by a record the query's filters leave out."""
 
 CUT_MARK = " […]"
 """Where a text was cut to fit a token budget."""
@@ -422,6 +450,9 @@ def scope_probability_note(probability: str, subject: str) -> str:
 # ---------------------------------------------------------------------- the reader-first form
 HIDDEN_REPLACER = "hidden"
 """``replaced-by`` of a packet voided by a record the caller may not read."""
+
+FILTERED_REPLACER = "filtered-out"
+"""``replaced-by`` of a packet voided by a record the query's filters leave out."""
 
 NOT_SHOWN_REASON = "length budget"
 """Why packets are listed in ``<not-shown>``."""

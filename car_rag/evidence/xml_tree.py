@@ -14,7 +14,10 @@ import math
 import re
 from datetime import UTC, datetime, time
 
-__all__ = ["REPLACEMENT", "Element", "iso_date", "sanitize_xml_text", "short_number"]
+from car_rag.eligibility import as_of_label
+from car_rag.evidence.wording import as_of_sentence
+
+__all__ = ["REPLACEMENT", "Element", "as_of_element", "iso_date", "sanitize_xml_text", "short_number"]
 
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -85,6 +88,12 @@ def iso_date(value: datetime | None) -> str | None:
     if value.time() == time(0) and value.utcoffset() in (None, UTC.utcoffset(None)):
         return value.date().isoformat()
     return value.isoformat()
+
+
+def as_of_element(when: datetime) -> Element:
+    """``<as-of date="…">`` and its sentence, first in both XML forms of a result asked as of a date."""
+    label = as_of_label(when)
+    return Element("as-of", {"date": label}, as_of_sentence(label))
 
 
 def short_number(value: float | None) -> str | None:

@@ -5,7 +5,9 @@ writes the record (:class:`~car_rag.postgres.log.VectorColumn`), so every proces
 what is committed and no vector waits in an outbox. The caller gate (``where``, in the Chroma
 dialect of :meth:`~car_rag.eligibility.CallerContext.chroma_where`) becomes a condition on the
 records' tenant, public and readers columns inside the search: records a caller may not read
-are never candidates. HNSW applies such a condition to the candidates it has found, so with
+are never candidates; a query's ``as_of`` and filters (:class:`~car_rag.eligibility.Gate`) become
+conditions on the record's date, type, source, scope and metadata as its stored body holds them.
+HNSW applies such a condition to the candidates it has found, so with
 ``hnsw.iterative_scan`` (pgvector 0.8) the index is walked further until k readable records
 are found; a search it still leaves short (``hnsw.max_scan_tuples`` reached) is answered by an
 exact scan.
@@ -13,6 +15,7 @@ exact scan.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator, Mapping
@@ -24,6 +27,7 @@ import numpy as np
 from car_rag.channels.base import ChannelHit
 from car_rag.channels.dense import EXACT_SEARCH_LIMIT, VectorChannel
 from car_rag.postgres.log import PostgresRecordLog
+from car_rag.records import UNDATED
 
 __all__ = ["PgVectorChannel", "GATE_COLUMNS"]
 
@@ -142,14 +146,43 @@ class PgVectorChannel(VectorChannel):
             parts = [self._condition(part) for part in value]
             joined = sql.SQL(" AND " if key == "$and" else " OR ").join(sql.SQL("({})").format(p) for p, _ in parts)
             return joined, [param for _, params in parts for param in params]
+        operator, operand = next(iter(value.items())) if isinstance(value, dict) and len(value) == 1 else ("$eq", value)
         column = GATE_COLUMNS.get(key)
         if column is None:
-            raise ValueError(f"the pgvector engine filters on the caller gate's fields ({', '.join(GATE_COLUMNS)}), not {key!r}")
-        operator, operand = next(iter(value.items())) if isinstance(value, dict) and len(value) == 1 else ("$eq", value)
+            return self._body_condition(key, operator, operand)
         forms = {"$eq": "{} = %s", "$in": "{} = ANY(%s)"} if column != "readers" else {"$contains": "{} @> ARRAY[%s]::text[]"}
         if operator not in forms or (operator == "$in") != isinstance(operand, list):
             raise ValueError(f"the pgvector engine filters {key!r} with {' or '.join(forms)}, got {value!r}")
         return sql.SQL(forms[operator]).format(sql.Identifier(column)), [operand]
+
+    def _body_condition(self, key: str, operator: str, operand: Any) -> tuple[Any, list[Any]]:
+        """A condition of a query's date or filter (:meth:`~car_rag.eligibility.Gate.chroma_where`)
+        on the record's body: ``car_time`` its date in seconds (an undated one's before every date),
+        ``doc_type`` and ``source`` its fields, any other key its scope value, else its metadata
+        value (as Chroma's flat metadata holds them)."""
+        sql = self._sql
+        if key == "car_time":
+            comparisons = {"$lte": "<=", "$gte": ">=", "$gt": ">", "$lt": "<"}
+            if operator not in comparisons or not isinstance(operand, (int, float)):
+                raise ValueError(
+                    f"the pgvector engine compares car_time with {', '.join(comparisons)} and a number, got {operand!r}"
+                )
+            dated = "extract(epoch FROM ((body::jsonb)->>{})::timestamptz)"
+            when = f"coalesce({dated.format(repr('effective_at'))}, {dated.format(repr('published_at'))}, %s)"
+            return sql.SQL(f"{when} {comparisons[operator]} %s"), [UNDATED.timestamp(), operand]
+        if key in ("doc_type", "source"):
+            held, params = sql.SQL("((body::jsonb)->>%s)"), [key]
+        else:
+            held, params = sql.SQL("(coalesce((body::jsonb)->'scope'->%s, (body::jsonb)->'metadata'->%s) #>> '{}')"), [key, key]
+        if operator == "$in" and isinstance(operand, list):
+            return sql.SQL("{} = ANY(%s)").format(held), [*params, [str(v) for v in operand]]
+        if operator == "$eq" and isinstance(operand, (str, int, float, bool)):
+            if key in ("doc_type", "source"):
+                return sql.SQL("{} = %s").format(held), [*params, str(operand)]
+            # Typed: true is not "true", 1 is not "1" (a JSON value against a JSON value).
+            typed = sql.SQL("coalesce((body::jsonb)->'scope'->%s, (body::jsonb)->'metadata'->%s) = %s::jsonb")
+            return typed, [key, key, json.dumps(operand)]
+        raise ValueError(f"the pgvector engine filters {key!r} with $eq or $in, got {operator} {operand!r}")
 
     def close(self) -> None:
         with self._lock:

@@ -114,7 +114,7 @@ def create_app(
         "/retrieve",
         response_model=RetrieveResponse,
         responses={
-            400: {"description": "a caller in the body of a server with API keys"},
+            400: {"description": "a caller in the body of a server with API keys; an as_of or filter it cannot read"},
             401: {"description": "no or unknown key"},
             503: {"description": "not ready, or no answer within the deadline"},
         },
@@ -128,6 +128,10 @@ def create_app(
             if key is not None
             else (None if body.caller is None else CallerContext(body.caller.tenant, frozenset(body.caller.principals)))
         )
+        try:
+            service.asked(body)  # a bad as_of or filter is the request's fault: 400 naming it, before any search
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
         try:
             with anyio.fail_after(service.timeout_s):
                 return await anyio.to_thread.run_sync(service.answer, body, caller, abandon_on_cancel=True)

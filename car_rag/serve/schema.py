@@ -103,6 +103,17 @@ class RetrieveRequest(_Strict):
     )
     token_budget: float | None = Field(None, gt=0, description="fit the rendered evidence to this many tokens")
     caller: Caller | None = Field(None, description="only on a server without API keys")
+    as_of: str | None = Field(
+        None,
+        description="the authority as it stood on this date (YYYY-MM-DD: its end; or an ISO 8601 time): records dated "
+        "later (effective_at, else published_at) are not candidates and void nothing; undated records count at every date",
+    )
+    filters: dict[str, Any] | None = Field(
+        None,
+        description='only the records these keep, in every channel: {"date_range": {"from": date, "to": date}, '
+        '"subjects": {scope key: [values]}, "sources": [...], "doc_types": [...], "metadata": {key: value}}; '
+        "an unknown field, a date that cannot be read or a range from > to is a 400 naming it",
+    )
 
     @field_validator("query")
     @classmethod
@@ -171,6 +182,7 @@ class RankedRecord(_Strict):
     contested_by: list[Link] = Field(description="Voiders too unsure to count (below min_confidence): possibly superseded.")
     disputed_by: list[Link] = Field(description="Records another authority relation orders the other way.")
     hidden_superseder: bool
+    filtered_superseder: bool = Field(False, description="Voided by a record the request's filters leave out.")
     scope: dict[str, str]
     scope_probability: float | None
     published_at: str | None
@@ -237,10 +249,21 @@ class Diagnostics(_Strict):
 class RetrieveResponse(_Strict):
     query: str
     k: int
+    as_of: str | None = Field(None, description="the date asked as of (only when asked)")
+    filters: dict[str, Any] | None = Field(None, description="the filter the records were chosen under (only when asked)")
     candidates: list[Candidate]
     reranked: list[RankedRecord]
     evidence_pack: EvidencePack
     diagnostics: Diagnostics
+
+    @model_serializer(mode="wrap")
+    def _asked_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An answer to a request without as_of or filters is written as before.
+        data: dict[str, Any] = handler(self)
+        for optional in ("as_of", "filters"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
+        return data
 
 
 class EdgeOut(_Strict):

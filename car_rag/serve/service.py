@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime
 from typing import Any
 
 from car_rag.annotations import annotations_for
 from car_rag.channels import ChannelHit
-from car_rag.eligibility import CallerContext
+from car_rag.eligibility import CallerContext, RecordFilter, as_of_label, filter_of, instant
 from car_rag.evidence import build_packets, evidence_form, render
 from car_rag.resolution import RetrievalResult, RetrievedRecord
 from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
@@ -126,27 +127,35 @@ class Service:
         return f"the shared store is unreachable{since} ({kind}): records written meanwhile are missing here"
 
     # ------------------------------------------------------------------ retrieval
+    def asked(self, request: RetrieveRequest) -> tuple[datetime | None, RecordFilter | None]:
+        """The request's ``as_of`` and ``filters``; a ValueError naming the field that is wrong."""
+        as_of = None if request.as_of is None else instant(request.as_of)
+        filters = None if request.filters is None else filter_of(request.filters, self.store.policy.scope_keys)
+        return as_of, filters or None
+
     def answer(self, request: RetrieveRequest, caller: CallerContext | None) -> RetrieveResponse:
         retriever = self._retriever
         if retriever is None or self.not_ready:
             raise Unavailable(f"not ready: {self.not_ready}")
         query = request.query
+        as_of, filters = self.asked(request)
+        asked = {"as_of": as_of, "filters": filters}
         started = time.perf_counter()
         dense = None
         if retriever.anchor_mode != "bm25":
-            dense = self._dense_pool.submit(_timed, retriever.channel_runs, query, caller, ("dense",))
+            dense = self._dense_pool.submit(_timed, retriever.channel_runs, query, caller, ("dense",), asked)
         runs: dict[str, list[ChannelHit]] = {}
         timings: dict[str, float] = {}
         degraded: list[str] = []
         if retriever.anchor_mode != "dense":
-            got, timings["bm25"] = _timed(retriever.channel_runs, query, caller, ("bm25",))
+            got, timings["bm25"] = _timed(retriever.channel_runs, query, caller, ("bm25",), asked)
             runs.update(got)
         if dense is not None:
             self._collect_dense(dense, started + self.timeout_s * DENSE_SHARE, runs, timings, degraded)
         if (down := self._feed_down()) is not None:
             degraded.append(f"authority: {down}")
             self.metrics.degraded.labels("authority").inc()
-        result = retriever.resolve_runs(query, runs, caller, started=started)
+        result = retriever.resolve_runs(query, runs, caller, started=started, as_of=as_of, filters=filters)
         tick = time.perf_counter()
         k, policy = request.k, self.store.policy
         if request.format == "json":
@@ -178,6 +187,8 @@ class Service:
         return RetrieveResponse(
             query=query,
             k=k,
+            as_of=None if as_of is None else as_of_label(as_of),
+            filters=None if filters is None else filters.to_dict(),
             candidates=candidates,
             reranked=[
                 RankedRecord.model_validate(
@@ -245,7 +256,11 @@ class Service:
 
 
 def _timed(
-    run: Callable[..., dict[str, list[ChannelHit]]], query: str, caller: CallerContext | None, channels: tuple[str, ...]
+    run: Callable[..., dict[str, list[ChannelHit]]],
+    query: str,
+    caller: CallerContext | None,
+    channels: tuple[str, ...],
+    asked: dict[str, Any],
 ) -> tuple[dict[str, list[ChannelHit]], float]:
     tick = time.perf_counter()
-    return run(query, caller, channels=channels), (time.perf_counter() - tick) * 1000
+    return run(query, caller, channels=channels, **asked), (time.perf_counter() - tick) * 1000

@@ -311,10 +311,31 @@ BAD_REQUESTS: dict[str, tuple[Send, int, str]] = {  # what is sent, the status, 
         422,
         "greater than or equal to 1",
     ),
-    "retrieve-filters": (
-        lambda c, _: c.post("/retrieve", json={"query": "q", "filters": {"sources": ["x"]}}, headers=auth("k-globex")),
-        422,
-        "Extra inputs are not permitted",
+    "retrieve-filter-unknown-field": (
+        lambda c, _: c.post("/retrieve", json={"query": "q", "filters": {"judges": ["x"]}}, headers=auth("k-globex")),
+        400,
+        "filters.judges: unknown filter field",
+    ),
+    "retrieve-filter-unknown-subject": (
+        lambda c, _: c.post(
+            "/retrieve", json={"query": "q", "filters": {"subjects": {"court": ["x"]}}}, headers=auth("k-globex")
+        ),
+        400,
+        "filters.subjects.court: not a scope key",
+    ),
+    "retrieve-filter-range-backwards": (
+        lambda c, _: c.post(
+            "/retrieve",
+            json={"query": "q", "filters": {"date_range": {"from": "2025-01-01", "to": "2024-01-01"}}},
+            headers=auth("k-globex"),
+        ),
+        400,
+        "filters.date_range: from 2025-01-01 is after to 2024-01-01",
+    ),
+    "retrieve-as-of-unreadable": (
+        lambda c, _: c.post("/retrieve", json={"query": "q", "as_of": "2024-02-30"}, headers=auth("k-globex")),
+        400,
+        "as_of: cannot read '2024-02-30' as a date",
     ),
     "retrieve-malformed-json": (
         lambda c, _: c.post("/retrieve", content=b"{", headers={**auth("k-globex"), **JSON}),

@@ -267,7 +267,9 @@ def test_json_object_sends_the_schema_in_the_form_llama_cpp_servers_take(tmp_pat
     with FakeOpenAIServer(answer=packages) as server:
         toml = LLM_TOML.format(url=server.base_url, timeout=5.0) + 'response_format = "json_object"\n'
         policy = load_policy(write_policy(tmp_path, toml))
-        done = ScopeExtractor(policy, cache_dir=tmp_path / "cache").fill([disclosure(text="CVE-2099-0001: a flaw in lodash merge.")])
+        done = ScopeExtractor(policy, cache_dir=tmp_path / "cache").fill(
+            [disclosure(text="CVE-2099-0001: a flaw in lodash merge.")]
+        )
         assert [r.scope["package"] for r in done.records] == ["lodash"]
         (request,) = server.requests
         assert request["response_format"]["type"] == "json_object"
