@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import render_plain
 from car_rag.extras import require
+from car_rag.records import TENANT_SEPARATOR, shown_id
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ def authority_chain(
     (``hidden_superseder``; never named). Records the caller may not read are never named, and a
     ``doc_id`` they may not read is reported as missing, like one that does not exist (``KeyError``)."""
     records = store.records
+    own = store.key(doc_id, caller.tenant) if caller is not None and caller.tenant is not None else doc_id
+    if own != doc_id and own in records:  # the caller's own record of that id before a public one
+        return authority_chain(store, own, caller, min_confidence=min_confidence)
     record = records.get(doc_id)
     if record is None or (caller is not None and not caller.can_read(record)):
         raise KeyError(f"no record {doc_id!r} in this store that this reader may read")
@@ -91,17 +95,31 @@ def authority_chain(
                 queue.append(edge.superseder)
     voided = rssg.voided_by.get(doc_id, {})
     contested = rssg.contested_by.get(doc_id, {})
-    return {
-        **summary(doc_id),
-        "scope": dict(record.scope),
-        "controlling": [summary(d) for d in rssg.controlling(doc_id) if d in readable],
-        "voided_by": [{"doc_id": d, "rule": rule} for d, rule in sorted(voided.items()) if d in readable],
-        "possibly_superseded_by": [
-            {"doc_id": d, "rule": rule, "confidence": sure} for d, (rule, sure) in sorted(contested.items()) if d in readable
-        ],
-        "hidden_superseder": any(d not in readable for d in voided),
-        "chain": chain,
-    }
+    shown: dict[str, Any] = _shown(
+        {
+            **summary(doc_id),
+            "scope": dict(record.scope),
+            "controlling": [summary(d) for d in rssg.controlling(doc_id) if d in readable],
+            "voided_by": [{"doc_id": d, "rule": rule} for d, rule in sorted(voided.items()) if d in readable],
+            "possibly_superseded_by": [
+                {"doc_id": d, "rule": rule, "confidence": sure} for d, (rule, sure) in sorted(contested.items()) if d in readable
+            ],
+            "hidden_superseder": any(d not in readable for d in voided),
+            "chain": chain,
+        }
+    )
+    return shown
+
+
+def _shown(value: Any) -> Any:
+    """``value`` with every store key a tenant's record is held under as the doc_id its writer gave."""
+    if isinstance(value, str):
+        return shown_id(value) if TENANT_SEPARATOR in value else value
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
 
 
 def evidence_with_status(query: str, evidence: str, ranked: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -131,6 +131,10 @@ def test_explain_reads_as_the_caller(store_path):
     _, (acme_record, zipcraft) = _session("--store", str(store_path), "--tenant", "globex")(calls)
     # Another tenant's record is missing to globex, in the same words as one that does not exist.
     assert acme_record.is_error and f"no record {ACME_FIX['doc_id']!r}" in acme_record.content[0].text
+    # acme explains its own record by the id it wrote (the store holds it under a tenant key).
+    _, (own,) = _session("--store", str(store_path), "--tenant", "acme")([calls[0]])
+    mine = _structured(own)
+    assert mine["doc_id"] == ACME_FIX["doc_id"] and "\x1f" not in json.dumps(mine)
     hidden = _structured(zipcraft)
     assert hidden["status"] == "superseded" and hidden["hidden_superseder"]
     assert hidden["controlling"] == hidden["chain"] == hidden["voided_by"] == []
