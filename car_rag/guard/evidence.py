@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from car_rag.ambiguity import Ambiguity
 from car_rag.evidence import EvidenceForm as Form
 from car_rag.evidence import EvidencePacket, build_packets
+from car_rag.records import tenant_key
 
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext
@@ -147,6 +148,8 @@ def seen_evidence(
     records shown, and ``text``, decide which versions are known. Raises ValueError naming
     the doc ids ``graph`` does not hold."""
     policy = policy or graph.policy
+    if caller is not None and caller.tenant is not None:  # a tenant's results show the ids its writers gave
+        doc_ids = [_held(graph, caller.tenant, d) for d in doc_ids]
     missing = [d for d in doc_ids if d not in graph.records]
     if missing:
         raise ValueError(f"{len(missing)} evidence record(s) not in the store: {', '.join(map(repr, missing[:5]))}")
@@ -155,7 +158,8 @@ def seen_evidence(
     replaced = [e.target for d in doc_ids for e in graph.superseded_by(d) if e.target not in doc_ids] if provenance else []
     subject_ids: list[str] = []
     if subject is not None and subject.ranked:
-        subject_ids = _scope_members(graph, [subject.ranked[0].doc_id], caller)
+        top = subject.ranked[0].doc_id
+        subject_ids = _scope_members(graph, [_held(graph, caller.tenant, top) if caller and caller.tenant else top], caller)
     form = numbering(form)
     labels = [LABEL[form].format(n) for n in (numbers if numbers is not None else range(1, len(doc_ids) + 1))]
     resolved = _resolved(graph, policy, [*doc_ids, *replaced, *subject_ids], caller, query)
@@ -207,6 +211,12 @@ def scope_evidence(
         basis="scopes",
         policy=policy,
     )
+
+
+def _held(graph: AuthorityGraph, tenant: str, doc_id: str) -> str:
+    """The key ``tenant``'s record ``doc_id`` is held under, else ``doc_id`` (a public record)."""
+    key = tenant_key(tenant, doc_id)
+    return key if key in graph.records else doc_id
 
 
 def result_evidence(result: RetrievalResult, policy: Policy | None, k: int | None, form: Numbering) -> GuardEvidence:

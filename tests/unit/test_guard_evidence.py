@@ -16,7 +16,7 @@ from car_rag.graph import AuthorityGraph
 from car_rag.guard import GuardReport, check_answer, scope_evidence, seen_evidence
 from car_rag.guard.evidence import Numbering
 from car_rag.policy import load_policy
-from car_rag.records import Record
+from car_rag.records import Record, tenant_key
 from car_rag.resolution import RetrievalResult
 
 ELECTRON = {"package": "electron", "cve_id": "CVE-2026-34768"}
@@ -360,3 +360,14 @@ def test_a_closed_book_answer_is_judged_against_the_question_subject() -> None:
     nothing_shown = seen_evidence(_graph(MULTI_BRANCH), [], subject=retrieval)
     report = check_answer("No, it is not patched; 40.8.0 is affected.", nothing_shown)
     assert _kinds(report) == ["stale_state", "unknown_version"]  # saw nothing: no version is known
+
+
+def test_a_tenants_evidence_is_named_by_the_ids_its_writers_gave() -> None:
+    # The store holds acme's records under tenant keys; acme's reader saw (and cites) its own ids.
+    held = [{**r, "tenant": "acme", "doc_id": tenant_key("acme", r["doc_id"])} for r in MULTI_BRANCH]
+    graph = _graph(held)
+    evidence = seen_evidence(graph, ["rel-41.0.0-beta.8", "disclosure"], caller=CallerContext("acme"))
+    assert _kinds(check_answer("Yes, it is patched in 40.9.3.", evidence)) == ["unknown_version"]
+    assert _kinds(check_answer("Yes, it is patched in 41.0.0-beta.8.", evidence)) == []
+    with pytest.raises(ValueError, match="not in the store"):  # another tenant's reader holds no such record
+        seen_evidence(graph, ["rel-41.0.0-beta.8"], caller=CallerContext("globex"))
