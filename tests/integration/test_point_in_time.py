@@ -11,11 +11,11 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever
 from car_rag.cli import main
+from car_rag.demo import demo_files
 from car_rag.eligibility import RecordFilter
 from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.serve.service import Service
 from car_rag_evals.servers import serving
-from conftest import DEMO, read_jsonl
 from helpers_records import retrieved
 
 QUESTION = "Is lodash still vulnerable to CVE-2099-10001, the prototype pollution through merge and defaultsDeep?"
@@ -28,7 +28,7 @@ def shelved(tmp_path_factory, demo_policy, embedder):
     """The demo corpus with a metadata ``shelf``: "top" on the records an unfiltered question's
     top k and every channel's first ``K`` hits hold, "rest" on the others."""
     store = CARStore.open(tmp_path_factory.mktemp("shelved"), demo_policy, embedder=embedder)
-    records = read_jsonl(DEMO / "corpus.jsonl")
+    records = [json.loads(line) for line in demo_files()[0].read_text(encoding="utf-8").splitlines() if line.strip()]
     assert store.ingest(records, progress=False).errors == []
     retriever = ControllingAuthorityRetriever(store, k1=3, depth=K)
     runs = retriever.channel_runs(QUESTION)

@@ -40,7 +40,7 @@ def _ranking(nodes) -> list[tuple[str, str]]:
 
 
 def _core_ranking(core: ControllingAuthorityRetriever, query: str, k: int = 5) -> list[tuple[str, str]]:
-    return [(r.doc_id, r.status) for r in core.retrieve(query)][:k]
+    return [(r.doc_id, str(r.status)) for r in core.retrieve(query)][:k]
 
 
 def _posterior(result) -> list[tuple[str, float | None]]:

@@ -6,8 +6,10 @@ MiniLM; the LLM is a fake, named as such."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
 import pytest
+from llama_index.core.base.response.schema import Response
 from llama_index.core.evaluation import BatchEvalRunner, RetrieverEvaluator
 from llama_index.core.evaluation.retrieval.metrics import HitRate
 from llama_index.core.query_engine import RetrieverQueryEngine
@@ -88,14 +90,14 @@ def test_answer_evaluator_in_a_batch_run_flags_the_confidently_wrong_answer(inde
         retriever=CARRetriever(index.as_retriever(similarity_top_k=3), index.vector_store, policy),
         response_synthesizer=EvidenceSynthesizer(llm=fake_llm, policy=policy),
     )
-    responses = []
+    responses: list[Response] = []
     for answer in ("Yes: it is fixed in yamlette 2.0.1.", "No, it is still vulnerable: no patch has been released."):
         fake_llm.scripted = answer
-        responses.append(engine.query(YAML_Q))
+        responses.append(cast(Response, engine.query(YAML_Q)))  # not streaming: a Response
     runner = BatchEvalRunner({"car_answer": CARAnswerEvaluator("security")})
-    results = runner.evaluate_responses(
-        queries=[YAML_Q, YAML_Q], responses=responses, reference=["patched", "patched"], fixed_version=["2.0.1", "2.0.1"]
-    )["car_answer"]
+    # BatchEvalRunner passes each extra keyword's list item by item; its stubs say dicts.
+    extra: dict[str, Any] = {"reference": ["patched", "patched"], "fixed_version": ["2.0.1", "2.0.1"]}
+    results = runner.evaluate_responses(queries=[YAML_Q, YAML_Q], responses=responses, **extra)["car_answer"]
     assert [(r.passing, r.score) for r in results] == [(True, 1.0), (False, 0.0)]
     assert results[1].feedback is not None and results[1].feedback.startswith("confident_wrong: ")
     with pytest.raises(ValueError, match="reference"):
