@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import date, datetime
 from typing import Any
 
 from car_rag import CallerContext, ControllingAuthorityRetriever, RetrievalResult
 from car_rag.adapters import FrameworkCorpus, RecordLayout, StoreItem, group_records
 from car_rag.annotations import annotations_for
+from car_rag.eligibility import RecordFilter, instant
 from car_rag.policy import PolicyArg
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -24,6 +26,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field, PrivateAttr
 
+from langchain_car.filters import record_filter
 from langchain_car.lookup import is_pgvectorstore
 
 __all__ = ["CARVectorStoreRetriever", "VectorStoreDenseSearch"]
@@ -117,6 +120,15 @@ class CARVectorStoreRetriever(BaseRetriever):
     caller: CallerContext | None = Field(
         default=None, exclude=True, description="The reader results are for; every stage keeps to what they may read."
     )
+    as_of: date | datetime | str | None = Field(
+        default=None,
+        description="Answer as of this date: records dated after it are not candidates in any channel and void nothing.",
+    )
+    filters: dict[str, Any] | RecordFilter | None = Field(
+        default=None,
+        description="What every query may return: a filter dict ($and of $eq, $in; $gte, $lte on published_at) or a "
+        "car_rag RecordFilter, compiled into every channel and Stage 2 (never a top k filtered afterwards).",
+    )
     min_confidence: float = Field(default=DEFAULT_MIN_CONFIDENCE, ge=0.0, le=1.0, description="τ: only edges this sure void.")
     documents: list[Document] | None = Field(
         default=None, description="The store's documents, for a store that cannot list them."
@@ -130,9 +142,18 @@ class CARVectorStoreRetriever(BaseRetriever):
     _core: ControllingAuthorityRetriever = PrivateAttr()
     _chunks: dict[str, list[Document]] = PrivateAttr(default_factory=dict)
     _seen: set[str] = PrivateAttr(default_factory=set)
+    _as_of: datetime | None = PrivateAttr(default=None)
+    _filter: RecordFilter | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)
+        # Translated once, here: a filter that cannot be compiled is refused before any query.
+        self._as_of = None if self.as_of is None else instant(self.as_of)
+        self._filter = (
+            self.filters
+            if self.filters is None or isinstance(self.filters, RecordFilter)
+            else record_filter(self.filters, self.policy, self._layout())
+        )
         self.refresh()  # after validation: a store car-rag cannot read raises its own error, not pydantic's
 
     @property
@@ -227,7 +248,7 @@ class CARVectorStoreRetriever(BaseRetriever):
     def retrieve(self, query: str) -> RetrievalResult:
         """The core's whole :class:`~car_rag.RetrievalResult` for ``query`` (every record, not capped at ``k``)."""
         self._sync()
-        return self._core.retrieve(query, self.caller)
+        return self._core.retrieve(query, self.caller, as_of=self._as_of, filters=self._filter)
 
     def documents_for(self, result: RetrievalResult) -> list[Document]:
         """The first ``k`` records of ``result`` as annotated documents (all of a record's chunks)."""

@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from car_rag import CallerContext, Policy, Record, RetrievalResult, load_policy
 from car_rag.adapters import FrameworkCorpus, MissingAuthorityMetadata, StoreItem, group_records
 from car_rag.annotations import annotations_for
+from car_rag.eligibility import RecordFilter, instant
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores import SimpleVectorStore
-from llama_index.core.vector_stores.types import VectorStoreQuery
+from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery
 
+from llama_index.retrievers.car.filters import record_filter
 from llama_index.retrievers.car.layout import LLAMA_INDEX_KEYS, MetadataLayout
 from llama_index.retrievers.car.resolver import annotate
 
@@ -102,6 +105,13 @@ class CARIndexRetriever(BaseRetriever):
         k: the most records returned (a record's chunks count once).
         layout: where node metadata keeps ``doc_id``, ``doc_type`` and the rest.
         caller: the reader the results are for (every stage keeps to what they may read).
+        as_of: answer as of this date (a day, an ISO time, a ``date``): records dated after it are
+            not candidates in any channel and void nothing (``docs/point-in-time.md``).
+        filters: what every query may return: ``MetadataFilters`` (``==`` / ``in`` on type,
+            source, scope keys and metadata; ``>=`` / ``<=`` on ``published_at``, AND-ed) or a
+            :class:`car_rag.eligibility.RecordFilter`; compiled into every channel and Stage 2,
+            never applied to a top k afterwards. Translated here, once: what cannot be compiled
+            is a ValueError naming it. (LlamaIndex has no per-query place for filters.)
         min_confidence: τ, as for :class:`car_rag.ControllingAuthorityRetriever`.
         nodes: the index's nodes, for a vector store that cannot list them.
         bm25_backend: the BM25 over the node texts (the core store's default).
@@ -116,6 +126,8 @@ class CARIndexRetriever(BaseRetriever):
         k: int = 5,
         layout: MetadataLayout | None = None,
         caller: CallerContext | None = None,
+        as_of: date | datetime | str | None = None,
+        filters: MetadataFilters | RecordFilter | None = None,
         min_confidence: float = DEFAULT_MIN_CONFIDENCE,
         nodes: Sequence[BaseNode] | None = None,
         bm25_backend: str | None = None,
@@ -127,6 +139,10 @@ class CARIndexRetriever(BaseRetriever):
             raise ValueError(f"k must be a positive integer, got {k!r}")
         self.index, self.policy, self.k, self.caller = index, load_policy(policy), k, caller
         self.layout = layout or MetadataLayout()
+        self.as_of = None if as_of is None else instant(as_of)
+        self.filters = (
+            filters if filters is None or isinstance(filters, RecordFilter) else record_filter(filters, self.policy, self.layout)
+        )
         self._given = list(nodes) if nodes is not None else None
         self.bm25_backend = bm25_backend
         self._options = {"min_confidence": min_confidence, **options}
@@ -236,7 +252,7 @@ class CARIndexRetriever(BaseRetriever):
     def retrieve_result(self, query: str) -> RetrievalResult:
         """The core's whole :class:`~car_rag.RetrievalResult` for ``query`` (every record, not capped at ``k``)."""
         self._sync()
-        return self.core.retrieve(query, self.caller)
+        return self.core.retrieve(query, self.caller, as_of=self.as_of, filters=self.filters)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self.nodes_for(self.retrieve_result(query_bundle.query_str))
