@@ -32,6 +32,7 @@ __all__ = [
     "CAR_CONTESTED_BY",
     "CAR_DISPUTED_BY",
     "CAR_HIDDEN_SUPERSEDER",
+    "CAR_FILTERED_SUPERSEDER",
     "CAR_POLICY",
     "CAR_PREFIX",
     "CAR_QUERY",
@@ -85,6 +86,8 @@ CAR_DISPUTED_BY = "car_disputed_by"
 (Definition 10), as links like :data:`CAR_VOIDED_BY`'s: neither voids the other."""
 CAR_HIDDEN_SUPERSEDER = "car_hidden_superseder"
 """True when the record is voided by one the caller may not read (never named)."""
+CAR_FILTERED_SUPERSEDER = "car_filtered_superseder"
+"""True when the record is voided by one the query's ``as_of`` or filters leave out (not shown)."""
 CAR_STAGE1_RANK = "car_stage1_rank"
 """1-based Stage-1 position, None when Stage 1 did not return it."""
 CAR_STAGE1_SCORE = "car_stage1_score"
@@ -113,6 +116,7 @@ CAR_ANNOTATION_KEYS = (
     CAR_CONTESTED_BY,
     CAR_DISPUTED_BY,
     CAR_HIDDEN_SUPERSEDER,
+    CAR_FILTERED_SUPERSEDER,
     CAR_STAGE1_RANK,
     CAR_STAGE1_SCORE,
     CAR_STAGE1_CHANNEL,

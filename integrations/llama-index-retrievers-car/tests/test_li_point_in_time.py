@@ -102,3 +102,12 @@ def test_a_filter_or_date_that_cannot_be_compiled_is_refused_at_construction(dem
     with pytest.raises(ValueError) as raised:
         CARIndexRetriever(demo_index, demo_policy, **asked)
     assert says in str(raised.value)
+
+
+def test_a_record_voided_only_by_a_filtered_out_one_says_so_in_its_metadata(demo_index, demo_policy):
+    only = MetadataFilters(filters=[MetadataFilter(key="doc_type", value="vulnerability_disclosure", operator=FilterOperator.EQ)])
+    disclosures = CARRetriever.from_index(demo_index, demo_policy, k=K, filters=only)
+    meta = next(n.node.metadata for n in disclosures.retrieve(QUESTION) if n.node.metadata["doc_id"] == DISCLOSURE)
+    assert (meta[CAR_STATUS], meta["car_superseded_by"], meta["car_filtered_superseder"]) == ("superseded", [], True)
+    unfiltered = CARRetriever.from_index(demo_index, demo_policy, k=K).retrieve(QUESTION)
+    assert all(n.node.metadata["car_filtered_superseder"] is False for n in unfiltered)
