@@ -498,7 +498,12 @@ def _listed(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shown(record: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in record.items() if k not in ("scope_probability", "text")}
+    """A ranked record as both sides can state it: the served form's unrequested ``record`` and
+    ``annotations`` (None) and its ``filtered_superseder`` (always written) left out, as
+    ``to_dict`` writes the flag only when set and no filter is asked here."""
+    return {
+        k: v for k, v in record.items() if k not in ("scope_probability", "text", "record", "annotations", "filtered_superseder")
+    }
 
 
 def compare(report: Report, what: str, got: dict[str, Any], want: dict[str, Any]) -> bool:
