@@ -243,7 +243,10 @@ class AuthorityGraph:
 
     def _bounded(self, untrusted: list[Edge], record: Record) -> list[Edge]:
         """At most ``trust.claims_per_write`` of the untrusted claims one write makes, per pair of
-        tenants (superseder's, target's): the surest first, then those with the newest other record.
+        tenants (superseder's, target's): the surest first, then those with the newest other record;
+        none over a record that already holds that many from the superseder's tenant. So a record
+        holds at most that many claims of any one tenant, and a reader is shown at most that many
+        of its own tenant's and of public records'.
 
         Counted per pair so that which claims a reader is shown depends only on records of the
         tenants it already sees in them: another tenant's records never crowd one out."""
@@ -251,6 +254,8 @@ class AuthorityGraph:
         by_pair: dict[tuple[str | None, str | None], list[tuple[Edge, Record]]] = defaultdict(list)
         for e in untrusted:
             sup, tgt = self._record(e.superseder, record), self._record(e.target, record)
+            if sup is record and self._claims_of(record.tenant, e.target) >= cap:
+                continue
             by_pair[(sup.tenant, tgt.tenant)].append((e, tgt if sup is record else sup))
         kept: list[Edge] = []
         for claims in by_pair.values():
@@ -258,6 +263,11 @@ class AuthorityGraph:
             claims.sort(key=lambda c: (c[0].confidence, c[1].sort_time), reverse=True)
             kept += [e for e, _ in claims[:cap]]
         return kept
+
+    def _claims_of(self, tenant: str | None, target: str) -> int:
+        """How many untrusted claims records of ``tenant`` hold over ``target``."""
+        held = self._disputes.get(target, {})
+        return sum(1 for sup, e in held.items() if e.untrusted and self.records[sup].tenant == tenant)
 
     def _record(self, doc_id: str, adding: Record) -> Record:
         return adding if doc_id == adding.doc_id else self.records[doc_id]

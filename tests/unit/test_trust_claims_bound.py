@@ -77,3 +77,11 @@ def test_trusted_edges_are_never_bounded() -> None:
 def test_a_cap_of_zero_records_no_claim_and_voids_nothing() -> None:
     graph = _graph(0, _disclosure("globex-d", at=0, tenant="globex"), _patch("acme-p", at=5, tenant="acme"))
     assert _untrusted(graph) == [] and graph.edges() == []
+
+
+def test_a_record_holds_at_most_the_cap_of_one_tenants_claims_however_many_writes() -> None:
+    attackers = [_patch(f"acme-p{n}", at=100 + n, tenant="acme") for n in range(5)]
+    graph = _graph(2, _disclosure("globex-d", at=0, tenant="globex"), *attackers)
+    assert _untrusted(graph) == [("acme-p0", "globex-d"), ("acme-p1", "globex-d")]  # the first that came
+    graph.add(_patch("pub-p", at=200))  # public, from no publisher: counted apart from acme's
+    assert ("pub-p", "globex-d") in _untrusted(graph)
