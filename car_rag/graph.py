@@ -195,10 +195,10 @@ class AuthorityGraph:
         buckets.sort(key=len)
         return buckets[0].intersection(*buckets[1:]) if len(buckets) > 1 else buckets[0]
 
-    def _edges_for(self, record: Record) -> tuple[list[Edge], list[Edge]]:
+    def _edges_for(self, record: Record, bounded: bool = True) -> tuple[list[Edge], list[Edge]]:
         """Every trusted edge between ``record`` and records already in the graph, and the
-        claims that are not linked: the untrusted edges, and pairs a hierarchy rule orders
-        against another relation (disputed)."""
+        claims that are not linked: the untrusted edges (``bounded``: as many as are kept),
+        and pairs a hierarchy rule orders against another relation (disputed)."""
         found: dict[tuple[str, str], tuple[str, float]] = {}
         ranked: set[tuple[str, str]] = set()  # pairs a hierarchy rule orders
         hierarchical = self.policy.hierarchical_rules
@@ -239,15 +239,44 @@ class AuthorityGraph:
         disputed = [e for (s, t), e in edges.items() if (t, s) in edges and ranked & {(s, t), (t, s)}]
         for e in disputed:
             del edges[(e.superseder, e.target)]
-        return list(edges.values()), disputed + untrusted
+        return list(edges.values()), disputed + (self._bounded(untrusted, record) if bounded else untrusted)
+
+    def _bounded(self, untrusted: list[Edge], record: Record) -> list[Edge]:
+        """At most ``trust.claims_per_write`` of the untrusted claims one write makes, per pair of
+        tenants (superseder's, target's): the surest first, then those with the newest other record;
+        none over a record that already holds that many from the superseder's tenant. So a record
+        holds at most that many claims of any one tenant, and a reader is shown at most that many
+        of its own tenant's and of public records'.
+
+        Counted per pair so that which claims a reader is shown depends only on records of the
+        tenants it already sees in them: another tenant's records never crowd one out."""
+        cap = self.policy.trust.claims_per_write
+        by_pair: dict[tuple[str | None, str | None], list[tuple[Edge, Record]]] = defaultdict(list)
+        for e in untrusted:
+            sup, tgt = self._record(e.superseder, record), self._record(e.target, record)
+            if sup is record and self._claims_of(record.tenant, e.target) >= cap:
+                continue
+            by_pair[(sup.tenant, tgt.tenant)].append((e, tgt if sup is record else sup))
+        kept: list[Edge] = []
+        for claims in by_pair.values():
+            claims.sort(key=lambda c: c[1].doc_id)  # a tie goes the same way in any graph
+            claims.sort(key=lambda c: (c[0].confidence, c[1].sort_time), reverse=True)
+            kept += [e for e, _ in claims[:cap]]
+        return kept
+
+    def _claims_of(self, tenant: str | None, target: str) -> int:
+        """How many untrusted claims records of ``tenant`` hold over ``target``."""
+        held = self._disputes.get(target, {})
+        return sum(1 for sup, e in held.items() if e.untrusted and self.records[sup].tenant == tenant)
 
     def _record(self, doc_id: str, adding: Record) -> Record:
         return adding if doc_id == adding.doc_id else self.records[doc_id]
 
     def claims_by(self, record: Record) -> list[Edge]:
         """The untrusted edges ``record`` would claim over records already in the graph, were it
-        added (a write a deployment refuses; edges to ids not yet written are not among them)."""
-        _, claims = self._edges_for(record)
+        added (a write a deployment refuses; edges to ids not yet written are not among them),
+        before :attr:`~car_rag.trust.Trust.claims_per_write` bounds them."""
+        _, claims = self._edges_for(record, bounded=False)
         return [c for c in claims if c.untrusted and c.superseder == record.doc_id]
 
     def _cycle_through(self, doc_id: str) -> list[str]:

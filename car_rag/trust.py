@@ -17,7 +17,9 @@ tenant T                   public or tenant U         never
 
 An untrusted edge is kept as a claim, never as an edge: it voids nothing for anyone, cannot
 close a cycle, and is shown (as ``disputed_by``, with its reason) only to a reader who may
-read both records. Without tenants every record is public, so nothing changes.
+read both records. One write keeps at most ``claims_per_write`` of them per pair of tenants,
+so one writer's rules cannot grow the graph without bound. Without tenants every record is
+public, so nothing changes.
 
 A publisher is trusted for every scope unless ``publisher_scopes`` names it: then only for
 the records whose scope holds one of the values it lists (a server takes them from its keys
@@ -61,6 +63,13 @@ class Trust(BaseModel):
         default="record",
         description="A write whose record would void another's without trust: kept as a claim that voids "
         "nothing ('record'), or refused whole with a 403 naming the rule ('refuse').",
+    )
+    claims_per_write: int = Field(
+        default=16,
+        ge=0,
+        description="The most untrusted claims one write keeps per pair of tenants (its record's claims over "
+        "another tenant's records, or their claims over it): the surest first, then those with the newest other "
+        "record. The rest are dropped, so one writer cannot grow the graph, or a reader's 'disputed_by', without bound.",
     )
     publisher_scopes: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,

@@ -66,7 +66,10 @@ class Inserts:
             return self._rejected(parsed.errors + filled.errors, len(items))
         if self.store.policy.trust.untrusted == "refuse":
             self._refuse_untrusted(filled.records)
-        warnings = [str(m) for m in missing_scope(self.store.policy, filled.records)] + filled.warnings
+            bounded = []
+        else:
+            bounded = self._claims_over_cap(filled.records, key)
+        warnings = [str(m) for m in missing_scope(self.store.policy, filled.records)] + filled.warnings + bounded
         pending = _Insert(filled.records, key, warnings)
         if self.window_s == 0:
             with self._storing:
@@ -92,6 +95,27 @@ class Inserts:
                         f"record {number} ({record.doc_id!r}) would void a record it is not trusted to "
                         f"(trust rule {rule}: {TRUST_REASONS[rule]}); nothing was stored"
                     )
+
+    def _claims_over_cap(self, records: list[Record], key: ApiKey | None) -> list[str]:
+        """A warning for each record whose untrusted claims over records ``key`` may read are more
+        than one write keeps (``trust.claims_per_write``). Claims over records it may not read are
+        bounded alike but never counted here: their number would tell it they exist."""
+        cap = self.store.policy.trust.claims_per_write
+        keyed = self.store.keyed(records)
+        warnings = []
+        with self.store.lock.read():
+            graph = self.store.graph
+            for number, (record, held_as) in enumerate(zip(records, keyed, strict=True), start=1):
+                readable = [graph.records[c.target] for c in graph.claims_by(held_as)]
+                readable = [r for r in readable if key is None or key.caller.can_read(r)]
+                for tenant in sorted({r.tenant for r in readable}, key=lambda t: t or ""):
+                    count = sum(1 for r in readable if r.tenant == tenant)
+                    if count > cap:
+                        warnings.append(
+                            f"record {number} ({record.doc_id!r}) claims to void {count} records it is not trusted to; "
+                            f"only {cap} are kept as claims (they void nothing either way)"
+                        )
+        return warnings
 
     def _join(self, pending: _Insert) -> None:
         """Join the open group, or open one and store it after the window (a group commit)."""
