@@ -539,10 +539,20 @@ def unordered(
     listed under need the ranks of the anchors the answer does not show."""
     query, scope_ids = answer["query"], answer["diagnostics"]["scope_ids"]
     result = as_shown(resolve_authority(own, own.policy, query, anchors, caller, scope_ids=scope_ids))
-    reference = {r.doc_id: _listed(_answered(r)) for r in result.ranked}
-    shown = answer["reranked"]
-    # A record the reference does not hold at all: {} (an integrity change).
-    return {"records": [_listed(r) for r in shown]}, {"records": [reference.get(r["doc_id"], {}) for r in shown]}
+    reference: dict[str, list[dict[str, Any]]] = {}
+    for r in result.ranked:  # the reader's tenant's record of an id and the public one are shown under that id
+        reference.setdefault(r.doc_id, []).append(_listed(_answered(r)))
+    shown = [_listed(r) for r in answer["reranked"]]
+    return {"records": shown}, {"records": [_taken(r, reference.get(r["doc_id"], [])) for r in shown]}
+
+
+def _taken(record: dict[str, Any], held: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reference's record of ``record``'s id that it is, else the first, taken out of ``held``
+    (two records shown under one id are two of the reference's); none left: {} (an integrity change)."""
+    taken = next((r for r in held if r == record), held[0] if held else {})
+    if held:
+        held.remove(taken)
+    return taken
 
 
 def _listed(record: dict[str, Any]) -> dict[str, Any]:

@@ -106,3 +106,14 @@ def test_a_ranked_anchor_whose_type_and_date_fit_one_record_names_that_one(graph
     graph.records[SQUATTED] = graph.records[SQUATTED].model_copy(update={"doc_type": "note"})
     choices = trust_fuzz.anchor_choices(answer, functools.partial(trust_fuzz.anchor_keys, ACME, graph.records))
     assert {h.doc_id for ranked, _ in choices for h in ranked} == {"pub-r1"}
+
+
+def test_two_records_shown_under_one_id_are_each_checked_against_their_own_when_not_in_order(graph) -> None:
+    answer = _answer(graph, "pub-r1")
+    anchor = [FusedHit("pub-r1", 0.5, 1, {"bm25": 1.0}, {}, {"bm25": 0.5})]
+    shown, want = trust_fuzz.unordered(answer, graph, ACME, anchor)
+    assert [r["doc_id"] for r in shown["records"]].count("pub-r1") == 2 and shown == want
+    twin = next(r for r in answer["reranked"] if r["doc_id"] == "pub-r1" and r["stage1"] is None)
+    twin["voids"] = [{"doc_id": "pub-r0", "rule": "patch_fixes_disclosure"}]  # acme's record voiding the public disclosure
+    shown, want = trust_fuzz.unordered(answer, graph, ACME, anchor)
+    assert shown != want
