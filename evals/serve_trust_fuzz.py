@@ -88,7 +88,7 @@ ANSWER_K = 100
 """Records asked of each answer checked: the most /retrieve gives, so that it shows most anchors."""
 MAX_UNSHOWN_ANCHORS = 4
 """Anchors an answer may rank past :data:`ANSWER_K` and still be checked in order (their 4! orders tried)."""
-MAX_ANCHOR_CHOICES = 16
+MAX_ANCHOR_CHOICES = 64
 """Ways an answer's anchors may name records tried at most (:func:`anchor_choices`): each id the
 reader's tenant and the public both hold may stand for either record."""
 ANSWER_TIMEOUT_MS = 60_000
