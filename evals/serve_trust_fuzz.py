@@ -46,9 +46,9 @@ import random  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
+from collections.abc import Callable, Iterator, Sequence  # noqa: E402
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 from unittest import mock  # noqa: E402
@@ -62,8 +62,9 @@ from car_rag.namespacing import as_shown  # noqa: E402
 from car_rag.policy import Policy  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.records import Record, tenant_key  # noqa: E402
-from car_rag.resolution import Anchor, resolve_authority  # noqa: E402
+from car_rag.resolution import Anchor, RetrievedRecord, resolve_authority  # noqa: E402
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key  # noqa: E402
+from car_rag.serve.schema import RankedRecord  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
 from car_rag.store import ingest  # noqa: E402
 from car_rag.trust import Trust  # noqa: E402
@@ -87,6 +88,9 @@ ANSWER_K = 100
 """Records asked of each answer checked: the most /retrieve gives, so that it shows most anchors."""
 MAX_UNSHOWN_ANCHORS = 4
 """Anchors an answer may rank past :data:`ANSWER_K` and still be checked in order (their 4! orders tried)."""
+MAX_ANCHOR_CHOICES = 64
+"""Ways an answer's anchors may name records tried at most (:func:`anchor_choices`): each id the
+reader's tenant and the public both hold may stand for either record."""
 ANSWER_TIMEOUT_MS = 60_000
 """The servers' deadline per request: this checks integrity, not latency, and a slow answer on a loaded
 machine would otherwise be a 503 that ends the run (the default is 2 s)."""
@@ -108,6 +112,9 @@ class Report:
     """Answers from the servers checked, by reader (:func:`check_answers`)."""
     answers_unordered: int = 0
     """Of those, answers checked record by record but not in order (:func:`unordered`)."""
+    answers_by_alternative: int = 0
+    """Of those, answers that only another way than the first of naming their anchors' records reproduced
+    (:func:`anchor_choices`)."""
     answer_changes: int = 0
     changes: list[str] = field(default_factory=list)
     tie_breaks: int = 0
@@ -234,9 +241,11 @@ def held_as(caller: CallerContext, records: dict[str, Record], doc_id: str) -> l
     return [k for k in dict.fromkeys((own, doc_id)) if k in records]
 
 
-def anchor_key(caller: CallerContext, records: dict[str, Record], shown: dict[str, Any]) -> str:
-    """The key of the record an answer shows as ``shown`` (its doc_id and, where the caller's tenant
-    and the public both have a record of that id, its type and date tell which)."""
+def anchor_keys(caller: CallerContext, records: dict[str, Record], shown: dict[str, Any]) -> list[str]:
+    """The keys of the records an answer may show as ``shown``: those of its doc_id, the caller's
+    tenant's first, narrowed by type and date where ``shown`` has them. Both the tenant's record of an
+    id and the public one may fit: the answer does not tell which the server anchored on
+    (:func:`anchor_choices` tries each)."""
     keys = held_as(caller, records, shown["doc_id"])
 
     def dated(record: Record) -> str | None:
@@ -247,7 +256,7 @@ def anchor_key(caller: CallerContext, records: dict[str, Record], shown: dict[st
         for k in keys
         if "doc_type" not in shown or (records[k].doc_type, dated(records[k])) == (shown["doc_type"], shown["published_at"])
     ]
-    return (fits or keys or [shown["doc_id"]])[0]
+    return fits or keys or [shown["doc_id"]]
 
 
 @contextmanager
@@ -411,9 +420,11 @@ def check_answers(
 
     The anchors are the answer's candidates marked so, each at the rank the latent-scope step gave
     it: shown on the anchors the answer ranks (``stage1``), not on those past its :data:`ANSWER_K`
-    records. Those take the ranks left, in every order (:func:`anchor_orders`): the answer is
-    what the reference gives for one of them, or it is an integrity change. Past
-    :data:`MAX_UNSHOWN_ANCHORS` such anchors, each record is checked but not the order (:func:`unordered`)."""
+    records. Those take the ranks left, in every order (:func:`anchor_orders`). An anchor is named
+    by the id its writer gave, which the reader's tenant and the public may both hold: each record
+    it may stand for is tried (:func:`anchor_choices`). The answer is what the reference gives for
+    one of these, or it is an integrity change. Past :data:`MAX_UNSHOWN_ANCHORS` unshown anchors,
+    each record is checked but not the order (:func:`unordered`)."""
     for name, caller in READERS.items():
         own = own_graph(graph, caller)
         for scope in (s for scopes in world.scopes.values() for s in scopes):
@@ -426,56 +437,97 @@ def check_answers(
                 )
                 got.raise_for_status()
                 answer = got.json()
-                orders, ordered = anchor_orders(answer, functools.partial(anchor_key, caller, own.records))
-                report.answers[name] += 1
-                if not ordered:
-                    report.answers_unordered += 1
-                    report.answer_changes += compare(
-                        report, f"{name} asking {query!r} at {url}", *unordered(answer, own, caller, orders[0])
-                    )
-                    continue
-                shown = {"records": [_shown(r) for r in answer["reranked"]]}
-                first = tie = None
-                for anchors in orders:
-                    result = resolve_authority(
-                        own, own.policy, query, anchors, caller, scope_ids=answer["diagnostics"]["scope_ids"]
-                    )
-                    want = {"records": [_shown(r.to_dict()) for r in as_shown(result).top(ANSWER_K)]}
-                    if want == shown:
+                choices = anchor_choices(answer, functools.partial(anchor_keys, caller, own.records))
+                match = tie = first = None
+                for attempt in references(answer, own, caller, choices):
+                    _, _, shown, want = attempt
+                    if shown == want:
+                        match = attempt
                         break
-                    first = first or want
-                    tie = tie or (want if _without_anchor_ids(want) == _without_anchor_ids(shown) else None)
-                else:
-                    want = tie or first or want
+                    first = first or attempt
+                    tie = tie or (attempt if _without_anchor_ids(shown) == _without_anchor_ids(want) else None)
+                found = match or tie or first
+                assert found is not None  # every choice has one order at least
+                choice, ordered, shown, want = found
+                report.answers[name] += 1
+                report.answers_unordered += not ordered
+                report.answers_by_alternative += choice > 0 and (match or tie) is not None
                 report.answer_changes += compare(report, f"{name} asking {query!r} at {url}", shown, want)
 
 
-def anchor_orders(answer: dict[str, Any], key: Callable[[dict[str, Any]], str]) -> tuple[list[list[FusedHit]], bool]:
-    """The answer's anchors at their ranks (each named by the ``key`` of what the answer shows), for
-    each way the anchors it does not show may take the ranks left; past :data:`MAX_UNSHOWN_ANCHORS`
-    of them, one way only (Stage-1 order), and False."""
+def references(
+    answer: dict[str, Any], own: AuthorityGraph, caller: CallerContext, choices: list[tuple[list[FusedHit], list[FusedHit]]]
+) -> Iterator[tuple[int, bool, dict[str, Any], dict[str, Any]]]:
+    """For each way the answer's anchors may name records (``choices``) and each order of those it
+    does not show: the choice's index, whether it is checked in order, what the answer shows and
+    what the reference gives (lazily: the caller stops at the first that reproduces the answer)."""
+    shown = {"records": [_shown(r) for r in answer["reranked"]]}
+    for n, (ranked, unshown) in enumerate(choices):
+        orders, ordered = anchor_orders(ranked, unshown)
+        if not ordered:
+            yield n, False, *unordered(answer, own, caller, orders[0])
+            continue
+        for anchors in orders:
+            query, scope_ids = answer["query"], answer["diagnostics"]["scope_ids"]
+            result = resolve_authority(own, own.policy, query, anchors, caller, scope_ids=scope_ids)
+            yield n, True, shown, {"records": [_answered(r) for r in as_shown(result).top(ANSWER_K)]}
+
+
+def anchor_choices(
+    answer: dict[str, Any], keys: Callable[[dict[str, Any]], list[str]]
+) -> list[tuple[list[FusedHit], list[FusedHit]]]:
+    """The ways the answer's anchors may name records, at most :data:`MAX_ANCHOR_CHOICES`: the
+    anchors it ranks at their ranks and those it does not show (rank 0: :func:`anchor_orders` ranks
+    them), each by one of its ``keys``, no record twice. A candidate is marked ``anchor`` when a
+    record of its shown id is one, so of two candidates of one id (the reader's tenant's and the
+    public record) either may be, or both. The first choice is the one the oracle made before it
+    tried others: each ranked anchor's first key, a candidate of a ranked anchor's id none."""
     shown = [r for r in answer["reranked"] if r["stage1"] is not None]
-    anchors = [
-        FusedHit(key(r), h["score"], h["rank"], h["channels"], {}, h["contributions"]) for r in shown if (h := r["stage1"])
+    marked = [c for c in answer["candidates"] if c["anchor"]]
+    for r in shown:  # the candidate each ranked anchor is: its id and Stage-1 score
+        same = [c for c in marked if c["doc_id"] == r["doc_id"]]
+        if same:
+            marked.remove(next((c for c in same if c["score"] == r["stage1"]["score"]), same[0]))
+    ranked_ids = {r["doc_id"] for r in shown}
+    twins = Counter(c["doc_id"] for c in marked)
+    options: list[Sequence[str | None]] = [keys(r) for r in shown] + [
+        [None, *keys(c)] if c["doc_id"] in ranked_ids else [*keys(c), *([None] if twins[c["doc_id"]] > 1 else [])] for c in marked
     ]
-    unshown = [c for c in answer["candidates"] if c["anchor"] and c["doc_id"] not in {r["doc_id"] for r in shown}]
-    free = sorted(set(range(1, len(anchors) + len(unshown) + 1)) - {h.rank for h in anchors})
+
+    def possible(picks: tuple[str | None, ...]) -> bool:
+        named = [k for k in picks if k is not None]
+        left = {c["doc_id"] for c, k in zip(marked, picks[len(shown) :]) if k is not None}
+        return len(named) == len(set(named)) and {c["doc_id"] for c in marked} <= left | ranked_ids
+
+    choices = []
+    ways = list(itertools.islice(filter(possible, itertools.product(*options)), MAX_ANCHOR_CHOICES))
+    for picks in ways or [next(itertools.product(*options))]:  # none possible: the first, to be reported
+        ranked = [_hit(key, r["stage1"]) for r, key in zip(shown, picks) if key is not None]
+        unshown = [_candidate_hit(key, c) for c, key in zip(marked, picks[len(shown) :]) if key is not None]
+        choices.append((ranked, unshown))
+    return choices
+
+
+def anchor_orders(ranked: list[FusedHit], unshown: list[FusedHit]) -> tuple[list[list[FusedHit]], bool]:
+    """The ``ranked`` anchors at their ranks, for each way the ``unshown`` ones may take the ranks
+    left; past :data:`MAX_UNSHOWN_ANCHORS` of them, one way only (Stage-1 order), and False."""
+    free = sorted(set(range(1, len(ranked) + len(unshown) + 1)) - {h.rank for h in ranked})
     ordered = len(unshown) <= MAX_UNSHOWN_ANCHORS
     return [
-        anchors
-        + [
-            FusedHit(
-                key(c),
-                c["score"],
-                rank,
-                {n: ch["score"] for n, ch in c["channels"].items()},
-                {},
-                {n: ch["contribution"] for n, ch in c["channels"].items() if ch["contribution"] is not None},
-            )
-            for c, rank in zip(unshown, ranks)
-        ]
+        ranked + [replace(h, rank=rank) for h, rank in zip(unshown, ranks)]
         for ranks in (itertools.permutations(free) if ordered else [free])
     ], ordered
+
+
+def _hit(key: str, hit: dict[str, Any]) -> FusedHit:
+    return FusedHit(key, hit["score"], hit["rank"], hit["channels"], {}, hit["contributions"])
+
+
+def _candidate_hit(key: str, candidate: dict[str, Any]) -> FusedHit:
+    """An anchor the answer does not show, unranked (rank 0: :func:`anchor_orders` ranks it)."""
+    channels = candidate["channels"].items()
+    contributions = {n: ch["contribution"] for n, ch in channels if ch["contribution"] is not None}
+    return FusedHit(key, candidate["score"], 0, {n: ch["score"] for n, ch in channels}, {}, contributions)
 
 
 def unordered(
@@ -487,14 +539,30 @@ def unordered(
     listed under need the ranks of the anchors the answer does not show."""
     query, scope_ids = answer["query"], answer["diagnostics"]["scope_ids"]
     result = as_shown(resolve_authority(own, own.policy, query, anchors, caller, scope_ids=scope_ids))
-    reference = {r.doc_id: _listed(r.to_dict()) for r in result.ranked}
-    shown = answer["reranked"]
-    # A record the reference does not hold at all: {} (an integrity change).
-    return {"records": [_listed(r) for r in shown]}, {"records": [reference.get(r["doc_id"], {}) for r in shown]}
+    reference: dict[str, list[dict[str, Any]]] = {}
+    for r in result.ranked:  # the reader's tenant's record of an id and the public one are shown under that id
+        reference.setdefault(r.doc_id, []).append(_listed(_answered(r)))
+    shown = [_listed(r) for r in answer["reranked"]]
+    return {"records": shown}, {"records": [_taken(r, reference.get(r["doc_id"], [])) for r in shown]}
+
+
+def _taken(record: dict[str, Any], held: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reference's record of ``record``'s id that it is, else the first, taken out of ``held``
+    (two records shown under one id are two of the reference's); none left: {} (an integrity change)."""
+    taken = next((r for r in held if r == record), held[0] if held else {})
+    if held:
+        held.remove(taken)
+    return taken
 
 
 def _listed(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in _shown(record).items() if k not in ("rank", "anchor_id", "role")}
+
+
+def _answered(record: RetrievedRecord) -> dict[str, Any]:
+    """``record`` as /retrieve gives it (its response schema, every field it writes), for an answer's
+    record to be compared with."""
+    return _shown(RankedRecord.model_validate(record.to_dict()).model_dump(mode="json"))
 
 
 def _shown(record: dict[str, Any]) -> dict[str, Any]:
@@ -547,6 +615,9 @@ def render(report: Report, args: argparse.Namespace) -> str:
         f"set iteration order; not counted above): {report.tie_breaks}",
         f"- answers checked record by record but not in order (more than {MAX_UNSHOWN_ANCHORS} anchors ranked past "
         f"the {ANSWER_K} records shown): {report.answers_unordered} of {sum(report.answers.values())}",
+        f"- answers reproduced only with another record than the first for an id the reader's tenant and the public "
+        f"both hold (each tried; up to {MAX_ANCHOR_CHOICES} ways): {report.answers_by_alternative} of "
+        f"{sum(report.answers.values())}",
         f"- untrusted claims recorded (voiding nothing): {report.claims}",
         f"- a tenant's own write refused because another tenant squatted its next id: {report.blocked_by_squat} "
         "(tenants' doc_ids are namespaced: each tenant's own)",
