@@ -249,11 +249,11 @@ def test_a_search_hnsw_leaves_short_is_answered_by_an_exact_scan(
             channel.close()
 
 
-def test_a_filter_the_caller_gate_never_makes_is_refused_by_name(pg_demo, tmp_path, embedder) -> None:
+def test_a_gate_operator_the_sql_cannot_compile_is_refused_by_name(pg_demo, tmp_path, embedder) -> None:
+    """Scope and metadata fields are filters now (issue 35, compiled into the SQL); an operator
+    the caller gate never makes is still refused, named."""
     with _past_the_limit(CARStore.open(tmp_path, authority_url=pg_demo, embedder=embedder, follow=False)) as store:
         vector = embedder.encode(["lodash"])[0]
-        with pytest.raises(ValueError, match="caller gate's fields .* not 'package'"):
-            store.dense.search(vector, 3, where={"package": "lodash"})
         with pytest.raises(ValueError, match=r"filters 'car_tenant' with \$eq or \$in"):
             store.dense.search(vector, 3, where={"car_tenant": {"$nin": ["acme"]}})
 

@@ -19,6 +19,7 @@ import pytest
 from car_rag import CallerContext, CARStore
 from car_rag.annotations import annotations_for
 from car_rag.client import CARAuthError, CARRequestError, CARServiceClient, CARServiceUnavailable
+from car_rag.records import tenant_key
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.serve.keys import hash_key, load_api_keys
 from car_rag.serve.service import Service
@@ -93,7 +94,9 @@ def test_a_records_supersedes_names_only_records_the_key_may_read(store, url):
     query = "quillpad internal rollout note acme workstation"
     [note] = [s for s in CARServiceClient(url, api_key="k-acme").retrieve(query, k=10) if s.record.doc_id == ACME_NOTE["doc_id"]]
     assert note.record.supersedes == ["sec-lodash-cve-2099-10001-disclosure"]
-    assert GLOBEX_SECRET in store.get(ACME_NOTE["doc_id"]).supersedes  # stored whole: only the answer leaves it out
+    # Stored whole (a waiting edge to acme's own record of that id: ids are namespaced per tenant);
+    # only the answer leaves out what names no record the key may read.
+    assert tenant_key("acme", GLOBEX_SECRET) in store.get(ACME_NOTE["doc_id"], "acme").supersedes
 
 
 @pytest.mark.parametrize("key", ["wrong", None])
