@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from car_rag.cli.command import Command, UsageError, count, positive
-from car_rag.cli.options import authority, authority_arguments, retriever_arguments, retriever_options
+from car_rag.cli.options import authority, authority_arguments, caller, caller_arguments, retriever_arguments, retriever_options
 from car_rag.extras import require
 
 __all__ = ["MCP", "API_KEY_ENV"]
@@ -31,17 +31,15 @@ def _run(args: argparse.Namespace) -> int:
         with CARServiceClient(args.url, api_key=os.environ.get(API_KEY_ENV) or None, timeout_s=args.timeout_s) as client:
             build_server(client, default_k=args.k).run("stdio")
         return 0
-    from car_rag.eligibility import CallerContext
     from car_rag.retriever import ControllingAuthorityRetriever
     from car_rag.store import CONFIG_FILE, CARStore
 
     if args.authority_url is None and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
 
-    caller = None if args.tenant is None and not args.principal else CallerContext(args.tenant, args.principal or ())
     with CARStore.open(args.store, follow=False, **authority(args)) as store:
         retriever = ControllingAuthorityRetriever(store, anchors=args.anchors, **retriever_options(args))
-        build_server(retriever, caller=caller, default_k=args.k).run("stdio")
+        build_server(retriever, caller=caller(args), default_k=args.k).run("stdio")
     return 0
 
 
@@ -55,8 +53,7 @@ def _arguments(mcp: argparse.ArgumentParser) -> None:
     mcp.add_argument("--timeout-s", type=positive, default=30.0, help="with --url: how long the server may take to answer")
     retriever_arguments(mcp)
     authority_arguments(mcp)
-    mcp.add_argument("--tenant", help="read the store as this tenant (eligibility gate)")
-    mcp.add_argument("--principal", action="append", help="read the store as this principal (repeatable)")
+    caller_arguments(mcp)
 
 
 MCP = Command(

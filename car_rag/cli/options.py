@@ -14,7 +14,7 @@ from car_rag.cli.command import UsageError, confidence, count
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 
 if TYPE_CHECKING:
-    from car_rag.eligibility import RecordFilter
+    from car_rag.eligibility import CallerContext, RecordFilter
 
 AUTHORITY_URL_ENV = "CAR_RAG_AUTHORITY_URL"
 """Where --authority-url is read from when not given (a URL with a password stays off the command line)."""
@@ -132,6 +132,21 @@ def point_in_time(args: argparse.Namespace, scope_keys: Sequence[str]) -> tuple[
             .replace("filters.date_range", "--since/--until")
         ) from None
     return as_of, found
+
+
+def caller_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--tenant`` and ``--principal``: who a command reads the store as (the eligibility gate)."""
+    parser.add_argument("--tenant", help="read the store as this tenant (eligibility gate)")
+    parser.add_argument("--principal", action="append", help="read the store as this principal (repeatable)")
+
+
+def caller(args: argparse.Namespace) -> CallerContext | None:
+    """The reader :func:`caller_arguments` name; None when neither is given (unrestricted)."""
+    from car_rag.eligibility import CallerContext
+
+    if args.tenant is None and not args.principal:
+        return None
+    return CallerContext(args.tenant, frozenset(args.principal or ()))
 
 
 def authority_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,8 @@ from car_rag.cli.command import Command, UsageError, count
 from car_rag.cli.options import (
     authority,
     authority_arguments,
+    caller,
+    caller_arguments,
     point_in_time,
     point_in_time_arguments,
     retriever_arguments,
@@ -25,7 +27,6 @@ from car_rag.evidence.wording import FILTERED_SUPERSEDER_TEXT
 from car_rag.store import CONFIG_FILE
 
 if TYPE_CHECKING:
-    from car_rag.eligibility import CallerContext
     from car_rag.embedding import Embedder
     from car_rag.evidence import EvidenceForm
     from car_rag.resolution import RetrievalResult, RetrievedRecord
@@ -40,14 +41,6 @@ FORMER_FORMATS = {"evidence": "plain", "xml": "audit"}
 """``--format`` values renamed in issue 31 (one evidence vocabulary), accepted for one release."""
 RENDERED: dict[str, EvidenceForm] = {"plain": "plain", "reader": "reader", "audit": "audit", "evidence": "plain", "xml": "audit"}
 """``--format`` values that print a rendering, and the evidence form each is."""
-
-
-def _caller(args: argparse.Namespace) -> CallerContext | None:
-    from car_rag.eligibility import CallerContext
-
-    if args.tenant is None and not args.principal:
-        return None
-    return CallerContext(args.tenant, frozenset(args.principal or ()))
 
 
 def _print_table(result: RetrievalResult, k: int, out: TextIO) -> None:
@@ -166,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     shared = args.authority_url is not None
     if not shared and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
-    caller = _caller(args)
+    reader = caller(args)
     loading = None if args.anchors == "bm25" or shared else _loading_embedder(args.store, args.encoder)
     with CARStore.open(
         args.store, encoder=args.encoder, embedder=loading.embedder if loading else None, follow=False, **authority(args)
@@ -176,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         as_of, filters = point_in_time(args, store.policy.scope_keys)
         retriever = ControllingAuthorityRetriever(store, anchors=args.anchors, **retriever_options(args))
         if not batch:
-            result = retriever.retrieve(args.text, caller=caller, as_of=as_of, filters=filters)
+            result = retriever.retrieve(args.text, caller=reader, as_of=as_of, filters=filters)
             if fmt == "json":
                 print(json.dumps(result_json(result, args.k, with_text=args.with_text), indent=2, ensure_ascii=False))
             elif fmt in RENDERED:
@@ -193,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
                 for start in range(0, len(queries), QUERY_BATCH):  # batched embedding; lines written as they come
                     chunk = queries[start : start + QUERY_BATCH]
                     for query, result in zip(
-                        chunk, retriever.retrieve_many([q.query for q in chunk], caller=caller, as_of=as_of, filters=filters)
+                        chunk, retriever.retrieve_many([q.query for q in chunk], caller=reader, as_of=as_of, filters=filters)
                     ):
                         line = result_json(result, args.k, with_text=args.with_text, query_id=query.query_id)
                         print(json.dumps(line, ensure_ascii=False), file=out)
@@ -228,8 +221,7 @@ def _arguments(query: argparse.ArgumentParser) -> None:
         help="query encoder; must be the one the store was built with (default: the store's own)",
     )
     authority_arguments(query)
-    query.add_argument("--tenant", help="read as this tenant (eligibility gate)")
-    query.add_argument("--principal", action="append", help="read as this principal (repeatable)")
+    caller_arguments(query)
 
 
 QUERY = Command(
