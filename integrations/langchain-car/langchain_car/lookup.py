@@ -30,7 +30,7 @@ import asyncio
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from car_rag.adapters import AuthorityStore, ScopeQuery, StoredItem
@@ -112,6 +112,38 @@ class InMemoryLookup(MetadataLookup):
         return f"InMemoryLookup({len(self.store.store)} documents)"
 
 
+def _pg_where(
+    where: Mapping[str, Any], store: str, contains: Callable[[Any], Any], scalar: Callable[[Any], Any]
+) -> dict[str, Any]:
+    """A Chroma-style ``where`` in the filter syntax of ``store`` (PGVector or PGVectorStore: the
+    two differ in how ``$contains`` and a bare value are written, given as ``contains`` and
+    ``scalar``); ``$not_contains``, which neither has, is refused naming the field."""
+    out: dict[str, Any] = {}
+    for key, condition in where.items():
+        if key in ("$and", "$or"):
+            out[key] = [_pg_where(c, store, contains, scalar) for c in condition]
+        elif isinstance(condition, Mapping) and set(condition) == {"$contains"}:
+            out[key] = contains(condition["$contains"])
+        elif isinstance(condition, Mapping) and set(condition) & {"$not_contains"}:
+            raise ValueError(f"{store} has no $not_contains filter (field {key!r})")
+        else:
+            out[key] = condition if isinstance(condition, Mapping) else scalar(condition)
+    return out
+
+
+def _eq(value: Any) -> dict[str, Any]:
+    return {"$eq": value}
+
+
+def _json_like(value: Any) -> dict[str, Any]:
+    """A list holding ``value``, as a text match on the list's JSON (a superset: ``_`` and ``%`` in it match any character)."""
+    return {"$like": "%" + json.dumps(value, ensure_ascii=False) + "%"}
+
+
+def _as_given(value: Any) -> Any:
+    return value
+
+
 class PGVectorLookup(MetadataLookup):
     """Lookups on ``langchain_postgres.PGVector`` (one collection; metadata in its JSONB
     ``cmetadata`` column), filter only: a ``SELECT`` of the collection's rows matching the
@@ -143,17 +175,7 @@ class PGVectorLookup(MetadataLookup):
     @staticmethod
     def pg_filter(where: Mapping[str, Any]) -> dict[str, Any]:
         """A Chroma-style ``where`` in PGVector's filter syntax."""
-        out: dict[str, Any] = {}
-        for key, condition in where.items():
-            if key in ("$and", "$or"):
-                out[key] = [PGVectorLookup.pg_filter(c) for c in condition]
-            elif isinstance(condition, Mapping) and set(condition) == {"$contains"}:
-                out[key] = {"$eq": condition["$contains"]}
-            elif isinstance(condition, Mapping) and set(condition) & {"$not_contains"}:
-                raise ValueError(f"PGVector has no $not_contains filter (field {key!r})")
-            else:
-                out[key] = condition if isinstance(condition, Mapping) else {"$eq": condition}
-        return out
+        return _pg_where(where, "PGVector", _eq, _eq)
 
     def _statement(self, collection: Any, where: Mapping[str, Any]) -> Any:
         from sqlalchemy import select
@@ -207,17 +229,7 @@ class PGVectorStoreLookup(MetadataLookup):
     @staticmethod
     def pg_filter(where: Mapping[str, Any]) -> dict[str, Any]:
         """A Chroma-style ``where`` in PGVectorStore's filter syntax (``$contains`` widened to a ``$like``)."""
-        out: dict[str, Any] = {}
-        for key, condition in where.items():
-            if key in ("$and", "$or"):
-                out[key] = [PGVectorStoreLookup.pg_filter(c) for c in condition]
-            elif isinstance(condition, Mapping) and set(condition) == {"$contains"}:
-                out[key] = {"$like": "%" + json.dumps(condition["$contains"], ensure_ascii=False) + "%"}
-            elif isinstance(condition, Mapping) and set(condition) & {"$not_contains"}:
-                raise ValueError(f"PGVectorStore has no $not_contains filter (field {key!r})")
-            else:
-                out[key] = condition
-        return out
+        return _pg_where(where, "PGVectorStore", _json_like, _as_given)
 
     @staticmethod
     def _documents(got: Mapping[str, Any], where: Mapping[str, Any]) -> list[Document]:
