@@ -61,4 +61,14 @@ __all__ = [
     "RSSG",
     "EvidencePacket",
     "build_packets",
+    # a framework retriever's own arguments
+    "checked_k",
 ]
+
+
+def checked_k(k: object) -> int:
+    """``k``, the records a framework retriever returns, when it is a positive int (not a bool),
+    else ValueError naming it: every retriever of both integrations takes ``k`` the same way."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    return k

@@ -35,6 +35,7 @@ USER_API = {
     "__version__",
 }
 ADAPTER_SPI = {
+    "checked_k",
     "Anchor",
     "resolve_authority",
     "AuthorityClosure",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from car_rag import CallerContext, Policy, RetrievalResult, load_policy
-from car_rag.adapters import Anchor, AuthorityClosure, LayoutError, RecordLayout
+from car_rag.adapters import Anchor, AuthorityClosure, LayoutError, RecordLayout, checked_k
 from car_rag.annotations import annotations_for, unresolved_annotations
 from car_rag.layout import CAR_STAGE1_CHANNEL, CAR_STAGE1_RANK, CAR_STAGE1_SCORE
 from car_rag.lookup import aresolve_closure, resolve_closure
@@ -260,11 +260,7 @@ class CARRetriever(BaseRetriever):
         return self._documents(result, state, k)
 
     def _k(self, k: int | None) -> int:
-        if k is None:
-            return self.k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        return k
+        return self.k if k is None else checked_k(k)
 
     def retrieve(self, query: str) -> RetrievalResult:
         """The whole car-rag :class:`~car_rag.RetrievalResult` for ``query`` (every record of

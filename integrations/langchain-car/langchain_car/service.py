@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from car_rag.adapters import checked_k
 from car_rag.client import CARServiceClient, ServedRecord
 from car_rag.layout import CAR_STAGE1_RANK, CAR_STAGE1_SCORE
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -86,8 +87,4 @@ class CARServiceRetriever(BaseRetriever):
         ]
 
     def _k(self, k: int | None) -> int:
-        if k is None:
-            return self.k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        return k
+        return self.k if k is None else checked_k(k)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from car_rag import CallerContext, Policy, load_policy
+from car_rag.adapters import checked_k
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.base import BaseIndex
@@ -85,8 +86,7 @@ class CARRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        checked_k(k)
         if k1 is not None and k1 < 1:
             raise ValueError(f"k1 must be >= 1 or None, got {k1}")
         self.retriever = retriever

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from car_rag import CallerContext, Policy, Record, RetrievalResult, load_policy
-from car_rag.adapters import FrameworkCorpus, MissingAuthorityMetadata, StoreItem, group_records
+from car_rag.adapters import FrameworkCorpus, MissingAuthorityMetadata, StoreItem, checked_k, group_records
 from car_rag.annotations import annotations_for
 from car_rag.eligibility import RecordFilter, instant
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
@@ -135,8 +135,7 @@ class CARIndexRetriever(BaseRetriever):
         verbose: bool = False,
         **options: Any,
     ) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        checked_k(k)
         self.index, self.policy, self.k, self.caller = index, load_policy(policy), k, caller
         self.layout = layout or MetadataLayout()
         self.as_of = None if as_of is None else instant(as_of)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from car_rag.adapters import checked_k
 from car_rag.client import CARServiceClient, ServedRecord
 from car_rag.layout import CAR_STAGE1_RANK
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -65,8 +66,7 @@ class CARServiceRetriever(BaseRetriever):
         verbose: bool = False,
         **client_options: Any,
     ) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        checked_k(k)
         if isinstance(url, CARServiceClient) and (api_key is not None or client_options):
             raise ValueError("pass api_key and client options to the CARServiceClient, not beside it")
         self.client = url if isinstance(url, CARServiceClient) else CARServiceClient(url, api_key=api_key, **client_options)
