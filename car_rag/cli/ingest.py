@@ -10,7 +10,7 @@ from typing import Any
 from car_rag.channels.lexical import BACKENDS
 from car_rag.cli.command import Command, UsageError, count
 from car_rag.cli.extract import extract_arguments, print_report
-from car_rag.cli.options import authority, authority_arguments
+from car_rag.cli.options import authority, authority_arguments, embedder, embedder_arguments
 from car_rag.embedding import ENCODERS
 from car_rag.store import DEFAULT_CHUNK, VECTOR_STORES
 
@@ -27,6 +27,7 @@ def _arguments(ingest: argparse.ArgumentParser) -> None:
         help="MiniLM encoder of a new store: onnx (ONNX Runtime) or torch (sentence-transformers on "
         "PyTorch); an existing store keeps its own (default: onnx for a new store)",
     )
+    embedder_arguments(ingest)
     authority_arguments(ingest)
     ingest.add_argument(
         "--vector-store",
@@ -60,17 +61,20 @@ def _arguments(ingest: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
+    from car_rag.store.config import read_config
 
     if args.vector_store == "pgvector" and (args.authority_url is None or args.chroma_url is not None):
         raise UsageError(
             "--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url, and no --chroma-url"
         )
+    chosen = embedder(args, read_config(args.store) if args.authority_url is None else None, args.encoder)
     with CARStore.open(
         args.store,
         args.policy,
         chroma_url=args.chroma_url,
         bm25_backend=args.bm25_backend,
-        encoder=args.encoder,
+        encoder=None if chosen else args.encoder,
+        embedder=chosen,
         vector_store=args.vector_store,
         **authority(args),
     ) as store:

@@ -1,20 +1,22 @@
 """Options more than one command takes, with one spelling and one meaning: the retriever's (``query``,
-``serve``), the date and filter a query is asked under, and the shared store's location (``ingest``,
-``query``, ``serve``)."""
+``serve``), the date and filter a query is asked under, and the shared store's location and the
+device the embedding model runs on (``ingest``, ``query``, ``serve``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from car_rag.cli.command import UsageError, confidence, count
+from car_rag.embedding import DEVICE, PRECISIONS
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE
 
 if TYPE_CHECKING:
     from car_rag.eligibility import CallerContext, RecordFilter
+    from car_rag.embedding import Embedder
 
 AUTHORITY_URL_ENV = "CAR_RAG_AUTHORITY_URL"
 """Where --authority-url is read from when not given (a URL with a password stays off the command line)."""
@@ -166,3 +168,46 @@ def authority(args: argparse.Namespace) -> dict[str, Any]:
     if args.authority_url is None and args.authority_schema is not None:
         raise UsageError("--authority-schema names a schema of the PostgreSQL store: give --authority-url too")
     return {"authority_url": args.authority_url, "authority_schema": args.authority_schema}
+
+
+def _device(text: str) -> str:
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text!r}")
+    return text
+
+
+def embedder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and how the embedding model runs (``--device``, ``--batch-size``, ``--precision``)."""
+    parser.add_argument(
+        "--device",
+        type=_device,
+        default="cpu",
+        help="where the embedding model runs: cpu, cuda or cuda:N (an NVIDIA GPU, on the torch encoder; needs a CUDA "
+        "build of PyTorch) or mps (Apple's GPU). A store opened on another device than built it checks its probe "
+        "vectors first",
+    )
+    parser.add_argument("--batch-size", type=count, help="texts the model embeds at a time (default 64)")
+    parser.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="fp32",
+        help="fp16 halves the model's arithmetic on a GPU (not on CPU); a store takes it only where its probe "
+        "vectors agree (cosine >= 0.9999) with those it was built with",
+    )
+
+
+def embedder(args: argparse.Namespace, config: Mapping[str, Any] | None, encoder: str | None = None) -> Embedder | None:
+    """The embedder those options ask for, of the store's model (``config``: the store's configuration,
+    None for a new store or one on PostgreSQL); None when they ask for the defaults, so the store
+    makes its own as before. ``encoder`` (``--encoder``) defaults to the store's own on CPU."""
+    options: dict[str, Any] = {"device": args.device, "precision": args.precision}
+    if args.batch_size is not None:
+        options["batch_size"] = args.batch_size
+    if options == {"device": "cpu", "precision": "fp32"}:
+        return None
+    from car_rag.embedding import DEFAULT_MODEL, Embedder
+    from car_rag.store import built_encoder
+
+    if encoder is None and config is not None and args.device == "cpu":
+        encoder = built_encoder(config)
+    return Embedder(DEFAULT_MODEL if config is None else config["embedding_model"], encoder=encoder, **options)

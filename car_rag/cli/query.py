@@ -16,6 +16,8 @@ from car_rag.cli.options import (
     authority_arguments,
     caller,
     caller_arguments,
+    embedder,
+    embedder_arguments,
     point_in_time,
     point_in_time_arguments,
     retriever_arguments,
@@ -125,12 +127,11 @@ class _LoadingEmbedder:
         return self.embedder
 
 
-def _loading_embedder(store: Path, encoder: str | None) -> _LoadingEmbedder:
+def _loading_embedder(config: dict[str, object], chosen: Embedder | None, encoder: str | None) -> _LoadingEmbedder:
     from car_rag.embedding import Embedder
     from car_rag.store import built_encoder
 
-    config = json.loads((store / CONFIG_FILE).read_text(encoding="utf-8"))
-    return _LoadingEmbedder(Embedder(config["embedding_model"], encoder=encoder or built_encoder(config)))
+    return _LoadingEmbedder(chosen or Embedder(str(config["embedding_model"]), encoder=encoder or built_encoder(config)))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -160,9 +161,15 @@ def _run(args: argparse.Namespace) -> int:
     if not shared and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     reader = caller(args)
-    loading = None if args.anchors == "bm25" or shared else _loading_embedder(args.store, args.encoder)
+    config = None if shared else json.loads((args.store / CONFIG_FILE).read_text(encoding="utf-8"))
+    chosen = embedder(args, config, args.encoder)  # a device that is not there is refused here
+    loading = None if args.anchors == "bm25" or config is None else _loading_embedder(config, chosen, args.encoder)
     with CARStore.open(
-        args.store, encoder=args.encoder, embedder=loading.embedder if loading else None, follow=False, **authority(args)
+        args.store,
+        encoder=None if chosen or loading else args.encoder,
+        embedder=loading.embedder if loading else chosen,
+        follow=False,
+        **authority(args),
     ) as store:
         if loading is not None:
             loading.result()  # loaded while the store opened
@@ -220,6 +227,7 @@ def _arguments(query: argparse.ArgumentParser) -> None:
         choices=list(ENCODERS),
         help="query encoder; must be the one the store was built with (default: the store's own)",
     )
+    embedder_arguments(query)
     authority_arguments(query)
     caller_arguments(query)
 

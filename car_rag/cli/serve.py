@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 
 from car_rag.cli.command import Command, UsageError, count, non_negative, positive
-from car_rag.cli.options import authority, authority_arguments, retriever_arguments, retriever_options
+from car_rag.cli.options import (
+    authority,
+    authority_arguments,
+    embedder,
+    embedder_arguments,
+    retriever_arguments,
+    retriever_options,
+)
 from car_rag.extras import require
 from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.store import CONFIG_FILE
@@ -38,6 +45,7 @@ def _run(args: argparse.Namespace) -> int:
     from car_rag.serve.service import Service
     from car_rag.serve.workers import WorkerSettings, run_workers
     from car_rag.store import CARStore
+    from car_rag.store.config import read_config
 
     loopback = _is_loopback(args.host)
     if args.api_keys is None and not loopback and not args.insecure:
@@ -48,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     keys = load_api_keys(args.api_keys) if args.api_keys is not None else None  # a bad file fails here, not in a worker
     if not shared and not (args.store / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
+    chosen = embedder(args, None if shared else read_config(args.store))  # a device that is not there is refused here
     if keys is None:
         print(UNRESTRICTED_WARNING, file=sys.stderr)
     log_level = "info" if args.verbose else "warning"
@@ -70,11 +79,16 @@ def _run(args: argparse.Namespace) -> int:
             retriever_options=retriever_options(args),
             chroma_timeout_s=args.chroma_timeout_s,
             app_options=app_options,
+            embedder_options={"device": args.device, "precision": args.precision, "batch_size": chosen.batch_size}
+            if chosen
+            else {},
         )
         run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
         return 0
     scopes = None if keys is None else keys.publisher_scopes
-    with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s, publisher_scopes=scopes, **authority(args)) as store:
+    with CARStore.open(
+        args.store, embedder=chosen, chroma_timeout_s=args.chroma_timeout_s, publisher_scopes=scopes, **authority(args)
+    ) as store:
         service = Service(
             store,
             api_keys=keys,
@@ -173,6 +187,7 @@ def _arguments(serve: argparse.ArgumentParser) -> None:
         help="POST /records arriving this close together are stored by one ingest, each still all or "
         "nothing (0: one ingest per request)",
     )
+    embedder_arguments(serve)
     retriever_arguments(serve)
 
 

@@ -44,6 +44,8 @@ class WorkerSettings(BaseModel):
     chroma_timeout_s: float | None = None
     app_options: dict[str, Any] = {}
     """:func:`~car_rag.serve.app.create_app`'s options (body limits, allowed hosts, public paths)."""
+    embedder_options: dict[str, Any] = {}
+    """:class:`~car_rag.embedding.Embedder`'s device, precision and batch size (empty: the store's own embedder)."""
 
 
 def _thread_lock_for_progress_bars() -> None:
@@ -60,6 +62,7 @@ def _thread_lock_for_progress_bars() -> None:
 
 def worker_app() -> Any:
     """The ASGI app of one worker (uvicorn's factory): the shared store opened and followed."""
+    from car_rag.embedding import Embedder
     from car_rag.serve.app import create_app
     from car_rag.serve.keys import load_api_keys
     from car_rag.serve.service import Service
@@ -70,6 +73,7 @@ def worker_app() -> Any:
     keys = load_api_keys(settings.api_keys) if settings.api_keys else None
     store = CARStore.open(
         settings.store,
+        embedder=Embedder(**settings.embedder_options) if settings.embedder_options else None,
         authority_url=settings.authority_url,
         authority_schema=settings.authority_schema,
         chroma_timeout_s=settings.chroma_timeout_s,

@@ -22,6 +22,7 @@ from car_rag.store.config import (
     StoreError,
     built_encoder,
     check_options,
+    check_parity,
     checked,
     new_config,
     pairing_rules,
@@ -67,12 +68,7 @@ class CARStore:
             raise StoreError(
                 f"store {path} holds {config['embedding_model']!r} vectors; got an embedder for {embedder.model_name!r}"
             )
-        if self.embedder.encoder != built_with:
-            raise StoreError(
-                f"store {path} was built with the {built_with!r} encoder; this process asked for the "
-                f"{self.embedder.encoder!r} encoder. One store holds one encoder's vectors: open it with "
-                f"--encoder {built_with} (encoder={built_with!r}), or ingest into a new store"
-            )
+        check_parity(config, self.embedder, str(path))
         self.extractor = ScopeExtractor(self.policy, cache_dir=path / "scope-cache")
         """The policy's ``[record_scope]``, applied to every record ingested."""
         self.lock = ReadWriteLock()

@@ -1,7 +1,8 @@
 """A store's configuration: what a new store is made with, and what opening one checks.
 
 It is ``car-store.json`` in a store's folder, or the ``store`` row of a store on PostgreSQL: the
-policy, the embedding model and encoder, where the vectors are (Chroma, embedded or a server, or
+policy, the embedding model and the encoder, device and precision that built its vectors (with
+their vectors of a few probe texts, see :func:`check_parity`), where the vectors are (Chroma, embedded or a server, or
 pgvector) with their HNSW settings, the BM25 backend, and the format version. A store keeps what
 it was made with; opening it with a policy that resolves differently is refused, unless that
 policy only adds rules that pair no stored record (:func:`added_rules`, :func:`pairing_rules`).
@@ -9,13 +10,18 @@ policy only adds rules that pair no stored record (:func:`added_rules`, :func:`p
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from car_rag.embedding import Embedder
+from car_rag.onnx_encoder import PARITY_TEXTS
 from car_rag.policy import Policy, Rule
 from car_rag.postgres import VectorColumn
 from car_rag.records import Record
@@ -27,12 +33,14 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_HNSW",
     "DEFAULT_PGVECTOR_HNSW",
+    "PARITY_MIN_COSINE",
     "FORMAT_VERSION",
     "StoreError",
     "VECTOR_STORES",
     "added_rules",
     "built_encoder",
     "check_options",
+    "check_parity",
     "checked",
     "new_config",
     "pairing_rules",
@@ -42,6 +50,8 @@ __all__ = [
     "vectors_at",
     "write_config",
 ]
+
+log = logging.getLogger(__package__)
 
 CONFIG_FILE = "car-store.json"
 FORMAT_VERSION = 1
@@ -56,6 +66,14 @@ DEFAULT_PGVECTOR_HNSW = {"space": "cosine", "ef_construction": 200, "ef_search":
 records (``evals/results/serve/pgvector-100k.md``) pgvector's index defaults (m 16, ef_construction 64)
 found 0.72-0.89 of the exact top 10 at ef_search 100-400; with Chroma's values above its graph found
 0.87-0.90 (two builds) against Chroma's 0.95; ef_search 400 finds 0.94-0.96 at 6 ms p50, 800 0.99 at 12."""
+
+
+PARITY_MIN_COSINE = 0.9999
+"""A store opened by another encoder, device or precision than built it is refused unless that
+embedder's vectors of the store's probe texts are within this cosine of the stored ones: the
+ONNX and PyTorch encoders agree to 0.999999 on every benchmark text (``evals/results/onnx_parity``),
+and GPU against CPU fp32 to 0.9999999 (issue 36); a different model, or fp16 where it drifts,
+falls below it."""
 
 
 class StoreError(RuntimeError):
@@ -85,6 +103,52 @@ def vector_column(config: Mapping[str, Any]) -> VectorColumn:
 def built_encoder(config: Mapping[str, Any]) -> str:
     """The encoder a store's vectors came from (its ``car-store.json``); stores from before the field: PyTorch."""
     return str(config.get("encoder", "torch"))
+
+
+def built_by(config: Mapping[str, Any]) -> dict[str, str]:
+    """The encoder, device kind and precision a store's vectors came from (as :attr:`Embedder.build`);
+    stores from before the device and precision fields were built on CPU in fp32."""
+    return {"encoder": built_encoder(config), "device": config.get("device", "cpu"), "precision": config.get("precision", "fp32")}
+
+
+def _described(build: Mapping[str, str]) -> str:
+    return f"the {build['encoder']!r} encoder on {build['device']} in {build['precision']}"
+
+
+def probes(embedder: Embedder) -> dict[str, Any]:
+    """The probe texts and this embedder's vectors of them (float32, little-endian, base64), which a
+    new store records so that another embedder's parity can be checked when it opens the store."""
+    vectors = np.asarray(embedder.encode_with_model(PARITY_TEXTS), dtype="<f4")
+    return {"texts": list(PARITY_TEXTS), "vectors": base64.b64encode(vectors.tobytes()).decode("ascii")}
+
+
+def check_parity(config: Mapping[str, Any], embedder: Embedder, where: str) -> None:
+    """Refuse ``embedder`` for the store at ``where`` unless it is the build that made the store's
+    vectors, or its vectors of the store's probe texts are within :data:`PARITY_MIN_COSINE` of the
+    stored ones (it then encodes them, once, as it opens the store). A store from before the probes
+    takes only its own build."""
+    built = built_by(config)
+    if embedder.build == built:
+        return
+    asked = _described(embedder.build)
+    recorded = config.get("probes")
+    if recorded is None:
+        raise StoreError(
+            f"store {where} was built with {_described(built)} and records no probe vectors to check another "
+            f"against (it predates them); this process asked for {asked}. Open it with --encoder "
+            f"{built['encoder']} --device {built['device']} (encoder={built['encoder']!r}), or ingest into a new store"
+        )
+    stored = np.frombuffer(base64.b64decode(recorded["vectors"]), dtype="<f4").reshape(len(recorded["texts"]), -1)
+    fresh = embedder.encode_with_model(recorded["texts"])
+    cosine = float((stored * fresh).sum(axis=1).min()) if fresh.shape == stored.shape else float("nan")
+    if not cosine >= PARITY_MIN_COSINE:  # nan (another dimension) included
+        raise StoreError(
+            f"store {where} was built with {_described(built)}; this process asked for {asked}, whose vectors of the "
+            f"store's probe texts are not the stored ones (cosine {cosine:.6f}, needed {PARITY_MIN_COSINE}): one store "
+            f"holds one encoder's vectors. Open it with --encoder {built['encoder']} --device {built['device']} "
+            f"--precision {built['precision']}, or ingest into a new store"
+        )
+    log.info("store %s: built with %s, opened with %s (probe cosine %.7f)", where, _described(built), asked, cosine)
 
 
 def check_options(
@@ -133,7 +197,8 @@ def new_config(
         "format_version": FORMAT_VERSION,
         "policy": json.loads(policy.model_dump_json()),
         "embedding_model": embedder.model_name,
-        "encoder": embedder.encoder,
+        **embedder.build,
+        "probes": probes(embedder),
         "vector_store": vector_store or "chroma",
         "bm25_backend": bm25_backend,
     }

