@@ -274,3 +274,29 @@ def test_a_loading_server_says_when_to_come_back_and_the_client_waits_it_out(sto
     finally:
         service.go.set()
         server.should_exit = True
+
+
+class AnswersOnSignal(Service):
+    """A service whose answers wait until the test says so: a store busy past the deadline."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.go = threading.Event()
+
+    def answer(self, request: Any, caller: Any) -> Any:
+        self.go.wait(60)
+        return super().answer(request, caller)
+
+
+def test_a_busy_server_says_to_come_back_after_its_deadline(store, demo_queries):
+    import httpx
+
+    service = AnswersOnSignal(store, timeout_ms=1500)
+    try:
+        with serving(service) as base:
+            busy = httpx.post(f"{base}/retrieve", json={"query": demo_queries[0]["query"]}, timeout=30)
+            assert busy.status_code == 503 and "no answer within 1500 ms" in busy.json()["detail"]
+            assert busy.headers["retry-after"] == "2"  # the deadline, rounded up to whole seconds
+            service.go.set()
+    finally:
+        service.go.set()
