@@ -73,13 +73,13 @@ class _CARMetric(BaseMetric):
         return score
 
     async def a_measure(self, test_case: LLMTestCase, *args: Any, **kwargs: Any) -> float:
-        return self.measure(test_case)
+        return float(self.measure(test_case))
 
     def is_successful(self) -> bool:
         return self.error is None and bool(self.success)
 
     @property
-    def __name__(self) -> str:  # type: ignore[override]  # DeepEval reads the metric's name here
+    def __name__(self) -> str:  # DeepEval reads the metric's name here
         return self.metric
 
 

@@ -216,7 +216,7 @@ def test_explain_is_the_chain_the_key_may_read(store, url):
     with CARServiceClient(url, api_key="k-acme") as client:
         chain = client.explain("sec-lodash-cve-2099-10001-disclosure")
         assert chain["status"] == "superseded" and "sec-lodash-4.17.12-release" in [c["doc_id"] for c in chain["controlling"]]
-        assert client.explain(ACME_NOTE["doc_id"])["doc_id"] == ACME_NOTE["doc_id"]  # acme's own, by the id it wrote
+        assert client.explain(str(ACME_NOTE["doc_id"]))["doc_id"] == ACME_NOTE["doc_id"]  # acme's own, by the id it wrote
         for missing in (GLOBEX_SECRET, "no-such-record"):  # another tenant's record reads as one that does not exist
             with pytest.raises(CARRequestError, match=rf"404: .*no record '{missing}'") as refused:
                 client.explain(missing)
