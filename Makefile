@@ -48,12 +48,14 @@ test-fast: install  ## the unit tier: no model, no Chroma; 50 property examples 
 # The whole tree: library, harness, both integrations with their tests, tests/, evals/, examples/ (settings:
 # pyproject.toml). mypy runs twice: the LlamaIndex suite's tests are top-level modules of their folder, and
 # their conftest would be the core's `conftest` (its folder on MYPYPATH; --explicit-package-bases names the
-# llama_index.* namespace packages from mypy_path).
+# llama_index.* namespace packages from mypy_path). tests/evaluators, whose conftest is also `conftest`, is a third
+# run: its files named, which the main run's exclude does not skip.
 lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	MYPYPATH=integrations/llama-index-retrievers-car/tests $(PY) -m mypy --explicit-package-bases integrations/llama-index-retrievers-car
+	$(PY) -m mypy tests/evaluators/*.py
 	$(VENV)/bin/lint-imports --no-cache
 
 # The documentation site from docs/ and the docstrings (mkdocs.yml), strict: a broken link or reference fails.
@@ -63,8 +65,8 @@ docs: install
 # Every tier runs, even after one fails; the last lines say which passed and which failed, and the exit
 # is non-zero if any did. A tier alone: make test-lint, test-docs, test-unit, test-integration, test-langchain,
 # dist-check.
-TEST_TIERS := lint docs unit integration langchain dist-check
-.PHONY: $(addprefix test-,lint docs unit integration langchain) bench-check
+TEST_TIERS := lint docs unit integration langchain evaluators dist-check
+.PHONY: $(addprefix test-,lint docs unit integration langchain evaluators) bench-check
 
 test: install
 	@failed=""; for tier in $(TEST_TIERS); do \
@@ -103,8 +105,24 @@ dist-check: install
 	$(PIP) $(WHEELS) $(DIST_TOOLS)
 	PY=$(PY) TORCH="$(TORCH)" TORCH_FROM="$(TORCH_FROM)" WHEELS="$(WHEELS)" .ci/dist_check.sh
 
+# RAGAS and DeepEval (car_rag.eval.ragas_metrics, car_rag.eval.deepeval_metrics) hold openai and click below
+# what the main venv resolves: their tests run in a venv of their own with car-rag[ragas,deepeval] (no store,
+# no torch) and pytest, outside `make test`'s venv; --confcutdir keeps the core's conftest (store fixtures)
+# out. pytest-socket (pyproject's settings) fails any test that reaches past loopback; the tests' conftest
+# opts out of both frameworks' telemetry.
+EVAL_VENV ?= .venv-evaluators
+
+$(EVAL_VENV)/.installed: pyproject.toml
+	python3 -m venv $(EVAL_VENV)
+	$(EVAL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(EVAL_VENV)/bin/python -m pip install --quiet $(WHEELS) -e ".[ragas,deepeval]" pytest pytest-socket pytest-timeout
+	touch $@
+
+test-evaluators: $(EVAL_VENV)/.installed
+	$(EVAL_VENV)/bin/python -m pytest -q -p no:cacheprovider --confcutdir tests/evaluators tests/evaluators
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache site
+	rm -rf $(VENV) $(EVAL_VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache site
 
 SUITES := ghsa-freeform ghsa-structured finsuperqa finsuperqa-contaminated cvepatchqa cvepatchqa-freeform legalprecedentqa legalprecedentqa-freeform
 

@@ -4,7 +4,8 @@ PostgreSQL-backed store shared by N framework apps), with the API key, timeouts 
 It asks ``POST /retrieve`` for whole records (``with_records``) and hands back each ranked
 record with its ``car_*`` annotations, which the framework wrappers
 (``llama_index.retrievers.car.CARServiceRetriever``, ``langchain_car.CARServiceRetriever``) lay
-out exactly as their in-process retrievers do (:class:`car_rag.layout.RecordLayout`).
+out exactly as their in-process retrievers do (:class:`car_rag.layout.RecordLayout`);
+``POST /explain`` for a record's authority chain (``car-rag mcp --url``'s ``explain``).
 
 Retried: only what cannot have reached the store twice or was refused for now: a connection
 that could not be made, and a 503 that says when to come back (``Retry-After``). Never a
@@ -146,9 +147,7 @@ class CARServiceClient:
         """The ``/retrieve`` body: ``query``, ``k``, the caller if one was given, and ``options``
         that are not None (``format``, ``with_records``, ``token_budget``; ``as_of`` and ``filters``
         only where given, for a server that takes them)."""
-        body: dict[str, Any] = {"query": query, "k": k}
-        if self.caller is not None:
-            body["caller"] = {"tenant": self.caller.tenant, "principals": sorted(self.caller.principals)}
+        body: dict[str, Any] = {"query": query, "k": k, **self._as_caller()}
         body.update({name: value for name, value in options.items() if value is not None})
         return body
 
@@ -169,13 +168,27 @@ class CARServiceClient:
     def answer(self, query: str, k: int = 5, **options: Any) -> dict[str, Any]:
         """The server's whole JSON answer for ``query`` (the ``car-rag serve`` contract); ``options``
         as :meth:`body` takes them (``format="plain"``: the plain evidence as ``evidence_pack.text``)."""
-        body = self.body(query, k, **options)
+        return self._post(self.endpoint, self.body(query, k, **options))
+
+    def explain(self, doc_id: str) -> dict[str, Any]:
+        """The authority chain of ``doc_id`` as the key may see it (``POST /explain``): its status, the
+        active records that control it, each edge up to them. A record that does not exist, or that
+        the key may not read, is a :class:`CARRequestError` (404) in the same words."""
+        return self._post(f"{self.url}/explain", {"doc_id": doc_id, **self._as_caller()})
+
+    def _as_caller(self) -> dict[str, Any]:
+        """The body's ``caller`` where one was given (a server without keys)."""
+        if self.caller is None:
+            return {}
+        return {"caller": {"tenant": self.caller.tenant, "principals": sorted(self.caller.principals)}}
+
+    def _post(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             for attempt in Retrying(**self._attempts()):
                 with attempt:
-                    return self._read(self._client.post(self.endpoint, json=body))
+                    return self._read(self._client.post(endpoint, json=body), endpoint)
         except (httpx.TransportError, _RetryAfter) as exc:
-            raise self._unavailable(exc) from exc
+            raise self._unavailable(exc, endpoint) from exc
         raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     async def aanswer(self, query: str, k: int = 5, **options: Any) -> dict[str, Any]:
@@ -185,9 +198,9 @@ class CARServiceClient:
             async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
                 async for attempt in AsyncRetrying(**self._attempts()):
                     with attempt:
-                        return self._read(await client.post(self.endpoint, json=body))
+                        return self._read(await client.post(self.endpoint, json=body), self.endpoint)
         except (httpx.TransportError, _RetryAfter) as exc:
-            raise self._unavailable(exc) from exc
+            raise self._unavailable(exc, self.endpoint) from exc
         raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     def retrieve(self, query: str, k: int = 5, **options: Any) -> list[ServedRecord]:
@@ -199,48 +212,44 @@ class CARServiceClient:
         return served_records(await self.aanswer(query, k, with_records=True, **options), self.endpoint)
 
     # ------------------------------------------------------------------ answers
-    def _read(self, response: httpx.Response) -> dict[str, Any]:
+    def _read(self, response: httpx.Response, endpoint: str) -> dict[str, Any]:
         status = response.status_code
         if status == 200:
             try:
                 data = response.json()
             except ValueError as exc:
-                raise CARServiceError(
-                    f"{self.endpoint} answered 200 with a body that is not JSON: {exc}", self.endpoint, 200
-                ) from None
+                raise CARServiceError(f"{endpoint} answered 200 with a body that is not JSON: {exc}", endpoint, 200) from None
             if not isinstance(data, dict):
-                raise CARServiceError(f"{self.endpoint} answered 200 with {type(data).__name__}, not an object", self.endpoint)
+                raise CARServiceError(f"{endpoint} answered 200 with {type(data).__name__}, not an object", endpoint)
             return data
         detail = _detail(response)
         if status in (401, 403):
             what = "no key was sent" if not self._headers else "the key was refused"
             if status == 403:
                 what = "the key may not do this"
-            raise CARAuthError(f"{self.endpoint}: {status}: {what}: {detail}", self.endpoint, status)
+            raise CARAuthError(f"{endpoint}: {status}: {what}: {detail}", endpoint, status)
         if status == 503:
             wait = _retry_after(response)
             if wait is not None and wait <= MAX_RETRY_AFTER_S:
                 raise _RetryAfter(response, wait)
-            raise CARServiceUnavailable(f"{self.endpoint}: 503, not available: {detail}", self.endpoint, 503)
+            raise CARServiceUnavailable(f"{endpoint}: 503, not available: {detail}", endpoint, 503)
         if 400 <= status < 500:
-            raise CARRequestError(f"{self.endpoint}: {status}: the request was refused: {detail}", self.endpoint, status)
-        raise CARServiceUnavailable(f"{self.endpoint}: {status}: {detail}", self.endpoint, status)
+            raise CARRequestError(f"{endpoint}: {status}: the request was refused: {detail}", endpoint, status)
+        raise CARServiceUnavailable(f"{endpoint}: {status}: {detail}", endpoint, status)
 
-    def _unavailable(self, exc: Exception) -> CARServiceUnavailable:
+    def _unavailable(self, exc: Exception, endpoint: str) -> CARServiceUnavailable:
         tries = f" ({self.retries + 1} attempts)" if self.retries else ""
         if isinstance(exc, _RetryAfter):
             detail = _detail(exc.response)
-            return CARServiceUnavailable(f"{self.endpoint}: 503, still not available{tries}: {detail}", self.endpoint, 503)
+            return CARServiceUnavailable(f"{endpoint}: 503, still not available{tries}: {detail}", endpoint, 503)
         if isinstance(exc, httpx.TimeoutException):
             phase = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for the answer"
             return CARServiceUnavailable(
                 f"car-rag serve at {self.url} did not answer within the timeout ({self.timeout_s:g} s, "
                 f"{phase}){tries}: {type(exc).__name__}",
-                self.endpoint,
+                endpoint,
             )
-        return CARServiceUnavailable(
-            f"cannot reach car-rag serve at {self.url}{tries}: {type(exc).__name__}: {exc}", self.endpoint
-        )
+        return CARServiceUnavailable(f"cannot reach car-rag serve at {self.url}{tries}: {type(exc).__name__}: {exc}", endpoint)
 
 
 def _detail(response: httpx.Response) -> str:

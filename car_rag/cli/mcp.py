@@ -47,7 +47,7 @@ def _arguments(mcp: argparse.ArgumentParser) -> None:
     mcp.add_argument("--store", type=Path, help="store directory, made by car-rag ingest")
     mcp.add_argument(
         "--url",
-        help=f"instead of --store: a car-rag serve (its API key from ${API_KEY_ENV}); only retrieve is offered then",
+        help=f"instead of --store: a car-rag serve (its API key from ${API_KEY_ENV}): retrieve and explain ask it",
     )
     mcp.add_argument("--k", type=count, default=5, help="records retrieve returns when the agent does not say")
     mcp.add_argument("--timeout-s", type=positive, default=30.0, help="with --url: how long the server may take to answer")
@@ -68,7 +68,7 @@ MCP = Command(
     "Tools: retrieve(query, k) returns the plain evidence, each record with its status and what voids it; "
     "explain(doc_id) returns a record's authority chain (who voids it, by which rule, up to the active "
     "records), as JSON. Over a store, records are read as --tenant/--principal (default: unrestricted); "
-    "with --url the tools ask a car-rag serve, which reads as its API key allows (explain needs a store).",
+    "with --url the tools ask a car-rag serve (/retrieve, /explain), which reads as its API key allows.",
     _arguments,
     _run,
 )

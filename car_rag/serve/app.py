@@ -1,10 +1,11 @@
-"""``car-rag serve``'s routes (FastAPI): POST /retrieve, POST /records, GET /healthz, /readyz,
+"""``car-rag serve``'s routes (FastAPI): POST /retrieve, POST /explain, POST /records, GET /healthz, /readyz,
 /metrics, each request's API key deciding its caller; the :class:`~car_rag.serve.service.Service`
 answers them, inside the :class:`~car_rag.serve.asgi.RequestEdge`."""
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -21,9 +22,17 @@ from car_rag import __version__
 from car_rag.eligibility import CallerContext
 from car_rag.records import Record
 from car_rag.serve.asgi import KEY_STATE, MISSING_KEY, Gate, RequestEdge
-from car_rag.serve.errors import Forbidden, Unavailable
+from car_rag.serve.errors import NOT_READY_RETRY_S, Forbidden, Unavailable
 from car_rag.serve.keys import ApiKey
-from car_rag.serve.schema import RecordsRejected, RecordsResponse, RetrieveRequest, RetrieveResponse, unstorable
+from car_rag.serve.schema import (
+    Caller,
+    ExplainRequest,
+    RecordsRejected,
+    RecordsResponse,
+    RetrieveRequest,
+    RetrieveResponse,
+    unstorable,
+)
 from car_rag.serve.service import Service
 
 __all__ = ["create_app"]
@@ -57,6 +66,15 @@ def _authenticate(
 
 
 Key = Annotated[ApiKey | None, Depends(_authenticate)]
+
+
+def _caller(key: ApiKey | None, asked: Caller | None) -> CallerContext | None:
+    """Who a request reads as: its key's caller; on a server without keys, the body's (400 with a key)."""
+    if key is not None and asked is not None:
+        raise HTTPException(400, "this server takes the caller from the API key: leave 'caller' out of the body")
+    if key is not None:
+        return key.caller
+    return None if asked is None else CallerContext(asked.tenant, frozenset(asked.principals))
 
 
 def create_app(
@@ -104,7 +122,7 @@ def create_app(
 
     @app.exception_handler(Unavailable)
     async def unavailable(_: Request, exc: Unavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, 503)
+        return JSONResponse({"detail": str(exc)}, 503, {"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(Forbidden)
     async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
@@ -121,13 +139,7 @@ def create_app(
     )
     async def retrieve(body: RetrieveRequest, key: Key) -> RetrieveResponse:
         """Rank the controlling records for a question: candidates, the final ranking, the evidence, diagnostics."""
-        if key is not None and body.caller is not None:
-            raise HTTPException(400, "this server takes the caller from the API key: leave 'caller' out of the body")
-        caller = (
-            key.caller
-            if key is not None
-            else (None if body.caller is None else CallerContext(body.caller.tenant, frozenset(body.caller.principals)))
-        )
+        caller = _caller(key, body.caller)
         try:
             service.asked(body)  # a bad as_of or filter is the request's fault: 400 naming it, before any search
         except ValueError as exc:
@@ -136,7 +148,27 @@ def create_app(
             with anyio.fail_after(service.timeout_s):
                 return await anyio.to_thread.run_sync(service.answer, body, caller, abandon_on_cancel=True)
         except TimeoutError:
-            raise HTTPException(503, f"no answer within {service.timeout_s * 1000:.0f} ms: the store is busy") from None
+            # The abandoned search still runs for up to a deadline: asking again sooner lands on the same busy store.
+            busy = {"Retry-After": str(max(1, math.ceil(service.timeout_s)))}
+            raise HTTPException(503, f"no answer within {service.timeout_s * 1000:.0f} ms: the store is busy", busy) from None
+
+    @app.post(
+        "/explain",
+        responses={
+            400: {"description": "a caller in the body of a server with API keys"},
+            401: {"description": "no or unknown key"},
+            404: {"description": "no record of that doc_id that this key may read"},
+            503: {"description": "not ready"},
+        },
+    )
+    async def explain(body: ExplainRequest, key: Key) -> dict[str, Any]:
+        """The authority chain of one record: its status, the active records that control it, each
+        supersession edge from it up to them; records the key may not read are never named."""
+        caller = _caller(key, body.caller)
+        try:
+            return await anyio.to_thread.run_sync(service.explain, body.doc_id, caller)
+        except KeyError as exc:
+            raise HTTPException(404, exc.args[0]) from None
 
     @app.post(
         "/records",
@@ -203,7 +235,7 @@ def create_app(
             }
             if reason:
                 body["reason"] = reason
-        return JSONResponse(body, 200 if reason is None else 503)
+        return JSONResponse(body, 200) if reason is None else JSONResponse(body, 503, {"Retry-After": str(NOT_READY_RETRY_S)})
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -19,7 +19,7 @@ from car_rag.serve.metrics import Metrics
 
 __all__ = ["RequestEdge", "Gate", "KEY_STATE", "MISSING_KEY", "UNKNOWN_KEY"]
 
-_PATHS = frozenset({"/retrieve", "/records", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
+_PATHS = frozenset({"/retrieve", "/explain", "/records", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 """The paths the request metrics name; any other is counted as "other" (a label per path a client
 makes up would grow without bound)."""
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})

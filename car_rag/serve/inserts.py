@@ -16,7 +16,7 @@ from car_rag.extractors import missing_scope
 from car_rag.graph import Edge
 from car_rag.namespacing import shown_edge
 from car_rag.records import TENANT_SEPARATOR, Record, RecordError, parse_records, shown_id
-from car_rag.serve.errors import Forbidden, Unavailable
+from car_rag.serve.errors import INSERT_RETRY_S, Forbidden, Unavailable
 from car_rag.serve.keys import ApiKey
 from car_rag.serve.metrics import Metrics
 from car_rag.serve.schema import EdgeOut, RecordProblem, RecordsRejected, RecordsResponse
@@ -179,7 +179,8 @@ class Inserts:
             log.warning("insert failed: %s: %s", type(exc).__name__, exc)
             self.metrics.ingested.labels("failed").inc(len(pending.records))
             pending.error = Unavailable(
-                f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry"
+                f"the store did not take the batch ({type(exc).__name__}); no record of it was stored: retry",
+                retry_after_s=INSERT_RETRY_S,
             )
             return
         if owners.refused:

@@ -14,6 +14,7 @@ from car_rag.evidence import EvidencePacket
 __all__ = [
     "Format",
     "Caller",
+    "ExplainRequest",
     "RetrieveRequest",
     "ChannelEvidence",
     "Candidate",
@@ -89,6 +90,11 @@ class Caller(_Strict):
     principals: list[str] = []
 
 
+class ExplainRequest(_Strict):
+    doc_id: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="the record, by the doc_id its writer gave")
+    caller: Caller | None = Field(None, description="only on a server without API keys")
+
+
 class RetrieveRequest(_Strict):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     k: int = Field(5, ge=1, le=100, description="records in the ranking and the evidence")
@@ -102,6 +108,11 @@ class RetrieveRequest(_Strict):
         "client (car_rag.client) lays it out as the in-process framework retrievers do",
     )
     token_budget: float | None = Field(None, gt=0, description="fit the rendered evidence to this many tokens")
+    marked: bool = Field(
+        False,
+        description="format plain: each replaced record's header names what replaced it (for an agent's tool output, "
+        "which is read apart from car-rag's order)",
+    )
     caller: Caller | None = Field(None, description="only on a server without API keys")
     as_of: str | None = Field(
         None,

@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from car_rag.annotations import annotations_for
+from car_rag.authority_chain import authority_chain
 from car_rag.channels import ChannelHit
 from car_rag.eligibility import CallerContext, RecordFilter, as_of_label, filter_of, instant
-from car_rag.evidence import build_packets, evidence_form, render
+from car_rag.evidence import build_packets, evidence_form, render, render_plain
 from car_rag.resolution import RetrievalResult, RetrievedRecord
 from car_rag.retriever import AnchorMode, ControllingAuthorityRetriever
 from car_rag.serve import INSERT_WINDOW_MS
@@ -162,7 +163,11 @@ class Service:
             evidence = EvidencePack(format="json", packets=build_packets(result, policy, k))
         else:
             form = evidence_form(request.format)  # "xml" (audit) still accepted, with a warning in the log
-            evidence = EvidencePack(format=form, text=render(result, form, policy=policy, k=k, token_budget=request.token_budget))
+            if form == "plain" and request.marked:
+                text = render_plain(result, k=k, token_budget=request.token_budget, marked=True)
+            else:
+                text = render(result, form, policy=policy, k=k, token_budget=request.token_budget)
+            evidence = EvidencePack(format=form, text=text)
         timings.update(result.timings_ms)
         timings["evidence"] = (time.perf_counter() - tick) * 1000
         anchors = {h.doc_id for h in result.anchors}
@@ -212,6 +217,16 @@ class Service:
                 degraded=degraded,
             ),
         )
+
+    def explain(self, doc_id: str, caller: CallerContext | None) -> dict[str, Any]:
+        """The authority chain of ``doc_id`` as ``caller`` may see it (:func:`~car_rag.authority_chain.authority_chain`,
+        at the retriever's ``min_confidence``); a KeyError, in the same words, for a record that does not
+        exist and for one the caller may not read."""
+        retriever = self._retriever
+        if retriever is None or self.not_ready:
+            raise Unavailable(f"not ready: {self.not_ready}")
+        with self.store.lock.read():
+            return authority_chain(self.store, doc_id, caller, min_confidence=retriever.min_confidence)
 
     def _whole(self, item: RetrievedRecord, result: RetrievalResult, caller: CallerContext | None) -> dict[str, Any]:
         """The record and its annotations, for ``with_records``: an explicit ``supersedes`` entry naming a

@@ -20,6 +20,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from car_rag import CARStore
 from car_rag.cli import main
+from car_rag.cli.mcp import API_KEY_ENV
+from car_rag.serve.keys import hash_key, load_api_keys
 from car_rag.serve.service import Service
 from car_rag_evals.servers import serving
 
@@ -153,13 +155,42 @@ def test_explain_reads_as_the_caller(store_path):
     }
 
 
-def test_retrieve_over_a_car_rag_serve(store_path, demo_policy, embedder, demo_queries):
+def test_retrieve_and_explain_over_a_car_rag_serve(store_path, demo_policy, embedder, demo_queries, tmp_path):
     question = demo_queries[0]
-    with CARStore.open(store_path, demo_policy, embedder=embedder) as store, serving(Service(store, timeout_ms=30_000)) as url:
-        tools, (retrieved,) = _session("--url", url)([("retrieve", {"query": question["query"], "k": 10})])
-    assert tools == ["retrieve"]
-    records = {r["doc_id"]: r for r in _structured(retrieved)["records"]}
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [{"name": "globex", "tenant": "globex", "sha256": hash_key("k-globex")}]}))
+    keys.chmod(0o600)
+    calls = [
+        ("retrieve", {"query": question["query"], "k": 10}),
+        ("explain", {"doc_id": LODASH}),
+        ("explain", {"doc_id": ACME_FIX["doc_id"]}),
+        ("explain", {"doc_id": ZIPCRAFT_FIX}),
+    ]
+    with (
+        CARStore.open(store_path, demo_policy, embedder=embedder) as store,
+        serving(Service(store, timeout_ms=30_000, api_keys=load_api_keys(keys))) as url,
+    ):
+        tools, (retrieved, explained, other_tenants, hidden) = _session("--url", url, env={API_KEY_ENV: "k-globex"})(calls)
+        _, (wrong_key,) = _session("--url", url, env={API_KEY_ENV: "wrong"})([("explain", {"doc_id": LODASH})])
+    assert sorted(tools) == ["explain", "retrieve"]
+    got = _structured(retrieved)
+    records = {r["doc_id"]: r for r in got["records"]}
     assert records[LODASH]["status"] == "superseded" and LODASH_FIX in records[LODASH]["superseded_by"]
+    headers = [line for line in got["evidence"].split("\n") if line.startswith("[Document ")]
+    for r, header in zip(got["records"], headers, strict=True):  # the server's text marks what is replaced
+        assert ("replaced by" in header) == bool(r["superseded_by"] or r["hidden_superseder"]), header
+    assert any("replaced by" in header for header in headers)
+
+    chain = _structured(explained)  # the same chain as over the store
+    assert chain["doc_id"] == LODASH and chain["status"] == "superseded"
+    assert LODASH_FIX in [c["doc_id"] for c in chain["controlling"]]
+    assert next(e for e in chain["chain"] if e["superseder"] == LODASH_FIX)["rule"] == "patch_fixes_disclosure"
+    # As the key reads: another tenant's record is missing in the words of one that does not exist;
+    # a record voided only by one the key may not read is superseded, its voider unnamed.
+    assert other_tenants.is_error and f"no record {ACME_FIX['doc_id']!r}" in other_tenants.content[0].text
+    shown = _structured(hidden)
+    assert shown["status"] == "superseded" and shown["hidden_superseder"] and ERRATA["doc_id"] not in json.dumps(shown)
+    assert wrong_key.is_error and "401" in wrong_key.content[0].text
 
 
 @pytest.fixture

@@ -210,3 +210,93 @@ def test_an_answer_without_records_says_the_server_is_too_old(url, demo_queries)
     with Scripted((200, {}, answer, 0.0)) as old:
         with pytest.raises(Exception, match="came without its record: the server predates with_records"):
             CARServiceClient(old.url).retrieve("anything")
+
+
+def test_explain_is_the_chain_the_key_may_read(store, url):
+    with CARServiceClient(url, api_key="k-acme") as client:
+        chain = client.explain("sec-lodash-cve-2099-10001-disclosure")
+        assert chain["status"] == "superseded" and "sec-lodash-4.17.12-release" in [c["doc_id"] for c in chain["controlling"]]
+        assert client.explain(str(ACME_NOTE["doc_id"]))["doc_id"] == ACME_NOTE["doc_id"]  # acme's own, by the id it wrote
+        for missing in (GLOBEX_SECRET, "no-such-record"):  # another tenant's record reads as one that does not exist
+            with pytest.raises(CARRequestError, match=rf"404: .*no record '{missing}'") as refused:
+                client.explain(missing)
+            assert refused.value.status == 404
+
+
+class LoadsOnSignal(Service):
+    """A service whose retriever loads only once the test says so, and that counts the /retrieve calls it is asked."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.go = threading.Event()
+        self.answered = 0
+
+    def load(self) -> None:
+        self.go.wait(60)
+        super().load()
+
+    def answer(self, request: Any, caller: Any) -> Any:
+        self.answered += 1
+        return super().answer(request, caller)
+
+
+def test_a_loading_server_says_when_to_come_back_and_the_client_waits_it_out(store, demo_queries):
+    import httpx
+    import uvicorn
+
+    from car_rag.serve.app import create_app
+    from car_rag.serve.errors import NOT_READY_RETRY_S
+
+    service = LoadsOnSignal(store, timeout_ms=30_000)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host=HOST, port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    base = f"http://{HOST}:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        query = demo_queries[0]["query"]
+        refused = httpx.post(f"{base}/retrieve", json={"query": query}, timeout=30)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == str(NOT_READY_RETRY_S)
+        assert httpx.get(f"{base}/readyz", timeout=30).headers["retry-after"] == str(NOT_READY_RETRY_S)
+        with pytest.raises(CARServiceUnavailable, match="503, not available|503, still not available"):
+            CARServiceClient(base, retries=0).retrieve(query)
+        asked_before = service.answered
+        got: list[Any] = []
+        waiting = threading.Thread(target=lambda: got.append(CARServiceClient(base, retries=3).retrieve(query, k=5)))
+        waiting.start()
+        while service.answered == asked_before and waiting.is_alive():  # its first attempt was refused (not ready) ...
+            time.sleep(0.02)
+        service.go.set()  # ... then the retriever loads while the client waits out Retry-After
+        waiting.join(120)
+        assert got and len(got[0]) == 5 and service.answered >= asked_before + 2
+    finally:
+        service.go.set()
+        server.should_exit = True
+
+
+class AnswersOnSignal(Service):
+    """A service whose answers wait until the test says so: a store busy past the deadline."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.go = threading.Event()
+
+    def answer(self, request: Any, caller: Any) -> Any:
+        self.go.wait(60)
+        return super().answer(request, caller)
+
+
+def test_a_busy_server_says_to_come_back_after_its_deadline(store, demo_queries):
+    import httpx
+
+    service = AnswersOnSignal(store, timeout_ms=1500)
+    try:
+        with serving(service) as base:
+            busy = httpx.post(f"{base}/retrieve", json={"query": demo_queries[0]["query"]}, timeout=30)
+            assert busy.status_code == 503 and "no answer within 1500 ms" in busy.json()["detail"]
+            assert busy.headers["retry-after"] == "2"  # the deadline, rounded up to whole seconds
+            service.go.set()
+    finally:
+        service.go.set()

@@ -1,7 +1,8 @@
 """car-rag's authority audit as LlamaIndex retrieval metrics, for the ``RetrieverEvaluator`` you run.
 
 Each metric audits the ids a retriever returned against the corpus's authority graph with
-:func:`car_rag.eval.audit.audit_set` (the audit of ``car-rag``'s own harness, not a copy):
+:func:`car_rag.eval.audit_metrics.score_retrieved` (the audit of ``car-rag``'s own harness, as the RAGAS
+and DeepEval metrics score it):
 
 * :class:`CARClosureViolations` (``car_closure_violations``): how many superseded records were
   returned without anything that supersedes them (stale authority, nothing saying so); 0 is safe;
@@ -22,14 +23,13 @@ metadata (:meth:`CARAuditMetric.from_nodes`)::
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from car_rag.adapters import AuthorityGraph
 from car_rag.eval.answers import GoldAnswer, classify, suite_kind
-from car_rag.eval.audit import SetAudit, audit_set
+from car_rag.eval.audit_metrics import AuditScores, score_retrieved
 from car_rag.policy import Policy, load_policy
 from llama_index.core.evaluation import BaseEvaluator, EvaluationResult
 from llama_index.core.evaluation.retrieval.metrics_base import BaseRetrievalMetric, RetrievalMetricResult
@@ -70,13 +70,9 @@ class CARAuditMetric(BaseRetrievalMetric):
         graph, doc_ids = _graph(nodes, policy, layout)
         return [cls(graph=graph, doc_ids=doc_ids, k=k) for cls in (CARClosureViolations, CARControllingHit, CARTheorem4)]
 
-    def audit(self, retrieved_ids: list[str] | None, expected_ids: list[str] | None) -> tuple[SetAudit, bool]:
+    def audit(self, retrieved_ids: list[str] | None, expected_ids: list[str] | None) -> AuditScores:
         """The audit of the retrieved records, and whether an expected record's frontier was returned."""
-        shown = list(dict.fromkeys(self.doc_ids.get(i, i) for i in (retrieved_ids or [])))[: self.k]
-        anchors = [self.doc_ids.get(i, i) for i in expected_ids or []]
-        found = audit_set(shown, self.graph)
-        hit = any(audit_set(shown, self.graph, anchor).frontier_included for anchor in anchors)
-        return found, hit
+        return score_retrieved(self.graph, retrieved_ids, expected_ids, k=self.k, doc_ids=self.doc_ids)
 
     def compute(
         self,
@@ -87,18 +83,8 @@ class CARAuditMetric(BaseRetrievalMetric):
         retrieved_texts: list[str] | None = None,
         **kwargs: Any,
     ) -> RetrievalMetricResult:
-        found, hit = self.audit(retrieved_ids, expected_ids)
-        metadata = {
-            "violations": [{"doc_id": v.doc_id, "controlling": list(v.controlling)} for v in found.violations],
-            "superseded": found.superseded,
-            "controlling_hit": hit,
-            "unknown": found.unknown,
-        }
-        return RetrievalMetricResult(score=self.score(found, hit), metadata=metadata)
-
-    @abstractmethod
-    def score(self, found: SetAudit, hit: bool) -> float:
-        """The metric's score for one audited set."""
+        found = self.audit(retrieved_ids, expected_ids)
+        return RetrievalMetricResult(score=found.value(self.metric_name), metadata=found.details())
 
 
 class CARClosureViolations(CARAuditMetric):
@@ -106,26 +92,17 @@ class CARClosureViolations(CARAuditMetric):
 
     metric_name: ClassVar[str] = "car_closure_violations"
 
-    def score(self, found: SetAudit, hit: bool) -> float:
-        return float(len(found.violations))
-
 
 class CARControllingHit(CARAuditMetric):
     """1.0 when the record that controls an expected record's chain now was returned."""
 
     metric_name: ClassVar[str] = "car_controlling_hit"
 
-    def score(self, found: SetAudit, hit: bool) -> float:
-        return float(hit)
-
 
 class CARTheorem4(CARAuditMetric):
     """1.0 when the set is closure-complete and holds an expected record's controlling record."""
 
     metric_name: ClassVar[str] = "car_theorem4"
-
-    def score(self, found: SetAudit, hit: bool) -> float:
-        return float(hit and found.closure_complete)
 
 
 def _graph(
