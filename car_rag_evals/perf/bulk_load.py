@@ -7,7 +7,8 @@ graph's rules), so the rows are ingest's: ``seq`` and ``change`` number the reco
 as an ingest in any chunk size does, bodies and fingerprints are the records' own, vectors are
 written both as ingest writes them (``vector``, little-endian float32) and as pgvector's column.
 The secondary indexes are dropped for the COPY and made again after it with the definitions the
-schema had, each timed (what an index build costs at that size).
+schema had, each timed (what an index build costs at that size). All of it is one transaction: a
+load that fails (a bad record, named) stores nothing and leaves the schema as it was.
 
 Edges come from one :class:`~car_rag.graph.AuthorityGraph` over every record (``edges="graph"``, what
 ingest holds), or, for a corpus too large for one process to hold, from a small graph per *run*
@@ -99,8 +100,7 @@ class BulkLoader:
         with self.log.connect(autocommit=False, role="bulk") as conn:
             if conn.execute(self.log._sql("SELECT count(*) FROM {records}")).fetchone()[0]:
                 raise ValueError(f"{self.log.location} holds records: the bulk loader writes a new store only")
-            indexes = self._drop_indexes(conn)
-            conn.commit()
+            indexes = self._drop_indexes(conn)  # in the load's transaction: a load that fails leaves them
             graph = AuthorityGraph(self.policy)
             runs = _Runs(self.policy) if self.edges == "runs" else None
             position = 0
@@ -129,10 +129,10 @@ class BulkLoader:
                 self._copy_edges(conn, graph.edges(), claims, report)
             if vectors is not None and position != len(vectors):
                 raise ValueError(f"{len(vectors)} vectors for {position} records")
-            conn.commit()
             report.records = position
             report.deferred = [(name, definition) for name, definition in indexes if name in defer]
             self._make_indexes(conn, [(n, d) for n, d in indexes if n not in defer], report)
+            conn.commit()
         return report
 
     def _records(self, chunk: Sequence[dict[str, Any]], position: int) -> list[Record]:
@@ -166,12 +166,10 @@ class BulkLoader:
         for name, definition in indexes:
             tick = time.perf_counter()
             conn.execute(definition)
-            conn.commit()
             report.add(f"index {name}", tick)
         tick = time.perf_counter()
         for table in ("records", "edges", "disputed_edges", "scope_index"):
             conn.execute(self.log._sql(f"ANALYZE {{{table}}}"))
-        conn.commit()
         report.add("analyze", tick)
 
     def _copy_records(
