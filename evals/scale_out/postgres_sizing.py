@@ -9,22 +9,26 @@ a shared store's schema by the bulk loader (:mod:`car_rag_evals.perf.bulk_load`,
   IVFFlat index (lists = records / 1,000), build time, the server's memory while building
   (``maintenance_work_mem``, and whether pgvector said the graph outgrew it), and recall@50 against
   exact search on the corpus's questions (MiniLM-encoded), for the sizes with vectors;
+* ``replica``: the authority log at a size past what the loader's Python reaches here, in SQL: a loaded
+  store's rows copied with new ids and as many packages as the streamed corpus has (:data:`REPLICA`);
 * ``stage2``: the recursive Stage-2 query (``evals/serve/stage2_sql.py``'s
   ``SqlAuthorityStore.closure_by_edges``, one round trip) over each size's store, from Stage-1 seeds:
   each question's 50 nearest records by exact dense search, alone and with the package the
-  question names (as a scope the query names). At sizes without vectors the seeds are those of the
-  largest size with vectors, whose records the larger corpus holds (a corpus from 400k records on is
-  the first records of any larger one); the named package holds more records there.
+  question names (as a scope the query names). Over a replica the seeds are its source's (its first
+  copy); the named package holds as many records as in the streamed corpus of that size.
 
 One PostgreSQL (``car_rag.postgres.server``) under ``--work`` serves every phase and stays up between
-runs (``--stop`` stops it). Run from the repository root, nice'd::
+runs (``--stop`` stops it). Run from the repository root with ``evals/serve`` on ``PYTHONPATH`` (the
+prototype's query is ``evals/serve/stage2_sql.py``'s; until ``car_rag.postgres.closure`` is merged), nice'd::
 
-    nice -n 10 python evals/scale_out/postgres_sizing.py --phases load index --sizes 100000 1000000
-    nice -n 10 python evals/scale_out/postgres_sizing.py --phases load --sizes 10000000
+    export PYTHONPATH=$PYTHONPATH:evals/serve
+    nice -n 10 python evals/scale_out/postgres_sizing.py --phases load index --sizes 100000
+    nice -n 10 python evals/scale_out/postgres_sizing.py --phases replica --sizes 1000000 10000000 --replica-of 100000
     nice -n 10 python evals/scale_out/postgres_sizing.py --phases stage2 --sizes 100000 1000000 10000000
 
-Results merge into ``evals/results/scale-out/postgres-sizing.json`` (load, index) and
-``stage2-sql-scale.json`` (stage2), each with its ``.md``.
+``--phases load`` streams any size through the bulk loader; on 2 shared cores 10M records did not fit
+a session, hence the replicas. Results merge into ``evals/results/scale-out/postgres-sizing.json``
+(load, index, replica) and ``stage2-sql-scale.json`` (stage2), each with its ``.md``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+from stage2_sql import SqlAuthorityStore  # noqa: E402  (evals/serve/ on PYTHONPATH: the prototype's query)
 
 from car_rag import load_policy  # noqa: E402
 from car_rag.embedding import DEFAULT_MODEL, Embedder  # noqa: E402
@@ -57,8 +62,6 @@ from car_rag_evals.perf.stats import percentiles  # noqa: E402
 from car_rag_evals.servers import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "evals" / "serve"))
-from stage2_sql import SqlAuthorityStore  # noqa: E402
 
 RESULTS = ROOT / "evals" / "results" / "scale-out"
 SEED = 7
@@ -168,6 +171,72 @@ def phase_load(url: str, size: int, work: Path, vectors_upto: int, embedder: Emb
         "hnsw_definition": report.deferred[0][1] if report.deferred else None,
         "sizes": measured,
     }
+
+
+_COPIES = (
+    "CROSS JOIN generate_series(0, {copies} - 1) k "
+    "CROSS JOIN LATERAL (SELECT CASE WHEN k = 0 THEN '' ELSE '#' || k END AS tag, "
+    "CASE WHEN k % {variants} = 0 THEN '' ELSE '~' || (k % {variants}) END AS variant) x"
+)
+REPLICA = (
+    # The k-th copy of every row: its ids get "#k" (new records, new chains), its package "~(k mod
+    # variants)" (so that a corpus of any size has as many packages as the streamed one: 2,000), bodies
+    # verbatim (the query reads and parses the same bytes; the records they parse into are the source's).
+    "CREATE TABLE {t}.records (LIKE {s}.records INCLUDING DEFAULTS)",
+    "INSERT INTO {t}.records (doc_id, seq, change, fingerprint, body, vector_pending, tenant, public, readers) "
+    "SELECT doc_id || x.tag, seq + k * {n}, change + k * {n}, fingerprint, body, false, tenant, public, readers "
+    "FROM {s}.records " + _COPIES,
+    "CREATE TABLE {t}.edges (LIKE {s}.edges INCLUDING DEFAULTS)",
+    "INSERT INTO {t}.edges SELECT superseder || x.tag, target || x.tag, rule, confidence FROM {s}.edges " + _COPIES,
+    "CREATE TABLE {t}.disputed_edges (LIKE {s}.disputed_edges INCLUDING DEFAULTS)",
+    "CREATE TABLE {t}.scope_index (LIKE {s}.scope_index INCLUDING DEFAULTS)",
+    "INSERT INTO {t}.scope_index SELECT key, value || CASE key WHEN 'cve_id' THEN x.tag WHEN 'package' THEN x.variant "
+    "ELSE '' END, doc_id || x.tag FROM {s}.scope_index " + _COPIES,
+    "ALTER TABLE {t}.records ADD PRIMARY KEY (doc_id), ADD UNIQUE (seq), ADD UNIQUE (change)",
+    "ALTER TABLE {t}.edges ADD PRIMARY KEY (superseder, target)",
+    "CREATE INDEX edges_by_target ON {t}.edges (target)",
+    "ALTER TABLE {t}.disputed_edges ADD PRIMARY KEY (superseder, target)",
+    "ALTER TABLE {t}.scope_index ADD PRIMARY KEY (key, value, doc_id)",
+    "CREATE INDEX scope_index_by_doc ON {t}.scope_index (doc_id)",
+    "ANALYZE {t}.records",
+    "ANALYZE {t}.edges",
+    "ANALYZE {t}.scope_index",
+)
+PACKAGES = 2_000
+"""The streamed corpus's packages from 400k records on (``corpus.generate``): a replica keeps it."""
+
+
+def phase_replica(url: str, size: int, source: int) -> dict[str, Any]:
+    """The authority log at ``size`` records without the Python of a load: the ``source`` store's
+    records, edges and entity index copied ``size / source`` times in SQL (:data:`REPLICA`; no
+    vectors), with as many packages as the streamed corpus of that size (records per package grow
+    with the size as there). Not ingest's rows: the same shapes, for what tables, indexes and the
+    recursive query cost at that size."""
+    copies = size // source
+    with PostgresRecordLog(url, schema_of(source)).connect() as conn:
+        held = conn.execute(
+            f"SELECT count(DISTINCT value) FROM {schema_of(source)}.scope_index WHERE key = 'package'"
+        ).fetchone()[0]
+    variants = max(1, min(copies, PACKAGES // held))
+    fill = {"t": schema_of(size), "s": schema_of(source), "n": source, "copies": copies, "variants": variants}
+    log = PostgresRecordLog(url, schema_of(size))
+    out: dict[str, Any] = {
+        "load_average": os.getloadavg(),
+        "built_as": f"{copies} SQL copies of the {source:,}-record store, its {held} packages in {variants} variants",
+        "source": source,
+        "seconds": {},
+    }
+    with log.connect() as conn:
+        conn.execute("SET statement_timeout = 0")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema_of(size)} CASCADE")
+        conn.execute(f"CREATE SCHEMA {schema_of(size)}")
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        for statement in REPLICA:
+            tick = time.perf_counter()
+            conn.execute(statement.format(**fill))
+            out["seconds"][statement.format(**fill)[:70]] = time.perf_counter() - tick
+        out["sizes"] = sizes(conn, schema_of(size), size)
+    return out
 
 
 # --------------------------------------------------------------------------- index
@@ -372,7 +441,7 @@ def _table(header: list[str]) -> list[str]:
 def write_sizing_md(results: dict[str, Any], path: Path) -> None:
     loads = sorted(results.get("load", {}).items(), key=lambda x: int(x[0]))
     lines = ["# PostgreSQL/pgvector sizing for the plan to 100M (issue 36)", "", "Runs:", "", *_head(results, "load")]
-    lines += [*_head(results, "index ivfflat"), *_head(results, "index hnsw"), ""]
+    lines += [*_head(results, "index ivfflat"), *_head(results, "index hnsw"), *_head(results, "replica"), ""]
     if loads:
         pg = loads[0][1]["postgres"]
         lines += ["PostgreSQL: " + ", ".join(f"{k} {v}" for k, v in pg.items()), ""]
@@ -407,6 +476,47 @@ def write_sizing_md(results: dict[str, Any], path: Path) -> None:
                 f"pgvector column {cols['embedding (pgvector)'] / n:,.0f} B per record; no HNSW)"
             )
             lines.append(_row([f"{n:,}", "**all**", "", "", "", f"**{r['sizes']['per_record_bytes']:,.0f} B** {note}"]))
+    replicas = sorted(results.get("replica", {}).items(), key=lambda x: int(x[0]))
+    if replicas:
+        lines += ["", "## The authority log at 1M and 10M: SQL replicas of a loaded store (no vectors)", ""]
+        lines += _table(
+            ["records", "built as", "seconds (copy, then indexes)", "table", "rows", "heap (with TOAST)", "indexes", "per record"]
+        )
+        for size, r in replicas:
+            n = int(size)
+            total = sum(r["seconds"].values())
+            for table in TABLES:
+                t = r["sizes"][table]
+                idx = ", ".join(f"{k} {_mb(v)}" for k, v in t["indexes_bytes"].items())
+                per = (t["heap_bytes"] + sum(t["indexes_bytes"].values())) / n
+                lines.append(
+                    _row(
+                        [
+                            f"{n:,}",
+                            r["built_as"],
+                            f"{total:.0f}",
+                            table,
+                            f"{t['rows']:,}",
+                            _mb(t["heap_bytes"]),
+                            idx,
+                            f"{per:,.0f} B",
+                        ]
+                    )
+                )
+            lines.append(
+                _row(
+                    [
+                        f"{n:,}",
+                        "",
+                        "",
+                        "**all**",
+                        "",
+                        "",
+                        "",
+                        f"**{r['sizes']['per_record_bytes']:,.0f} B** ({_mb(r['sizes']['total_bytes'])})",
+                    ]
+                )
+            )
     built = [(int(size), name, b) for name in ("ivfflat", "hnsw") for size, b in results.get(f"index {name}", {}).items()]
     if built:
         lines += ["", "## Vector indexes: build, and recall@50 against exact search", ""]
@@ -447,14 +557,22 @@ def write_stage2_md(results: dict[str, Any], path: Path) -> None:
         "alone, and with the package the question names as a named scope (every record of that package is a seed). "
         f"{PASSES} passes over the questions, the two variants interleaved.",
         "",
-        *_table(["records", "seeds from", "questions", "variant", "p50 ms", "p95 ms", "p99 ms", "closure records mean (max)"]),
+        *_table(
+            ["records", "store", "seeds from", "questions", "variant", "p50 ms", "p95 ms", "p99 ms", "closure records mean (max)"]
+        ),
     ]
     for size, r in rows:
         for v, ms in r["latency_ms"].items():
             c = r["closure_records"][v]
             lines.append(
                 _row(
-                    [f"{int(size):,}", f"{r['seeds_from']:,}", r["queries"], v]
+                    [
+                        f"{int(size):,}",
+                        r.get("store", "bulk load of the streamed corpus"),
+                        f"{r['seeds_from']:,}",
+                        r["queries"],
+                        v,
+                    ]
                     + [f"{ms[p]:.2f}" for p in ("p50", "p95", "p99")]
                     + [f"{c['mean']:,.0f} ({c['max']:,})"]
                 )
@@ -464,7 +582,10 @@ def write_stage2_md(results: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phases", nargs="+", choices=["load", "index", "stage2"], default=["load", "index", "stage2"])
+    parser.add_argument(
+        "--phases", nargs="+", choices=["load", "replica", "index", "stage2"], default=["load", "index", "stage2"]
+    )
+    parser.add_argument("--replica-of", type=int, default=100_000, help="phase replica: the loaded store it copies")
     parser.add_argument("--sizes", nargs="+", type=int, default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--vectors-upto", type=int, default=1_000_000, help="larger corpora: the authority log alone")
     parser.add_argument("--maintenance-work-mem", default="4GB")
@@ -489,6 +610,10 @@ def main() -> None:
                 phase_load(url, size, args.work, args.vectors_upto, embedder),
                 {"command": command, **commit_and_load(), "postgres": pg},
             )
+        if "replica" in args.phases:
+            print(f"{size}: replica of {args.replica_of}", flush=True)
+            value = phase_replica(url, size, args.replica_of)
+            merge(sizing, "replica", size, value, {"command": command, **commit_and_load(), "postgres": pg})
         if "index" in args.phases and size <= args.vectors_upto:
             hnsw = json.loads(sizing.read_text())["load"][str(size)]["hnsw_definition"]
             for name in args.indexes:  # the store's HNSW index last: it stays, as ingest leaves it
@@ -498,8 +623,11 @@ def main() -> None:
                 merge(sizing, f"index {name}", size, value, {"command": command, **commit_and_load(), "postgres": pg})
         if "stage2" in args.phases:
             print(f"{size}: stage2", flush=True)
-            source = min(size, args.vectors_upto)
+            replicas = json.loads(sizing.read_text()).get("replica", {}) if sizing.is_file() else {}
+            replica = replicas.get(str(size))
+            source = replica["source"] if replica else min(size, args.vectors_upto)
             value = phase_stage2(url, size, seeds(source, args.work, embedder), source)
+            value["store"] = replica["built_as"] if replica else "bulk load of the streamed corpus"
             merge(stage2, "stage2", size, value, {"command": command, **commit_and_load(), "postgres": pg})
     for path, write in ((sizing, write_sizing_md), (stage2, write_stage2_md)):
         if path.is_file():
