@@ -551,14 +551,16 @@ def write_stage2_md(results: dict[str, Any], path: Path) -> None:
     lines += [
         "The query: `evals/serve/stage2_sql.py`'s `SqlAuthorityStore.closure_by_edges` (seeds, then everything that voids "
         "them through the stored edges, transitively, and the edges among them; one round trip, pipeline mode), over the "
-        "bulk-loaded stores (`postgres_sizing.py --phases load`) with the indexes the schema has (records primary key, "
+        "stores (`postgres_sizing.py --phases load` or `replica`) with the indexes the schema has (records primary key, "
         "`edges_by_target`, `scope_index` primary key). Seeds per question: its 50 nearest records by exact dense "
-        "search over the gist vectors (of the 1M corpus at 10M: no vectors there; its records are the 10M corpus's first), "
+        "search over the gist vectors (over a replica: those of the store it copies, whose records are its first copy), "
         "alone, and with the package the question names as a named scope (every record of that package is a seed). "
-        f"{PASSES} passes over the questions, the two variants interleaved.",
+        f"{PASSES} passes over the questions, the two variants interleaved; the sizes one after another, each under the "
+        "load average in its row (2 shared cores; the client and PostgreSQL on the same machine, both nice'd).",
         "",
         *_table(
-            ["records", "store", "seeds from", "questions", "variant", "p50 ms", "p95 ms", "p99 ms", "closure records mean (max)"]
+            ["records", "store", "load average", "seeds from", "questions", "variant", "p50 ms", "p95 ms", "p99 ms"]
+            + ["closure records mean (max)"]
         ),
     ]
     for size, r in rows:
@@ -569,6 +571,7 @@ def write_stage2_md(results: dict[str, Any], path: Path) -> None:
                     [
                         f"{int(size):,}",
                         r.get("store", "bulk load of the streamed corpus"),
+                        f"{r['load_average'][0]:.1f}",
                         f"{r['seeds_from']:,}",
                         r["queries"],
                         v,
