@@ -6,7 +6,7 @@ a clock) and both opened as a worker opens a store and asked the corpus's questi
 answers, record for record). Also whether per-run edges equal the whole graph's on a larger corpus.
 Run from the repository root::
 
-    python evals/scale_out/bulk_load_check.py            # ~3 min on 2 cores
+    python evals/scale_out/bulk_load_check.py            # ~4 min on 2 shared cores
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,7 +64,14 @@ def main() -> None:
     corpus = generate(args.size)
     vectors = gist_vectors(corpus, embedder)
     questions = [q.query for q in corpus.queries]
-    result: dict = {"command": "python evals/scale_out/bulk_load_check.py " + " ".join(sys.argv[1:]), "size": args.size}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    result: dict = {
+        "command": "python evals/scale_out/bulk_load_check.py " + " ".join(sys.argv[1:]),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": commit,
+        "load_average": os.getloadavg(),
+        "size": args.size,
+    }
     shutil.rmtree(args.work, ignore_errors=True)  # the stores' own folders (caches) of an earlier run
     args.work.mkdir(parents=True)
     with throwaway_postgres() as pg:
