@@ -44,7 +44,7 @@ from car_rag.policy import Policy, load_policy
 if TYPE_CHECKING:
     from car_rag import CARStore
 
-__all__ = ["SOURCES", "Corpus", "Query", "arrivals", "generalised_policy", "generate", "gist_vectors"]
+__all__ = ["SOURCES", "Corpus", "Query", "arrivals", "generalised_policy", "generate", "gist_vectors", "stream"]
 
 ATTACKS = [  # (attack, components it shows up in, impact, how a user asks about it)
     (
@@ -301,23 +301,35 @@ def _iter_records(n: int, rng: random.Random, packages: list[str]) -> Iterator[t
         made += 1 + depth
 
 
-def generate(n: int, *, seed: int = 7, queries: int = 200) -> Corpus:
-    """``n`` records (the last chain is cut at ``n``) and up to ``queries`` questions."""
-    rng = random.Random(seed)
+def stream(n: int, *, seed: int = 7) -> Iterator[tuple[dict, str, dict | None]]:
+    """The records of :func:`generate` one at a time, as (record, gist, chain info on a chain's
+    disclosure): a corpus too large to hold (10M records) is written as it is made. From 400k
+    records on (2,000 packages) a corpus is the first ``n`` records of any larger one of its seed."""
+    return _stream(n, random.Random(seed))
+
+
+def _stream(n: int, rng: random.Random) -> Iterator[tuple[dict, str, dict | None]]:
     packages = _package_names(min(2000, max(50, n // 200)), rng)
-    records: list[dict] = []
-    gists: list[str] = []
-    chains: list[dict] = []
     last_disclosure_by_package: dict[str, str] = {}
-    for record, gist, info in _iter_records(n, rng, packages):
-        if len(records) == n:
-            break
+    for made, (record, gist, info) in enumerate(_iter_records(n, rng, packages)):
+        if made == n:
+            return
         if record["doc_type"] == "patch_release" and record["doc_id"].endswith(":0"):
             other = last_disclosure_by_package.get(record["scope"]["package"])
             if other and rng.random() < 0.05:  # one release fixes a second advisory too
                 record["supersedes"] = [other]
         if record["doc_type"] == "vulnerability_disclosure":
             last_disclosure_by_package[record["scope"]["package"]] = record["doc_id"]
+        yield record, gist, info
+
+
+def generate(n: int, *, seed: int = 7, queries: int = 200) -> Corpus:
+    """``n`` records (the last chain is cut at ``n``) and up to ``queries`` questions."""
+    records: list[dict] = []
+    gists: list[str] = []
+    chains: list[dict] = []
+    rng = random.Random(seed)
+    for record, gist, info in _stream(n, rng):  # the questions draw from the same generator, after the records
         records.append(record)
         gists.append(gist)
         if info is not None:
