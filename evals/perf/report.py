@@ -113,7 +113,7 @@ def goals(results: dict) -> list[tuple[str, str, str]]:
             out.append(
                 (
                     f"{name.removeprefix(WHOLE + ', ')}: p50 ≤ 1.10× the whole retriever's, same run "
-                    f"({_label(run)} {run['chroma']})",
+                    f"({_label(run)}, Chroma {run['chroma']})",
                     f"{lat[name]['p50']:.2f} ms vs {lat[WHOLE]['p50']:.2f} ms = {ratio:.2f}×",
                     "met" if ratio <= 1.1 else "missed",
                 )
