@@ -188,12 +188,13 @@ class ControllingAuthorityRetriever:
         readable = None if gate is None else functools.partial(self._readable, gate)
         lexical = self.anchor_mode in ("bm25", "hybrid") and "bm25" in channels
         # The part of the records a date or filter admits, for an engine that answers them from
-        # its unfiltered nearest records (VectorChannel.search); a caller's eligibility stays the
-        # engine's pre-filter.
-        dated = gate is not None and gate.caller is None
+        # its unfiltered nearest records (VectorChannel.search; exact search has no use for it);
+        # a caller's eligibility stays the engine's pre-filter.
+        dated = gate is not None and gate.caller is None and vector is not None and not self.store.dense.exact
         mask = self._mask(gate) if lexical or dated else None
-        share = float(np.count_nonzero(mask)) / len(mask) if dated and mask is not None and len(mask) else None
-        search = functools.partial(self.store.dense.search, where=where, readable=readable, share=share)
+        search = functools.partial(self.store.dense.search, where=where, readable=readable)
+        if dated and mask is not None and len(mask):
+            search = functools.partial(search, share=float(np.count_nonzero(mask)) / len(mask))
         if vector is not None and lexical and not self.store.dense.exact:
             # Chroma's HNSW search releases the GIL: BM25 runs meanwhile (0.55x the time of one
             # after the other at 100k records, evals/perf/concurrency.py; exact search below
@@ -267,9 +268,10 @@ class ControllingAuthorityRetriever:
         return self._masks[gate]
 
     def _readable(self, gate: Gate, doc_ids: Sequence[str]) -> np.ndarray:
-        """``gate``'s mask over the exact dense search's ids: the BM25 mask where both hold the
-        records in one order (as a store builds them; one compare in C instead of a pass in Python
-        for each new date), else built for them."""
+        """``gate``'s mask over ids the dense channel asks about (its exact search's rows, or the
+        nearest records Chroma gave): the BM25 mask where both hold the records in one order (as a
+        store builds them; one compare in C instead of a pass in Python for each new date), else
+        built for them."""
         lexical = self.lexical or self.store.lexical
         same = len(doc_ids) == len(lexical.doc_ids) and doc_ids == lexical.doc_ids
         if same and (mask := self._mask(gate)) is not None:
