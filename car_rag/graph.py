@@ -25,6 +25,7 @@ both records are.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
@@ -82,6 +83,7 @@ class AuthorityGraph:
         self._disputes: dict[str, dict[str, Edge]] = defaultdict(dict)  # record -> {other: other's claim over it}
         self._claims: dict[str, set[str]] = defaultdict(set)  # record -> the records it has a claim over
         self._value_log: list[tuple[str, str]] = []  # (key, value) pairs in the order they first got a record
+        self._times: dict[str, float] = {}  # record -> its date in seconds (-inf: undated), what as_of views compare
         self._dated: dict[datetime, DatedGraph] = {}  # the last views as_of gave, newest last
         self._dated_lock = threading.Lock()
 
@@ -113,6 +115,7 @@ class AuthorityGraph:
 
     def remove(self, doc_id: str) -> None:
         record = self.records.pop(doc_id)
+        del self._times[doc_id]
         for key, value in record.scope.items():
             self._by_scope[(key, value)].discard(doc_id)
         self._by_type[record.doc_type].discard(doc_id)
@@ -154,6 +157,7 @@ class AuthorityGraph:
 
     def _index(self, record: Record) -> None:
         self.records[record.doc_id] = record
+        self._times[record.doc_id] = -math.inf if record.time is None else record.time.timestamp()
         for key, value in record.scope.items():
             bucket = self._by_scope[(key, value)]
             if not bucket:
@@ -462,14 +466,14 @@ class DatedGraph(AuthorityGraph):
         # Not AuthorityGraph.__init__: every index is a view of ``graph``'s. The reading methods
         # use only get, [] and `in` of them, which the views answer.
         self.policy, self.when, self.base = graph.policy, when, graph
-        records = graph.records
+        records, times, moment = graph.records, graph._times, when.timestamp()
 
         def exists(doc_id: str) -> bool:
-            record = records.get(doc_id)
-            return record is not None and exists_at(record, when)
+            # exists_at, on the dates the graph keeps in seconds (a query's many lookups compare floats)
+            return times.get(doc_id, math.inf) <= moment
 
         def ids(_key: object, held: set[str]) -> set[str]:
-            return {d for d in held if exists(d)}
+            return {d for d in held if times.get(d, math.inf) <= moment}
 
         def by_id(key: str, value: _V) -> _V | None:
             return value if exists(key) else None

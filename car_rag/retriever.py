@@ -185,19 +185,27 @@ class ControllingAuthorityRetriever:
         runs: dict[str, list[ChannelHit]] = {}
         dense: Future[list[ChannelHit]] | None = None
         where = gate.chroma_where() if gate is not None else None
-        readable = None if gate is None else (lambda ids: self._gate_mask(gate, ids))
+        readable = None if gate is None else functools.partial(self._readable, gate)
         lexical = self.anchor_mode in ("bm25", "hybrid") and "bm25" in channels
+        # The part of the records a date or filter admits, for an engine that answers them from
+        # its unfiltered nearest records (VectorChannel.search; exact search has no use for it);
+        # a caller's eligibility stays the engine's pre-filter.
+        dated = gate is not None and gate.caller is None and vector is not None and not self.store.dense.exact
+        mask = self._mask(gate) if lexical or dated else None
+        search = functools.partial(self.store.dense.search, where=where, readable=readable)
+        if dated and mask is not None and len(mask):
+            search = functools.partial(search, share=float(np.count_nonzero(mask)) / len(mask))
         if vector is not None and lexical and not self.store.dense.exact:
             # Chroma's HNSW search releases the GIL: BM25 runs meanwhile (0.55x the time of one
             # after the other at 100k records, evals/perf/concurrency.py; exact search below
             # 20k records gains nothing, so it stays on this thread).
-            dense = self._dense_pool().submit(self.store.dense.search, vector, self.depth, where=where)
+            dense = self._dense_pool().submit(search, vector, self.depth)
         if lexical:
-            runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=self._mask(gate))
+            runs["bm25"] = (self.lexical or self.store.lexical).search(query, self.depth, mask=mask)
         if dense is not None:
             runs["dense"] = dense.result()
         elif vector is not None:
-            runs["dense"] = self.store.dense.search(vector, self.depth, where=where, readable=readable)
+            runs["dense"] = search(vector, self.depth)
         return runs
 
     def _dense_pool(self) -> ThreadPoolExecutor:
@@ -258,6 +266,17 @@ class ControllingAuthorityRetriever:
                 self._times = self._dates(lexical.doc_ids)
             self._masks[gate] = self._gate_mask(gate, lexical.doc_ids, self._times)
         return self._masks[gate]
+
+    def _readable(self, gate: Gate, doc_ids: Sequence[str]) -> np.ndarray:
+        """``gate``'s mask over ids the dense channel asks about (its exact search's rows, or the
+        nearest records Chroma gave): the BM25 mask where both hold the records in one order (as a
+        store builds them; one compare in C instead of a pass in Python for each new date), else
+        built for them."""
+        lexical = self.lexical or self.store.lexical
+        same = len(doc_ids) == len(lexical.doc_ids) and doc_ids == lexical.doc_ids
+        if same and (mask := self._mask(gate)) is not None:
+            return mask
+        return self._gate_mask(gate, doc_ids)
 
     def _gate_mask(self, gate: Gate, doc_ids: Sequence[str], times: np.ndarray | None = None) -> np.ndarray:
         """``gate``'s mask over ``doc_ids``, its date compared as one array (a query asked as of a

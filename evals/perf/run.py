@@ -9,7 +9,10 @@ Each phase of :mod:`measure` runs in a fresh process (its memory figures are its
 stores are built under ``--stores`` (default ``.perf-stores/``) and kept, so ``--reuse``
 skips building one that is complete. Texts are embedded for real with MiniLM up to
 ``--real-upto`` records (default 100k); larger corpora take precomputed vectors (each
-record's gist embedded once, plus seeded noise; see :mod:`car_rag_evals.perf.corpus`). The LlamaIndex and
+record's gist embedded once, plus seeded noise; see :mod:`car_rag_evals.perf.corpus`). A size
+the default embeds for real, built with precomputed vectors (``--real-upto`` below it), is a run
+of its own (``embedded-100000-onnx-gist``): it times queries without 30 minutes of encoding and
+leaves the real-vector run's figures as they were. The LlamaIndex and
 LangChain hybrids are built up to ``--frameworks-upto`` records (default 100k).
 ``--encoder`` (default ``onnx``) is the store's MiniLM encoder (see :class:`car_rag.Embedder`).
 Results: ``<out>/perf.json`` (every run, merged by size, Chroma mode and encoder), ``perf.md`` and PNGs.
@@ -32,6 +35,14 @@ from report import write_report  # the report module beside this script
 from car_rag_evals.servers import ChromaServer
 
 HERE = Path(__file__).resolve().parent
+REAL_UPTO = 100_000
+"""Up to this size a store's texts are embedded for real unless ``--real-upto`` says otherwise."""
+
+
+def _key(mode: str, size: int, encoder: str, embed: str) -> str:
+    """A run's name in ``perf.json`` and its store's folder: a size built with precomputed vectors
+    where it is embedded for real by default is kept apart (``-gist``), never merged over it."""
+    return f"{mode}-{size}-{encoder}" + ("-gist" if embed == "gist" and size <= REAL_UPTO else "")
 
 
 def _phase(phase: str, size: int, store: Path, out: Path, extra: list[str]) -> dict:
@@ -57,7 +68,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--server", action="store_true", help="keep vectors in a `chroma run` server on loopback")
     parser.add_argument("--encoder", choices=["onnx", "torch"], default="onnx", help="the stores' MiniLM encoder")
-    parser.add_argument("--real-upto", type=int, default=100_000, help="embed texts for real up to this size")
+    parser.add_argument("--real-upto", type=int, default=REAL_UPTO, help="embed texts for real up to this size")
     parser.add_argument("--frameworks-upto", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--inserts", type=int, default=1000)
@@ -80,8 +91,12 @@ def main() -> None:
             server.__enter__()
         try:
             for size in args.sizes:
-                store = args.stores / f"{mode}-{size}-{args.encoder}"
-                parts = args.stores / f"{mode}-{size}-{args.encoder}.parts"
+                embed = "real" if size <= args.real_upto else "gist"
+                if args.server and (args.stores / f"vectors-{size}.npy").is_file():
+                    embed = "cached"  # the embedded run's own MiniLM vectors: like for like
+                key = _key(mode, size, args.encoder, embed)
+                store = args.stores / key
+                parts = args.stores / f"{key}.parts"
                 parts.mkdir(parents=True, exist_ok=True)
                 run: dict = {
                     "size": size,
@@ -95,9 +110,6 @@ def main() -> None:
                 if not (args.reuse and (parts / "build.json").is_file() and not streamed.exists()):
                     streamed.unlink(missing_ok=True)
                     shutil.rmtree(store, ignore_errors=True)
-                    embed = "real" if size <= args.real_upto else "gist"
-                    if args.server and (args.stores / f"vectors-{size}.npy").is_file():
-                        embed = "cached"  # the embedded run's own MiniLM vectors: like for like
                     extra = ["--embed", embed, "--encoder", args.encoder, "--quiet"]
                     run["build"] = _phase(
                         "build", size, store, parts / "build.json", extra + (["--chroma-url", server.url] if server else [])
@@ -111,7 +123,7 @@ def main() -> None:
                     run["stream"] = _phase(
                         "stream", size, store, parts / "stream.json", ["--inserts", str(args.inserts), "--quiet"]
                     )
-                results["runs"][f"{mode}-{size}-{args.encoder}"] = run
+                results["runs"][key] = run
                 results["machine"] = {
                     "cpus": os.cpu_count(),
                     "platform": platform.platform(),
