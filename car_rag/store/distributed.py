@@ -93,8 +93,8 @@ def ingest_on_ray(
 
     ``address`` joins a running cluster (``ray start``; car-rag and the model must be installed on its
     nodes); without it a local cluster of ``workers`` CPUs is started for the ingest and stopped after
-    it. The report, resumption and errors are those of :meth:`CARStore.ingest`; Parquet rows are named
-    by their row number (from 1) in the file's errors.
+    it. The report, resumption and errors are those of :meth:`CARStore.ingest`; a Parquet row's errors
+    name it ``<records>:ROW`` (its row number from 1, over the file or the folder's files in order).
     """
     ray = require("ray", "ray", "ingest on Ray")
     encode_on = ray_encoder(store.embedder, workers=workers, device=device, batch_size=batch_size)
@@ -119,14 +119,21 @@ def ingest_on_ray(
 
 
 def _read(ray: Any, source: str | Path | Iterable[Record | dict[str, Any]]) -> Any:
-    """``source`` as the store's ingest takes it: a Parquet file or folder read by Ray Data into rows
-    (a null column left out, as a JSONL line would leave it out), anything else as it is."""
+    """``source`` as the store's ingest takes it: a Parquet file or folder read by Ray Data into rows,
+    anything else as it is."""
     if not isinstance(source, (str, Path)) or not _is_parquet(Path(source)):
         return source
     rows: list[dict[str, Any]] = []
     for block in ray.data.read_parquet(str(source)).to_arrow_refs():
-        rows.extend({k: v for k, v in row.items() if v is not None} for row in ray.get(block).to_pylist())
+        rows.extend(_present(row) for row in ray.get(block).to_pylist())
     return rows
+
+
+def _present(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without its nulls, at any depth of its objects: Parquet gives every row every column and
+    every field of a struct (a ``scope`` key some rows have), null where the record has none, as a JSONL
+    line would leave it out."""
+    return {k: _present(v) if isinstance(v, dict) else v for k, v in row.items() if v is not None}
 
 
 def _is_parquet(path: Path) -> bool:
