@@ -12,11 +12,17 @@ from car_rag.cli.command import Command, UsageError, count
 from car_rag.cli.extract import extract_arguments, print_report
 from car_rag.cli.options import authority, authority_arguments, embedder, embedder_arguments
 from car_rag.embedding import ENCODERS
+from car_rag.extras import require
 from car_rag.store import DEFAULT_CHUNK, VECTOR_STORES
+from car_rag.store.distributed import DEFAULT_WORKERS
 
 
 def _arguments(ingest: argparse.ArgumentParser) -> None:
-    ingest.add_argument("corpus", type=Path, help="JSONL corpus in the neutral record format (raw documents with --extract)")
+    ingest.add_argument(
+        "corpus",
+        type=Path,
+        help="JSONL corpus in the neutral record format (raw documents with --extract; with --engine ray, Parquet too)",
+    )
     ingest.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
     ingest.add_argument("--policy", help="built-in policy name or .toml/.json file (needed to create a store)")
     ingest.add_argument("--chroma-url", help="keep vectors in a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded)")
@@ -50,6 +56,17 @@ def _arguments(ingest: argparse.ArgumentParser) -> None:
         "does with the store's policy, citations resolving to this input and to the records already stored",
     )
     extract_arguments(ingest)
+    ingest.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="where the records are embedded: in this process, or on Ray actors (car-rag[ray]); this process "
+        "commits either way, so chunks, resumption and errors are the same",
+    )
+    ingest.add_argument("--ray-address", help="with --engine ray: join this running cluster (default: start a local one)")
+    ingest.add_argument(
+        "--ray-workers", type=count, default=DEFAULT_WORKERS, help="with --engine ray: encoder actors (one CPU each)"
+    )
     ingest.add_argument("--quiet", action="store_true", help="no progress bars")
     ingest.add_argument(
         "--strict",
@@ -63,6 +80,10 @@ def _run(args: argparse.Namespace) -> int:
     from car_rag.store import CARStore
     from car_rag.store.config import read_config
 
+    if args.engine != "ray" and args.ray_address is not None:
+        raise UsageError("--ray-address joins a Ray cluster for --engine ray")
+    if args.engine == "ray":
+        require("ray", "ray", "--engine ray")  # before the store is opened or created
     if args.vector_store == "pgvector" and (args.authority_url is None or args.chroma_url is not None):
         raise UsageError(
             "--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url, and no --chroma-url"
@@ -92,7 +113,20 @@ def _run(args: argparse.Namespace) -> int:
             corpus = extracted.records
         elif args.extract_report is not None:
             raise UsageError("--extract-report needs --extract")
-        report = store.ingest(corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
+        if args.engine == "ray":
+            from car_rag.store.distributed import ingest_on_ray
+
+            report = ingest_on_ray(
+                store,
+                corpus,
+                address=args.ray_address,
+                workers=args.ray_workers,
+                progress=not args.quiet,
+                strict=args.strict,
+                chunk_size=args.chunk_size,
+            )
+        else:
+            report = store.ingest(corpus, progress=not args.quiet, strict=args.strict, chunk_size=args.chunk_size)
         if report.unchanged and (report.added or report.updated):  # a re-run after a crash, or an extended corpus
             print(f"{report.unchanged} records were already stored: skipped, not embedded again")
         for error in extracted.at_raw_lines(report.errors) if extracted is not None else report.errors:
@@ -113,12 +147,14 @@ INGEST = Command(
         "car-rag ingest raw.jsonl --store ./store --policy my-policy.toml --extract   # raw text: extract, then ingest",
         "CAR_RAG_AUTHORITY_URL=postgresql://... car-rag ingest corpus.jsonl --store ./cache --policy security-advisory "
         "--vector-store pgvector",
+        "car-rag ingest corpus.parquet --store ./store --engine ray --ray-address 10.0.0.5:6379 --ray-workers 8",
     ),
     "Add or replace records in a store (idempotent by doc_id). Rejected records are named on stderr "
     "with file:line and the rest are stored; the exit status is then 1. The policy's [record_scope] "
     "extractors fill missing scope keys; each rule that still cannot fire for some record is named "
     "as a warning (with --strict: an error, and nothing is stored). Records are committed --chunk-size at a time: "
-    "after a crash, the same command resumes, embedding only what was not committed.",
+    "after a crash, the same command resumes, embedding only what was not committed. --engine ray embeds "
+    "on a Ray cluster's actors instead of this process (docs/scale-out.md).",
     _arguments,
     _run,
 )

@@ -20,8 +20,9 @@ replaces the old, and a rejected one leaves everything already stored untouched.
 The rooms: :mod:`~car_rag.store.car_store` (:class:`CARStore`, the face), :mod:`~car_rag.store.config`
 (the configuration and what opening checks), :mod:`~car_rag.store.ingest`, :mod:`~car_rag.store.chroma`,
 :mod:`~car_rag.store.indexes` (what one process holds in memory), :mod:`~car_rag.store.replica`
-(following a shared log), :mod:`~car_rag.store.locking`, :mod:`~car_rag.store.sqlite_log`. All of
-them log under ``car_rag.store``.
+(following a shared log), :mod:`~car_rag.store.locking`, :mod:`~car_rag.store.sqlite_log`,
+:mod:`~car_rag.store.distributed` (an ingest's embedding on Ray, ``car-rag[ray]``). All of them log
+under ``car_rag.store``.
 """
 
 from car_rag.store.car_store import CARStore

@@ -33,7 +33,7 @@ from car_rag.store.config import (
     write_config,
 )
 from car_rag.store.indexes import Indexes
-from car_rag.store.ingest import DEFAULT_CHUNK, Ingest, IngestReport, key_of, key_records
+from car_rag.store.ingest import DEFAULT_CHUNK, ChunkEncoder, Ingest, IngestReport, key_of, key_records
 from car_rag.store.locking import ReadWriteLock
 from car_rag.store.replica import Replica
 from car_rag.store.sqlite_log import SqliteRecordLog
@@ -299,6 +299,7 @@ class CARStore:
         atomic: bool = False,
         chunk_size: int = DEFAULT_CHUNK,
         may_replace: Callable[[Record, Record], str | None] | None = None,
+        encode: ChunkEncoder | None = None,
     ) -> IngestReport:
         """Add or replace records from a JSONL path or an iterable; bad records are reported.
 
@@ -334,6 +335,9 @@ class CARStore:
 
         In a store shared through PostgreSQL each chunk is one transaction in this process's turn
         among the writers; its vectors reach the Chroma server after the commit (the outbox).
+
+        ``encode`` embeds the records to store on another engine (:func:`car_rag.store.distributed.ingest_on_ray`);
+        everything else, the commits included, is as above.
         """
         return self._ingest.run(
             source,
@@ -345,6 +349,7 @@ class CARStore:
             atomic=atomic,
             chunk_size=chunk_size,
             may_replace=may_replace,
+            encode=encode,
         )
 
     def flush(self) -> None:

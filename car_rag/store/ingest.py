@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from car_rag.store.indexes import Indexes
 from car_rag.store.locking import ReadWriteLock
 from car_rag.store.replica import Replica
 
-__all__ = ["DEFAULT_CHUNK", "CycleRefused", "Ingest", "IngestReport", "key_of", "key_records"]
+__all__ = ["DEFAULT_CHUNK", "ChunkEncoder", "CycleRefused", "Ingest", "IngestReport", "key_of", "key_records"]
 
 log = logging.getLogger(__package__)  # car_rag.store: one logger for all the store says, whichever module
 
@@ -52,6 +52,11 @@ to 1,024 took the time of one chunk within the machine's noise; what chunks add 
 in one chunk, 2.4 to 3.7 s in chunks of 1,024 down to 128). A crash loses at most the chunk being
 embedded: at 512, about 20 s of work on those long texts, under 10 s on short records; its vectors
 take 0.8 MB."""
+
+ChunkEncoder = Callable[[Sequence[Record], int], Iterator[tuple[Sequence[Record], np.ndarray]]]
+"""Another engine's encoding of what an ingest stores (:mod:`car_rag.store.distributed`): given the
+records to embed and the chunk size, those records in chunks of at most that size, in any order, each
+with its vectors row for row. The store commits each chunk as it comes, as it commits its own."""
 
 
 @dataclass(frozen=True)
@@ -143,11 +148,15 @@ class Ingest:
         atomic: bool,
         chunk_size: int,
         may_replace: Callable[[Record, Record], str | None] | None,
+        encode: ChunkEncoder | None = None,
     ) -> IngestReport:
         """:meth:`CARStore.ingest <car_rag.store.CARStore.ingest>` under ``policy``, whose ``extractor``
-        fills the scope records lack."""
+        fills the scope records lack; ``encode``, where given, embeds the records instead of this
+        process's embedder."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        if encode is not None and embeddings is not None:
+            raise ValueError("give embeddings or an engine to encode the records, not both")
         started = time.perf_counter()
         label = str(source) if isinstance(source, (str, Path)) else "<records>"
         loaded: LoadReport = load_records(source) if isinstance(source, (str, Path)) else parse_records(source, label)
@@ -188,9 +197,13 @@ class Ingest:
             with tqdm(total=len(valid), initial=report.unchanged, desc="ingest", unit="rec", disable=quiet) as bar:
                 if report.unchanged:
                     bar.set_postfix_str(f"{report.unchanged} already stored", refresh=False)
-                for start in range(0, len(changed), size):
-                    chunk = changed[start : start + size]
-                    report.merge(self._chunk(chunk, embeddings, atomic, label, lines, may_replace))
+                chunks: Iterable[tuple[Sequence[Record], np.ndarray | None]] = (
+                    encode(changed, size)
+                    if encode is not None
+                    else ((changed[start : start + size], None) for start in range(0, len(changed), size))
+                )
+                for chunk, encoded in chunks:
+                    report.merge(self._chunk(chunk, encoded, embeddings, atomic, label, lines, may_replace))
                     bar.update(len(chunk))
         report.errors = [_as_given(e) for e in report.errors]
         self._log(label, report)
@@ -199,16 +212,18 @@ class Ingest:
     def _chunk(
         self,
         chunk: Sequence[Record],
+        encoded: np.ndarray | None,
         embeddings: Mapping[str, Sequence[float]] | None,
         atomic: bool,
         label: str,
         lines: Mapping[str, int],
         may_replace: Callable[[Record, Record], str | None] | None,
     ) -> IngestReport:
-        """Embed one chunk, then add it to the graph and write it; what it changed."""
+        """Embed one chunk (unless it comes ``encoded``), then add it to the graph and write it; what it changed."""
         part = IngestReport()
         held = self.indexes
-        vectors = self.vectors(chunk, embeddings, part)  # outside the lock: the slow part
+        # Outside the lock: the slow part.
+        vectors = self.vectors(chunk, embeddings, part) if encoded is None else self.checked(encoded, len(chunk))
         with self.log.transaction() as tx:  # a shared log: this process's turn among the writers
             others = tx.changes(held.head, vectors=held.dense.exact)  # what other processes committed before this turn
             with self.lock.write():
@@ -302,13 +317,19 @@ class Ingest:
         encoded = iter(self.embedder.encode([r.text for r in todo])) if todo else iter(())
         rows = [np.asarray(given[r.doc_id], dtype=np.float32) if r.doc_id in given else next(encoded) for r in records]
         vectors = np.vstack(rows).astype(np.float32, copy=False)
-        if given and vectors.shape[1] != self.embedder.dimension:
-            raise StoreError(
-                f"embeddings have {vectors.shape[1]} dimensions; "
-                f"{self.embedder.model_name} vectors have {self.embedder.dimension}"
-            )
+        if given:
+            self.checked(vectors, len(records))
         report.timings_s["embed"] = time.perf_counter() - tick
         return vectors
+
+    def checked(self, vectors: np.ndarray, rows: int) -> np.ndarray:
+        """``vectors`` made elsewhere, as float32, once they are one row per record and this store's dimension."""
+        if vectors.ndim != 2 or vectors.shape[0] != rows or vectors.shape[1] != self.embedder.dimension:
+            raise StoreError(
+                f"embeddings have shape {vectors.shape} for {rows} records; "
+                f"{self.embedder.model_name} vectors have {self.embedder.dimension} dimensions"
+            )
+        return vectors.astype(np.float32, copy=False)
 
     def _write(self, tx: LogWriter, records: Sequence[Record], vectors: np.ndarray, replaces: bool, report: IngestReport) -> None:
         """Make ``records`` (already in the graph) durable, then searchable. Into a log one process
