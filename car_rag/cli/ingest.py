@@ -84,11 +84,15 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--ray-address joins a Ray cluster for --engine ray")
     if args.engine == "ray":
         require("ray", "ray", "--engine ray")  # before the store is opened or created
+        if args.precision != "fp32":
+            raise UsageError("--engine ray embeds in fp32 (--precision fp16 is for --engine local)")
     if args.vector_store == "pgvector" and (args.authority_url is None or args.chroma_url is not None):
         raise UsageError(
             "--vector-store pgvector keeps the vectors in the store's PostgreSQL: give --authority-url, and no --chroma-url"
         )
-    chosen = embedder(args, read_config(args.store) if args.authority_url is None else None, args.encoder)
+    # on Ray, --device and --batch-size are the encoder actors' (a head node without a GPU may drive GPU actors)
+    local = args.engine == "local"
+    chosen = embedder(args, read_config(args.store) if args.authority_url is None else None, args.encoder) if local else None
     with CARStore.open(
         args.store,
         args.policy,
@@ -121,6 +125,8 @@ def _run(args: argparse.Namespace) -> int:
                 corpus,
                 address=args.ray_address,
                 workers=args.ray_workers,
+                device=args.device,
+                **({} if args.batch_size is None else {"batch_size": args.batch_size}),
                 progress=not args.quiet,
                 strict=args.strict,
                 chunk_size=args.chunk_size,

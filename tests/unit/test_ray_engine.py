@@ -33,3 +33,11 @@ def test_a_ray_address_without_the_ray_engine_is_a_usage_error(capsys, tmp_path)
     assert main(argv) == 2
     assert "--engine ray" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
+
+
+def test_fp16_on_the_ray_engine_is_a_usage_error(capsys, tmp_path) -> None:
+    pytest.importorskip("ray")
+    argv = ["ingest", str(tmp_path / "c.jsonl"), "--store", str(tmp_path / "store"), "--engine", "ray", "--precision", "fp16"]
+    assert main(argv) == 2
+    assert "fp32" in capsys.readouterr().err
+    assert not (tmp_path / "store").exists()
