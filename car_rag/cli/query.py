@@ -20,6 +20,8 @@ from car_rag.cli.options import (
     point_in_time_arguments,
     retriever_arguments,
     retriever_options,
+    stage2,
+    stage2_arguments,
 )
 from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
@@ -138,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from car_rag.queries import load_queries
     from car_rag.retriever import ControllingAuthorityRetriever
-    from car_rag.store import CARStore
+    from car_rag.store.lean import open_for_queries
 
     if (args.text is None) == (args.queries is None):
         raise UsageError("give either a query text or --queries FILE.jsonl")
@@ -161,8 +163,13 @@ def _run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no car-rag store at {args.store}: run car-rag ingest first")
     reader = caller(args)
     loading = None if args.anchors == "bm25" or shared else _loading_embedder(args.store, args.encoder)
-    with CARStore.open(
-        args.store, encoder=args.encoder, embedder=loading.embedder if loading else None, follow=False, **authority(args)
+    with open_for_queries(
+        args.store,
+        encoder=args.encoder,
+        embedder=loading.embedder if loading else None,
+        follow=False,
+        **authority(args),
+        **stage2(args),
     ) as store:
         if loading is not None:
             loading.result()  # loaded while the store opened
@@ -221,6 +228,7 @@ def _arguments(query: argparse.ArgumentParser) -> None:
         help="query encoder; must be the one the store was built with (default: the store's own)",
     )
     authority_arguments(query)
+    stage2_arguments(query)
     caller_arguments(query)
 
 
