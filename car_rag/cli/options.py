@@ -178,7 +178,7 @@ def stage2_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="memory: hold the records and the authority graph in this process; sql: read each query's authority "
         "closure from the store's PostgreSQL (a store on pgvector, --authority-url), holding only BM25 and the scope "
-        "values; auto (default): sql above --stage2-sql-above records",
+        "values; auto: sql above --stage2-sql-above records (default: auto)",
     )
     parser.add_argument(
         "--stage2-sql-above",
@@ -186,7 +186,7 @@ def stage2_arguments(parser: argparse.ArgumentParser) -> None:
         default=STAGE2_SQL_ABOVE,
         metavar="RECORDS",
         help="--stage2 auto serves a store on pgvector of more records than this with Stage 2 in SQL "
-        f"(default {STAGE2_SQL_ABOVE:,})",
+        f"(default: {STAGE2_SQL_ABOVE})",
     )
 
 

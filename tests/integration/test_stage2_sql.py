@@ -20,6 +20,7 @@ from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.retriever import AnchorMode
 from car_rag.store import StoreError
 from car_rag.store.lean import LeanStore, open_for_queries, stage2_for
+from car_rag_evals.stage2_sql import answer_of
 
 CALLERS = (None, CallerContext(tenant="acme", principals={"sec"}), CallerContext(tenant="acme"), CallerContext(tenant="globex"))
 
@@ -55,14 +56,6 @@ def pg_store(
         yield url
 
 
-def signature(result: Any) -> dict[str, Any]:
-    """Everything a result says but its timings, with its anchors and fused candidates."""
-    said = result.to_dict()
-    said.pop("timings_ms")
-    said["anchors"] = [(a.doc_id, a.rank) for a in result.anchors]
-    return said
-
-
 @pytest.fixture(scope="module")
 def both(pg_store, tmp_path_factory, embedder) -> Iterator[tuple[CARStore, LeanStore]]:
     memory = CARStore.open(tmp_path_factory.mktemp("memory"), authority_url=pg_store, embedder=embedder, follow=False)
@@ -79,8 +72,8 @@ def test_every_demo_query_and_caller_gets_the_in_memory_answer(both, demo_querie
     in_memory, in_sql = (ControllingAuthorityRetriever(s, anchors=anchors) for s in both)
     for query in demo_queries:
         for caller in CALLERS:
-            expected = signature(in_memory.retrieve(query["query"], caller))
-            assert signature(in_sql.retrieve(query["query"], caller)) == expected, (query["query_id"], caller)
+            expected = answer_of(in_memory.retrieve(query["query"], caller))
+            assert answer_of(in_sql.retrieve(query["query"], caller)) == expected, (query["query_id"], caller)
 
 
 def test_the_hidden_fix_is_applied_for_its_readers_only(both, demo_queries) -> None:
@@ -89,7 +82,7 @@ def test_the_hidden_fix_is_applied_for_its_readers_only(both, demo_queries) -> N
     retriever = ControllingAuthorityRetriever(lean)
     changed = 0
     for query in demo_queries:
-        shown = {caller: signature(retriever.retrieve(query["query"], caller))["records"] for caller in CALLERS[:2]}
+        shown = {caller: answer_of(retriever.retrieve(query["query"], caller))["records"] for caller in CALLERS[:2]}
         ids = [[r["doc_id"] for r in records] for records in shown.values()]
         changed += ids[0] != ids[1]
         assert "acme::acme-internal-fix" not in str(ids[0])  # the public reader never sees acme's record
@@ -107,8 +100,8 @@ def test_as_of_and_filters_go_through_the_sql_mode(both, demo_queries) -> None:
     for query in demo_queries:
         for options in asked:
             for caller in CALLERS[:2]:
-                expected = signature(in_memory.retrieve(query["query"], caller, **options))
-                assert signature(in_sql.retrieve(query["query"], caller, **options)) == expected, (query["query_id"], options)
+                expected = answer_of(in_memory.retrieve(query["query"], caller, **options))
+                assert answer_of(in_sql.retrieve(query["query"], caller, **options)) == expected, (query["query_id"], options)
 
 
 def test_a_lean_worker_holds_no_records_and_refuses_what_needs_them(both) -> None:
@@ -131,11 +124,11 @@ def test_an_insert_is_in_stage_2_at_once_and_in_bm25_after_the_feed(pg_store, tm
             newer = {**current.model_dump(mode="json"), "doc_id": "later-fix"}
             newer.update(published_at="2101-01-01", effective_at=None, supersedes=[current.doc_id])
             assert writer.ingest([newer], progress=False).errors == []
-            expected = signature(ControllingAuthorityRetriever(writer).retrieve(query))
+            expected = answer_of(ControllingAuthorityRetriever(writer).retrieve(query))
         after = retriever.retrieve(query)  # before the feed: Stage 2 reads the commit
         assert "later-fix" in [r.doc_id for r in after] and "later-fix" not in lean.lexical.doc_ids
         assert [c.record.doc_id for c in lean.catch_up()] == ["later-fix"]
-        assert "later-fix" in lean.lexical.doc_ids and signature(retriever.retrieve(query)) == expected
+        assert "later-fix" in lean.lexical.doc_ids and answer_of(retriever.retrieve(query)) == expected
 
 
 def test_auto_picks_sql_above_the_threshold_only(pg_store, tmp_path, embedder) -> None:
