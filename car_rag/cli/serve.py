@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from car_rag.cli.command import Command, UsageError, count, non_negative, positive
-from car_rag.cli.options import authority, authority_arguments, retriever_arguments, retriever_options
+from car_rag.cli.options import authority, authority_arguments, retriever_arguments, retriever_options, stage2, stage2_arguments
 from car_rag.extras import require
 from car_rag.serve import INSERT_WINDOW_MS
 from car_rag.store import CONFIG_FILE
@@ -37,7 +37,7 @@ def _run(args: argparse.Namespace) -> int:
     from car_rag.serve.keys import load_api_keys
     from car_rag.serve.service import Service
     from car_rag.serve.workers import WorkerSettings, run_workers
-    from car_rag.store import CARStore
+    from car_rag.store.lean import open_for_queries
 
     loopback = _is_loopback(args.host)
     if args.api_keys is None and not loopback and not args.insecure:
@@ -69,12 +69,15 @@ def _run(args: argparse.Namespace) -> int:
             anchors=args.anchors,
             retriever_options=retriever_options(args),
             chroma_timeout_s=args.chroma_timeout_s,
+            stage2=stage2(args),
             app_options=app_options,
         )
         run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
         return 0
     scopes = None if keys is None else keys.publisher_scopes
-    with CARStore.open(args.store, chroma_timeout_s=args.chroma_timeout_s, publisher_scopes=scopes, **authority(args)) as store:
+    with open_for_queries(
+        args.store, chroma_timeout_s=args.chroma_timeout_s, publisher_scopes=scopes, **authority(args), **stage2(args)
+    ) as store:
         service = Service(
             store,
             api_keys=keys,
@@ -146,6 +149,7 @@ def _arguments(serve: argparse.ArgumentParser) -> None:
         help="server processes (more than 1 needs a store shared through PostgreSQL, --authority-url)",
     )
     authority_arguments(serve)
+    stage2_arguments(serve)
     serve.add_argument(
         "--api-keys",
         type=Path,

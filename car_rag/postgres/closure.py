@@ -24,8 +24,9 @@ from car_rag.graph import AuthorityGraph, Edge
 from car_rag.policy import Policy
 from car_rag.postgres.log import PostgresRecordLog
 from car_rag.record_log import parse_stored
+from car_rag.records import Record
 
-__all__ = ["ClosureQuery", "ClosureRead"]
+__all__ = ["ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "texts"]
 
 _MEMBERS = (
     "WITH RECURSIVE seeds(doc_id) AS ("
@@ -86,6 +87,12 @@ class ClosureQuery:
         )
         self.last = ClosureRead(len(bodies), tock - tick, time.perf_counter() - tock)
         return graph
+
+
+def records_by_id(conn: Any, log: PostgresRecordLog, doc_ids: Collection[str]) -> dict[str, Record]:
+    """The stored records of ``doc_ids`` (those stored), by id."""
+    rows = conn.execute(log._sql("SELECT body FROM {records} WHERE doc_id = ANY(%s)"), (list(doc_ids),)).fetchall()
+    return {(record := parse_stored(body, log.location)).doc_id: record for (body,) in rows}
 
 
 def scope_values(conn: Any, log: PostgresRecordLog) -> Iterator[tuple[str, str]]:

@@ -30,7 +30,7 @@ from car_rag.embedding import Embedder
 from car_rag.graph import AuthorityGraph
 from car_rag.policy import Policy
 from car_rag.postgres import DEFAULT_SCHEMA, ChangeFeed, PgVectorChannel, PostgresRecordLog
-from car_rag.postgres.closure import ClosureQuery, scope_values, texts
+from car_rag.postgres.closure import ClosureQuery, records_by_id, scope_values, texts
 from car_rag.record_log import Change
 from car_rag.records import Record
 from car_rag.scope_linking import ScopeVocabulary
@@ -165,6 +165,11 @@ class LeanStore:
         values = self.vocabulary.named_by(query) | {(k, v) for k, vs in named.items() for v in vs}
         with self._connection() as conn:
             return self.closure.graph(conn, doc_ids, values)
+
+    def fetch(self, doc_ids: Collection[str]) -> dict[str, Record]:
+        """The stored records of ``doc_ids``, by id (those stored): one query."""
+        with self._connection() as conn, conn.transaction():
+            return records_by_id(conn, self.log, doc_ids)
 
     def gate_mask(self, gate: Gate, doc_ids: Sequence[str]) -> np.ndarray:
         """``gate``'s mask over ``doc_ids``, decided by PostgreSQL over the stored records (the

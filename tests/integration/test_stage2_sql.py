@@ -163,3 +163,32 @@ def test_a_bad_stage2_value_is_refused_by_name(pg_store, tmp_path, capsys) -> No
     assert exited.value.code == 2 and "--stage2: invalid choice: 'disk'" in capsys.readouterr().err
     code = main(["query", "--store", str(tmp_path), "--authority-url", pg_store, "--stage2-sql-above", "-1", "lodash"])
     assert code == 2 and "--stage2-sql-above must be 0 or more, got -1" in capsys.readouterr().err
+
+
+def test_car_rag_serve_answers_the_same_with_stage2_sql_and_refuses_writes(pg_store, tmp_path) -> None:
+    """Real `car-rag serve` processes, one per mode, over the same store: the same /retrieve answers
+    (records with their stored supersedes as a caller may see them), and POST /records refused by a
+    sql-mode server with the reason, nothing stored."""
+    import httpx
+
+    from car_rag_evals.servers import car_rag_serve
+
+    asks = [
+        {"query": "Is lodash still vulnerable to CVE-2099-10001?", "k": 10, "with_records": True},
+        {"query": "Is lodash still vulnerable to CVE-2099-10001?", "k": 10, "with_records": True,
+         "caller": {"tenant": "acme", "principals": ["sec"]}},
+        {"query": "Can a long string of spaces passed to lodash trim still cause a ReDoS?", "as_of": "2099-06-01"},
+    ]  # fmt: skip
+    answers = {}
+    for mode in ("memory", "sql"):
+        options = ("--store", str(tmp_path / mode), "--authority-url", pg_store, "--stage2", mode)
+        with car_rag_serve(tmp_path, *options) as url:
+            said = [httpx.post(f"{url}/retrieve", json=ask, timeout=60).json() for ask in asks]
+            for answer in said:
+                answer["diagnostics"].pop("timings_ms")
+            answers[mode] = said
+            if mode == "sql":
+                refused = httpx.post(f"{url}/records", json=[{"doc_id": "x", "text": "t", "doc_type": "patch_release"}])
+                assert refused.status_code == 503 and "Stage 2 in SQL" in refused.json()["detail"]
+    for sql, memory in zip(answers["sql"], answers["memory"]):
+        assert [key for key in memory if sql.get(key) != memory[key]] == [] and memory["reranked"]
