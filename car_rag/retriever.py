@@ -264,10 +264,7 @@ class ControllingAuthorityRetriever:
         if gate not in self._masks:
             if len(self._masks) >= 64:
                 self._masks.pop(next(iter(self._masks)))
-            if isinstance(self.store, LeanStore):  # decided over the stored records, as the dense channel's
-                self._masks[gate] = self.store.gate_mask(gate, lexical.doc_ids)
-                return self._masks[gate]
-            if gate.as_of is not None and self._times is None:
+            if gate.as_of is not None and self._times is None and not isinstance(self.store, LeanStore):
                 self._times = self._dates(lexical.doc_ids)
             self._masks[gate] = self._gate_mask(gate, lexical.doc_ids, self._times)
         return self._masks[gate]
@@ -275,7 +272,7 @@ class ControllingAuthorityRetriever:
     def _gate_mask(self, gate: Gate, doc_ids: Sequence[str], times: np.ndarray | None = None) -> np.ndarray:
         """``gate``'s mask over ``doc_ids``, its date compared as one array (a query asked as of a
         new date costs no pass over the records in Python); ``times``: :meth:`_dates` of ``doc_ids``."""
-        if isinstance(self.store, LeanStore):
+        if isinstance(self.store, LeanStore):  # decided over the stored records, as its dense channel's
             return self.store.gate_mask(gate, doc_ids)
         records = self.store.records
         if gate.as_of is None:
@@ -292,18 +289,15 @@ class ControllingAuthorityRetriever:
             (records[d].sort_time.timestamp() if d in records else np.inf for d in doc_ids), dtype=np.float64, count=len(doc_ids)
         )
 
-    def _graph(self, gate: Gate | None) -> AuthorityGraph:
-        """The store's graph, as it stood at the gate's ``as_of`` where it has one."""
-        graph = self.store.graph
-        return graph if gate is None or gate.as_of is None else graph.as_of(gate.as_of)
-
     def _query_graph(self, query: str, hits: Sequence[FusedHit], gate: Gate | None) -> AuthorityGraph:
         """The graph the latent-scope step and Stages 2 and 3 read for ``hits`` (the fused
-        candidates, or the anchors): the store's (:meth:`_graph`), or on a :class:`LeanStore` the
-        query's neighbourhood read from its database, as it stood at the gate's ``as_of``."""
-        if not isinstance(self.store, LeanStore):
-            return self._graph(gate)
-        graph = self.store.neighbourhood(query, [h.doc_id for h in hits], self.store.policy.scope_ids_in(query))
+        candidates, or the anchors), as it stood at the gate's ``as_of`` where it has one: the
+        store's, or on a :class:`LeanStore` the query's neighbourhood read from its database."""
+        store = self.store
+        if isinstance(store, LeanStore):
+            graph = store.neighbourhood(query, [h.doc_id for h in hits], store.policy.scope_ids_in(query))
+        else:
+            graph = store.graph
         return graph if gate is None or gate.as_of is None else graph.as_of(gate.as_of)
 
     # ------------------------------------------------------------------ Stage 2 + 3
