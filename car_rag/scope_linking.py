@@ -116,17 +116,21 @@ class ScopeValueIndex:
     (it reads only the pairs added since it last looked)."""
 
     def __init__(self, graph: AuthorityGraph):
-        self._graph = graph
+        # Weakly: :func:`value_index` keeps each index under its graph in a WeakKeyDictionary, and a
+        # value holding its key would keep every graph alive (a graph per query, with Stage 2 in SQL).
+        self._graph = weakref.ref(graph)
         self._position = 0
         self._forms: dict[str, set[tuple[str, str, bool]]] = defaultdict(set)
 
     def lookup(self, form: str) -> set[tuple[str, str, bool]]:
         """``(key, value, partial)`` for the values still held that have ``form``."""
-        pairs, self._position = self._graph.scope_values_since(self._position)
+        graph = self._graph()
+        assert graph is not None  # an index is used through its graph
+        pairs, self._position = graph.scope_values_since(self._position)
         for key, value in pairs:
             for f, partial in forms(value).items():
                 self._forms[f].add((key, value, partial))
-        return {entry for entry in self._forms.get(form, ()) if self._graph.holds(entry[0], entry[1])}
+        return {entry for entry in self._forms.get(form, ()) if graph.holds(entry[0], entry[1])}
 
 
 _INDEXES: weakref.WeakKeyDictionary[AuthorityGraph, ScopeValueIndex] = weakref.WeakKeyDictionary()
