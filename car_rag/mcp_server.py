@@ -22,6 +22,7 @@ from car_rag.authority_chain import authority_chain
 from car_rag.eligibility import CallerContext
 from car_rag.evidence import render_plain
 from car_rag.extras import require
+from car_rag.store.lean import LeanStore
 
 if TYPE_CHECKING:
     from car_rag.client import CARServiceClient
@@ -122,8 +123,11 @@ def build_server(
         return evidence_with_status(query, text, [r.to_dict() for r in shown])
 
     def explain(doc_id: str) -> dict[str, Any]:
+        store = retriever.store
+        if isinstance(store, LeanStore):  # car-rag mcp opens a CARStore; a caller's retriever may not
+            raise ToolError("explain follows the graph in memory: open the store with stage2='memory'")
         try:
-            return authority_chain(retriever.store, doc_id, caller, min_confidence=retriever.min_confidence)
+            return authority_chain(store, doc_id, caller, min_confidence=retriever.min_confidence)
         except KeyError as exc:
             raise ToolError(exc.args[0]) from exc
 

@@ -28,6 +28,7 @@ from car_rag.latent_scope import AMBIGUITY_MARGIN, QuestionScope, TieOrder, dete
 from car_rag.namespacing import as_shown
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE, ResolutionMode, RetrievalResult, RetrievedRecord, resolve_authority
 from car_rag.store import CARStore
+from car_rag.store.lean import LeanStore
 
 __all__ = [
     "ControllingAuthorityRetriever",
@@ -74,6 +75,11 @@ class ControllingAuthorityRetriever:
     ``min_confidence`` is τ of the safe frontier: only edges at least that sure void; see
     :data:`~car_rag.resolution.DEFAULT_MIN_CONFIDENCE` for why 0.5.
 
+    ``store`` may be a :class:`~car_rag.store.lean.LeanStore` (a store on PostgreSQL opened with
+    ``stage2="sql"``): each query then reads the records its latent-scope step and Stages 2 and 3
+    need from the database (:meth:`~car_rag.store.lean.LeanStore.neighbourhood`) instead of a graph
+    in memory, with the same result; ``resolution="timestamp"`` needs the whole graph there.
+
     Every query may be asked ``as_of`` a date (the records that existed then, and the frontier
     they made: ``docs/point-in-time.md``) and under ``filters`` (a :class:`RecordFilter`); both
     are compiled into every channel and Stage 2 like the caller's eligibility.
@@ -81,7 +87,7 @@ class ControllingAuthorityRetriever:
 
     def __init__(
         self,
-        store: CARStore,
+        store: CARStore | LeanStore,
         *,
         anchors: AnchorMode = "hybrid",
         k1: int = 10,
@@ -102,6 +108,8 @@ class ControllingAuthorityRetriever:
             raise ValueError(f"anchors must be 'bm25', 'dense' or 'hybrid', got {anchors!r}")
         if resolution not in ("rules", "timestamp"):
             raise ValueError(f"resolution must be 'rules' or 'timestamp', got {resolution!r}")
+        if resolution == "timestamp" and isinstance(store, LeanStore):
+            raise ValueError("resolution='timestamp' reads whole scope buckets: open the store with stage2='memory'")
         if k1 < 1 or depth < k1:
             raise ValueError(f"need 1 <= k1 <= depth, got k1={k1}, depth={depth}")
         if fusion not in ("calibrated", "rrf"):
@@ -147,7 +155,8 @@ class ControllingAuthorityRetriever:
         vector = self._embed(query)
         gate = _gate(caller, as_of, filters)
         with self.store.lock.read():
-            return self._anchors(query, self.fuse(self._runs(query, vector, gate)), gate)[0]
+            candidates = self.fuse(self._runs(query, vector, gate))
+            return self._anchors(query, candidates, gate, self._query_graph(query, candidates, gate))[0]
 
     def channel_runs(
         self,
@@ -185,7 +194,8 @@ class ControllingAuthorityRetriever:
         runs: dict[str, list[ChannelHit]] = {}
         dense: Future[list[ChannelHit]] | None = None
         where = gate.chroma_where() if gate is not None else None
-        readable = None if gate is None else functools.partial(self._readable, gate)
+        # A lean store's gate is PostgreSQL's to decide: the dense channel asks it once per gate.
+        readable = None if gate is None or isinstance(self.store, LeanStore) else functools.partial(self._readable, gate)
         lexical = self.anchor_mode in ("bm25", "hybrid") and "bm25" in channels
         # The part of the records a date or filter admits, for an engine that answers them from
         # its unfiltered nearest records (VectorChannel.search; exact search has no use for it);
@@ -220,13 +230,13 @@ class ControllingAuthorityRetriever:
         return calibrated_fusion(runs, k=self.depth, temperatures=self.temperatures)
 
     def _anchors(
-        self, query: str, candidates: list[FusedHit], gate: Gate | None
+        self, query: str, candidates: list[FusedHit], gate: Gate | None, graph: AuthorityGraph
     ) -> tuple[list[FusedHit], QuestionScope | None, Ambiguity | None]:
         """Anchors, what the question says about its scope (None without the latent-scope
-        step: the policy's patterns name it) and its ambiguity."""
+        step: the policy's patterns name it) and its ambiguity, read from ``graph`` (:meth:`_query_graph`)."""
         if not self.latent_scope:
             return candidates[: self.k1], None, None
-        graph, policy = self._graph(gate), self.store.policy
+        policy = self.store.policy
         can_read = None if gate is None else gate.can_read  # None: no read check at all (the fast path)
         readable = can_read or (lambda _r: True)
         lexical = self.lexical or self.store.lexical
@@ -262,7 +272,7 @@ class ControllingAuthorityRetriever:
         if gate not in self._masks:
             if len(self._masks) >= 64:
                 self._masks.pop(next(iter(self._masks)))
-            if gate.as_of is not None and self._times is None:
+            if gate.as_of is not None and self._times is None and not isinstance(self.store, LeanStore):
                 self._times = self._dates(lexical.doc_ids)
             self._masks[gate] = self._gate_mask(gate, lexical.doc_ids, self._times)
         return self._masks[gate]
@@ -281,6 +291,8 @@ class ControllingAuthorityRetriever:
     def _gate_mask(self, gate: Gate, doc_ids: Sequence[str], times: np.ndarray | None = None) -> np.ndarray:
         """``gate``'s mask over ``doc_ids``, its date compared as one array (a query asked as of a
         new date costs no pass over the records in Python); ``times``: :meth:`_dates` of ``doc_ids``."""
+        if isinstance(self.store, LeanStore):  # decided over the stored records, as its dense channel's
+            return self.store.gate_mask(gate, doc_ids)
         records = self.store.records
         if gate.as_of is None:
             return gate.mask(doc_ids, records)
@@ -296,9 +308,15 @@ class ControllingAuthorityRetriever:
             (records[d].sort_time.timestamp() if d in records else np.inf for d in doc_ids), dtype=np.float64, count=len(doc_ids)
         )
 
-    def _graph(self, gate: Gate | None) -> AuthorityGraph:
-        """The store's graph, as it stood at the gate's ``as_of`` where it has one."""
-        graph = self.store.graph
+    def _query_graph(self, query: str, hits: Sequence[FusedHit], gate: Gate | None) -> AuthorityGraph:
+        """The graph the latent-scope step and Stages 2 and 3 read for ``hits`` (the fused
+        candidates, or the anchors), as it stood at the gate's ``as_of`` where it has one: the
+        store's, or on a :class:`LeanStore` the query's neighbourhood read from its database."""
+        store = self.store
+        if isinstance(store, LeanStore):
+            graph = store.neighbourhood(query, [h.doc_id for h in hits], store.policy.scope_ids_in(query))
+        else:
+            graph = store.graph
         return graph if gate is None or gate.as_of is None else graph.as_of(gate.as_of)
 
     # ------------------------------------------------------------------ Stage 2 + 3
@@ -312,13 +330,14 @@ class ControllingAuthorityRetriever:
         ambiguity: Ambiguity | None = None,
         as_of: When | None = None,
         filters: RecordFilter | None = None,
+        graph: AuthorityGraph | None = None,
     ) -> RetrievalResult:
         """Stage 2 + 3 over the store's graph (as it stood ``as_of``) for given Stage-1 anchors
-        (see :func:`resolve_authority`)."""
+        (see :func:`resolve_authority`); ``graph``: the one :meth:`_query_graph` gave for them."""
         gate = _gate(caller, as_of, filters)
         with self.store.lock.read():
             result = resolve_authority(
-                self._graph(gate),
+                self._query_graph(query, anchors, gate) if graph is None else graph,
                 self.store.policy,
                 query,
                 anchors,
@@ -355,9 +374,12 @@ class ControllingAuthorityRetriever:
         with self.store.lock.read():
             candidates = self.fuse(runs)
             stage1_done = time.perf_counter()
-            anchors, scope, ambiguity = self._anchors(query, candidates, gate)
+            graph = self._query_graph(query, candidates, gate)
+            anchors, scope, ambiguity = self._anchors(query, candidates, gate, graph)
             latent_done = time.perf_counter()
-            result = self.resolve(query, anchors, caller, scope=scope, ambiguity=ambiguity, as_of=as_of, filters=filters)
+            result = self.resolve(
+                query, anchors, caller, scope=scope, ambiguity=ambiguity, as_of=as_of, filters=filters, graph=graph
+            )
         result = as_shown(replace(result, candidates=candidates))
         result.timings_ms = {
             "stage1": (stage1_done - started) * 1000,

@@ -36,6 +36,8 @@ from car_rag.records import Record
 __all__ = [
     "Link",
     "ScopeValueIndex",
+    "ScopeVocabulary",
+    "question_forms",
     "candidate_links",
     "accepted_links",
     "value_index",
@@ -114,17 +116,21 @@ class ScopeValueIndex:
     (it reads only the pairs added since it last looked)."""
 
     def __init__(self, graph: AuthorityGraph):
-        self._graph = graph
+        # Weakly: :func:`value_index` keeps each index under its graph in a WeakKeyDictionary, and a
+        # value holding its key would keep every graph alive (a graph per query, with Stage 2 in SQL).
+        self._graph = weakref.ref(graph)
         self._position = 0
         self._forms: dict[str, set[tuple[str, str, bool]]] = defaultdict(set)
 
     def lookup(self, form: str) -> set[tuple[str, str, bool]]:
         """``(key, value, partial)`` for the values still held that have ``form``."""
-        pairs, self._position = self._graph.scope_values_since(self._position)
+        graph = self._graph()
+        assert graph is not None  # an index is used through its graph
+        pairs, self._position = graph.scope_values_since(self._position)
         for key, value in pairs:
             for f, partial in forms(value).items():
                 self._forms[f].add((key, value, partial))
-        return {entry for entry in self._forms.get(form, ()) if self._graph.holds(entry[0], entry[1])}
+        return {entry for entry in self._forms.get(form, ()) if graph.holds(entry[0], entry[1])}
 
 
 _INDEXES: weakref.WeakKeyDictionary[AuthorityGraph, ScopeValueIndex] = weakref.WeakKeyDictionary()
@@ -162,6 +168,41 @@ def _fuzzy(word: str) -> list[str]:
     return [word[:-2]] * word.endswith("es") + [word[:-1]] * word.endswith("s")
 
 
+def _tries(parts: list[str]) -> list[tuple[str, Literal["exact", "fuzzy"]]]:
+    """The forms a span of normalised words is looked up by, in order: spaced, run together, then fuzzy."""
+    tries: list[tuple[str, Literal["exact", "fuzzy"]]] = [(" ".join(parts), "exact"), ("".join(parts), "exact")]
+    if len(parts) == 1:
+        tries += [(f, "fuzzy") for f in _fuzzy(parts[0])]
+    return tries
+
+
+def question_forms(query: str) -> set[str]:
+    """Every form :func:`candidate_links` may look ``query``'s words up by: what a store that
+    does not hold its scope values in a graph (:class:`ScopeVocabulary`) must have at hand."""
+    spans = [parts for _, _, _, parts in _spans(query) if not (len(parts) == 1 and parts[0] in _STOP)]
+    return {form for parts in spans for form, _ in _tries(parts)}
+
+
+class ScopeVocabulary:
+    """The forms of a store's scope values without its records: ``(key, value)`` pairs by form,
+    for a worker that reads a query's records from the database (``stage2="sql"``) and must
+    know which values the question may name before it asks. A value no record holds any more
+    stays: asking for its records finds none."""
+
+    def __init__(self) -> None:
+        self._forms: dict[str, set[tuple[str, str]]] = defaultdict(set)
+
+    def add(self, pairs: Iterable[tuple[str, str]]) -> None:
+        for key, value in pairs:
+            for form in forms(value):
+                self._forms[form].add((key, value))
+
+    def named_by(self, query: str) -> set[tuple[str, str]]:
+        """Every ``(key, value)`` some form of ``query``'s words names: a superset of what
+        :func:`candidate_links` links, which then decides among them over their records."""
+        return {pair for form in question_forms(query) for pair in self._forms.get(form, ())}
+
+
 def candidate_links(query: str, graph: AuthorityGraph, readable: Callable[[Record], bool] | None = None) -> list[Link]:
     """Scope values the question's words match (longest first, spans not overlapping), among
     values held by records ``readable`` allows: a caller never learns that a value exists in
@@ -174,11 +215,8 @@ def candidate_links(query: str, graph: AuthorityGraph, readable: Callable[[Recor
             continue
         if len(parts) == 1 and parts[0] in _STOP:
             continue
-        tries: list[tuple[str, Literal["exact", "fuzzy"]]] = [(" ".join(parts), "exact"), ("".join(parts), "exact")]
-        if len(parts) == 1:
-            tries += [(f, "fuzzy") for f in _fuzzy(parts[0])]
         matched = []
-        for form, how in tries:
+        for form, how in _tries(parts):
             for key, value, partial in sorted(index.lookup(form)):
                 if len(value) <= SHORT and value != verbatim:
                     continue

@@ -211,3 +211,32 @@ def embedder(args: argparse.Namespace, config: Mapping[str, Any] | None, encoder
     if encoder is None and config is not None and args.device == "cpu":
         encoder = built_encoder(config)
     return Embedder(DEFAULT_MODEL if config is None else config["embedding_model"], encoder=encoder, **options)
+
+
+def stage2_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where Stage 2 runs for a store on PostgreSQL: this process's memory, or SQL (``--stage2``)."""
+    from car_rag.store.lean import STAGE2_MODES, STAGE2_SQL_ABOVE
+
+    parser.add_argument(
+        "--stage2",
+        choices=STAGE2_MODES,
+        default="auto",
+        help="memory: hold the records and the authority graph in this process; sql: read each query's authority "
+        "closure from the store's PostgreSQL (a store on pgvector, --authority-url), holding only BM25 and the scope "
+        "values; auto: sql above --stage2-sql-above records (default: auto)",
+    )
+    parser.add_argument(
+        "--stage2-sql-above",
+        type=int,
+        default=STAGE2_SQL_ABOVE,
+        metavar="RECORDS",
+        help="--stage2 auto serves a store on pgvector of more records than this with Stage 2 in SQL "
+        f"(default: {STAGE2_SQL_ABOVE})",
+    )
+
+
+def stage2(args: argparse.Namespace) -> dict[str, Any]:
+    """``--stage2`` as :func:`~car_rag.store.lean.open_for_queries` takes it."""
+    if args.stage2_sql_above < 0:
+        raise UsageError(f"--stage2-sql-above must be 0 or more, got {args.stage2_sql_above}")
+    return {"stage2": args.stage2, "sql_above": args.stage2_sql_above}

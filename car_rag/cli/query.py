@@ -22,6 +22,8 @@ from car_rag.cli.options import (
     point_in_time_arguments,
     retriever_arguments,
     retriever_options,
+    stage2,
+    stage2_arguments,
 )
 from car_rag.embedding import ENCODERS
 from car_rag.evidence import HIDDEN_SUPERSEDER_TEXT
@@ -139,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from car_rag.queries import load_queries
     from car_rag.retriever import ControllingAuthorityRetriever
-    from car_rag.store import CARStore
+    from car_rag.store.lean import open_for_queries
 
     if (args.text is None) == (args.queries is None):
         raise UsageError("give either a query text or --queries FILE.jsonl")
@@ -164,12 +166,13 @@ def _run(args: argparse.Namespace) -> int:
     config = None if shared else json.loads((args.store / CONFIG_FILE).read_text(encoding="utf-8"))
     chosen = embedder(args, config, args.encoder)  # a device that is not there is refused here
     loading = None if args.anchors == "bm25" or config is None else _loading_embedder(config, chosen, args.encoder)
-    with CARStore.open(
+    with open_for_queries(
         args.store,
         encoder=None if chosen or loading else args.encoder,
         embedder=loading.embedder if loading else chosen,
         follow=False,
         **authority(args),
+        **stage2(args),
     ) as store:
         if loading is not None:
             loading.result()  # loaded while the store opened
@@ -229,6 +232,7 @@ def _arguments(query: argparse.ArgumentParser) -> None:
     )
     embedder_arguments(query)
     authority_arguments(query)
+    stage2_arguments(query)
     caller_arguments(query)
 
 

@@ -15,6 +15,8 @@ from car_rag.cli.options import (
     embedder_arguments,
     retriever_arguments,
     retriever_options,
+    stage2,
+    stage2_arguments,
 )
 from car_rag.extras import require
 from car_rag.serve import INSERT_WINDOW_MS
@@ -44,8 +46,8 @@ def _run(args: argparse.Namespace) -> int:
     from car_rag.serve.keys import load_api_keys
     from car_rag.serve.service import Service
     from car_rag.serve.workers import WorkerSettings, run_workers
-    from car_rag.store import CARStore
     from car_rag.store.config import read_config
+    from car_rag.store.lean import open_for_queries
 
     loopback = _is_loopback(args.host)
     if args.api_keys is None and not loopback and not args.insecure:
@@ -78,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
             anchors=args.anchors,
             retriever_options=retriever_options(args),
             chroma_timeout_s=args.chroma_timeout_s,
+            stage2=stage2(args),
             app_options=app_options,
             embedder_options={"device": args.device, "precision": args.precision, "batch_size": chosen.batch_size}
             if chosen
@@ -86,8 +89,13 @@ def _run(args: argparse.Namespace) -> int:
         run_workers(settings, host=args.host, port=args.port, workers=args.workers, log_level=log_level)
         return 0
     scopes = None if keys is None else keys.publisher_scopes
-    with CARStore.open(
-        args.store, embedder=chosen, chroma_timeout_s=args.chroma_timeout_s, publisher_scopes=scopes, **authority(args)
+    with open_for_queries(
+        args.store,
+        embedder=chosen,
+        chroma_timeout_s=args.chroma_timeout_s,
+        publisher_scopes=scopes,
+        **authority(args),
+        **stage2(args),
     ) as store:
         service = Service(
             store,
@@ -160,6 +168,7 @@ def _arguments(serve: argparse.ArgumentParser) -> None:
         help="server processes (more than 1 needs a store shared through PostgreSQL, --authority-url)",
     )
     authority_arguments(serve)
+    stage2_arguments(serve)
     serve.add_argument(
         "--api-keys",
         type=Path,

@@ -158,6 +158,7 @@ def create_app(
             400: {"description": "a caller in the body of a server with API keys"},
             401: {"description": "no or unknown key"},
             404: {"description": "no record of that doc_id that this key may read"},
+            501: {"description": "a server with Stage 2 in SQL (--stage2 sql) holds no graph to follow"},
             503: {"description": "not ready"},
         },
     )
@@ -169,6 +170,8 @@ def create_app(
             return await anyio.to_thread.run_sync(service.explain, body.doc_id, caller)
         except KeyError as exc:
             raise HTTPException(404, exc.args[0]) from None
+        except NotImplementedError as exc:
+            raise HTTPException(501, str(exc)) from None
 
     @app.post(
         "/records",

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from car_rag.record_log import Change
 from car_rag.store import CARStore
+from car_rag.store.lean import LeanStore
 
 __all__ = ["Metrics"]
 
@@ -28,7 +29,7 @@ class Metrics:
     worker's values in that folder and ``/metrics`` sums requests, stages and feed delays over
     the workers; gauges are per worker (a ``pid`` label)."""
 
-    def __init__(self, store: CARStore):
+    def __init__(self, store: CARStore | LeanStore):
         self.store = store
         self.registry = CollectorRegistry()
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
@@ -77,7 +78,7 @@ class Metrics:
         self.head.set(store.head)
         feed = store.feed
         self.connected.set(1 if feed is None or feed.connected else 0)
-        if with_outbox and store.replica is not None:
+        if with_outbox and isinstance(store, CARStore) and store.replica is not None:
             try:
                 self.pending.set(store.replica.log.count_pending())
             except Exception as exc:  # the database is down: /readyz says so; the gauge keeps its last value

@@ -46,6 +46,7 @@ from car_rag.serve.schema import (
     ScopeProbability,
 )
 from car_rag.store import CARStore
+from car_rag.store.lean import LeanStore
 
 __all__ = ["Service", "DENSE_SHARE", "DENSE_THREADS"]
 
@@ -64,7 +65,7 @@ class Service:
 
     def __init__(
         self,
-        store: CARStore,
+        store: CARStore | LeanStore,
         *,
         api_keys: ApiKeys | None = None,
         timeout_ms: float = 2000,
@@ -88,7 +89,8 @@ class Service:
         self.metrics = Metrics(store)
         self._dense_pool = ThreadPoolExecutor(DENSE_THREADS, thread_name_prefix="car-rag-dense")
         self._retriever: ControllingAuthorityRetriever | None = None
-        self.inserts = Inserts(store, self.metrics, insert_window_ms / 1000)
+        self.inserts = Inserts(store, self.metrics, insert_window_ms / 1000) if isinstance(store, CARStore) else None
+        """None where the store is open with Stage 2 in SQL (a :class:`LeanStore` stores nothing)."""
 
     def load(self) -> None:
         """Build the retrievers (loading MiniLM for a dense channel); /readyz answers 200 after."""
@@ -225,6 +227,8 @@ class Service:
         retriever = self._retriever
         if retriever is None or self.not_ready:
             raise Unavailable(f"not ready: {self.not_ready}")
+        if isinstance(self.store, LeanStore):
+            raise NotImplementedError("explain follows the graph in memory: this server runs Stage 2 in SQL (--stage2 memory)")
         with self.store.lock.read():
             return authority_chain(self.store, doc_id, caller, min_confidence=retriever.min_confidence)
 
@@ -233,7 +237,8 @@ class Service:
         record ``caller`` may not read is left out (its id is not the caller's to see)."""
         record = item.record.model_dump(mode="json")
         if caller is not None:
-            stored = self.store.records
+            named = [entry if isinstance(entry, str) else entry["id"] for entry in record["supersedes"]]
+            stored = self.store.records if isinstance(self.store, CARStore) else self.store.fetch(named)
             record["supersedes"] = [
                 entry
                 for entry in record["supersedes"]
@@ -267,6 +272,11 @@ class Service:
     def insert(self, items: list[Any], key: ApiKey | None) -> RecordsResponse | RecordsRejected:
         """Store one request's records whole or not at all (:class:`Inserts`); what they voided, as far
         as ``key`` may read."""
+        if self.inserts is None:
+            raise Unavailable(
+                "this worker serves queries with Stage 2 in SQL (--stage2 sql) and stores nothing; nothing was "
+                "stored: send records to a worker serving with --stage2 memory, or run car-rag ingest"
+            )
         return self.inserts.insert(items, key)
 
 

@@ -42,6 +42,8 @@ class WorkerSettings(BaseModel):
     anchors: AnchorMode = "hybrid"
     retriever_options: dict[str, Any] = {}
     chroma_timeout_s: float | None = None
+    stage2: dict[str, Any] = {}
+    """:func:`~car_rag.store.lean.open_for_queries`'s ``stage2`` and ``sql_above``."""
     app_options: dict[str, Any] = {}
     """:func:`~car_rag.serve.app.create_app`'s options (body limits, allowed hosts, public paths)."""
     embedder_options: dict[str, Any] = {}
@@ -66,18 +68,19 @@ def worker_app() -> Any:
     from car_rag.serve.app import create_app
     from car_rag.serve.keys import load_api_keys
     from car_rag.serve.service import Service
-    from car_rag.store import CARStore
+    from car_rag.store.lean import open_for_queries
 
     _thread_lock_for_progress_bars()
     settings = WorkerSettings.model_validate_json(os.environ[SETTINGS_ENV])
     keys = load_api_keys(settings.api_keys) if settings.api_keys else None
-    store = CARStore.open(
+    store = open_for_queries(
         settings.store,
         embedder=Embedder(**settings.embedder_options) if settings.embedder_options else None,
         authority_url=settings.authority_url,
         authority_schema=settings.authority_schema,
         chroma_timeout_s=settings.chroma_timeout_s,
         publisher_scopes=None if keys is None else keys.publisher_scopes,
+        **settings.stage2,
     )
     service = Service(
         store,

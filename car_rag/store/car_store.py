@@ -61,7 +61,7 @@ class CARStore:
         self.path = path
         self.config = config
         self.chroma_timeout_s = chroma_timeout_s
-        self.policy = _with_publishers(Policy.model_validate(config["policy"]), publisher_scopes or {}, path)
+        self.policy = with_publishers(Policy.model_validate(config["policy"]), publisher_scopes or {}, path)
         built_with = built_encoder(config)
         self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_with)
         if embedder is not None and embedder.model_name != config["embedding_model"]:
@@ -386,7 +386,7 @@ class CARStore:
             self.feed.start()
 
 
-def _with_publishers(policy: Policy, scopes: Mapping[str, PublisherScopes], where: Path) -> Policy:
+def with_publishers(policy: Policy, scopes: Mapping[str, PublisherScopes], where: Path | str) -> Policy:
     """``policy`` deciding trust with ``scopes`` (publisher -> scope key -> values); a scope key the
     policy does not have is refused, since no record's scope could hold it."""
     if not scopes:

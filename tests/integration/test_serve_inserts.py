@@ -107,10 +107,12 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
 def grouped(service: Service, send: list[Callable[[], Any]]) -> list[Any]:
     """Run ``send`` (each one insert) in that order into one group: the service's write turn is held
     until each has joined the open group, so none is stored before the last arrives."""
-    waiting = lambda: len(service.inserts._group or [])  # noqa: E731
+    inserts = service.inserts
+    assert inserts is not None
+    waiting = lambda: len(inserts._group or [])  # noqa: E731
     with ThreadPoolExecutor(len(send)) as pool:
         futures: list[Future[Any]] = []
-        with service.inserts._storing:
+        with inserts._storing:
             for n, call in enumerate(send, start=1):
                 joined = waiting()
                 futures.append(pool.submit(call))

@@ -1,0 +1,114 @@
+"""Stage 2 without the graph in memory: a query's authority closure read from PostgreSQL.
+
+A worker serving a store on PostgreSQL with ``stage2="sql"`` (:class:`~car_rag.store.lean.LeanStore`)
+holds neither the records nor the authority graph. For each query it asks for the records the
+latent-scope step and Stages 2 and 3 read (the fused Stage-1 candidates, every record holding a
+scope value the question may name) and everything that voids them, transitively, followed
+through the store's stored edges and disputed claims, with the edges and claims among them: one
+recursive query, sent with its two companions in one round trip (psycopg's pipeline), in one
+snapshot each. What comes back is the store's graph restricted to that closure
+(:meth:`AuthorityGraph.load_edges`, no rule re-applied): the same records, edges and entity-index
+lookups for those ids and values as the whole graph, so the query's answer is the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from car_rag.graph import AuthorityGraph, Edge
+from car_rag.policy import Policy
+from car_rag.postgres.log import PostgresRecordLog
+from car_rag.record_log import parse_stored
+from car_rag.records import Record
+
+__all__ = ["ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "texts"]
+
+_MEMBERS = (
+    "WITH RECURSIVE seeds(doc_id) AS ("
+    "SELECT unnest(%(ids)s::text[]) UNION "
+    "SELECT s.doc_id FROM {scope_index} s JOIN unnest(%(keys)s::text[], %(values)s::text[]) AS q(key, value) "
+    "ON s.key = q.key AND s.value = q.value), "
+    "up(doc_id) AS (SELECT doc_id FROM seeds UNION "
+    "SELECT v.superseder FROM (SELECT superseder, target FROM {edges} UNION ALL "
+    "SELECT superseder, target FROM {disputed_edges}) AS v JOIN up ON v.target = up.doc_id) "
+)
+"""The closure's ids: the seeds (ids, and the records holding each (key, value)), then whatever
+voids or claims a member, until nothing new comes (UNION: each id once, so it ends)."""
+
+
+@dataclass(frozen=True)
+class ClosureRead:
+    """What one closure query cost: records read, and the seconds waiting on PostgreSQL and decoding."""
+
+    records: int
+    sql_s: float
+    decode_s: float
+
+
+class ClosureQuery:
+    """The closure of a query's seeds, read from ``log``'s tables on a connection of its own.
+    Callers serialise their calls (one statement at a time per connection): the lean store's
+    connections pool does."""
+
+    def __init__(self, log: PostgresRecordLog, policy: Policy):
+        self.log, self.policy = log, policy
+        self.last: ClosureRead | None = None
+        """The cost of the latest :meth:`graph` call."""
+        self._statements = [
+            log._sql(_MEMBERS + tail)
+            for tail in (
+                "SELECT body FROM {records} WHERE doc_id IN (SELECT doc_id FROM up) ORDER BY seq",
+                "SELECT superseder, target, rule, confidence FROM {edges} WHERE target IN (SELECT doc_id FROM up)",
+                "SELECT superseder, target, rule, confidence FROM {disputed_edges} WHERE target IN (SELECT doc_id FROM up)",
+            )
+        ]
+
+    def graph(self, conn: Any, doc_ids: Collection[str], values: Collection[tuple[str, str]]) -> AuthorityGraph:
+        """The store's graph restricted to the closure of ``doc_ids`` and of the records holding
+        each scope ``(key, value)`` of ``values``: records in ingest order, stored edges and claims."""
+        params = {"ids": list(doc_ids), "keys": [k for k, _ in values], "values": [v for _, v in values]}
+        tick = time.perf_counter()
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")  # one snapshot for the three
+            with conn.pipeline():
+                cursors = [conn.execute(statement, params) for statement in self._statements]
+            bodies, edges, disputed = (cursor.fetchall() for cursor in cursors)
+        tock = time.perf_counter()
+        graph = AuthorityGraph(self.policy)
+        graph.load_edges(
+            [parse_stored(body, self.log.location) for (body,) in bodies],
+            [Edge(*row) for row in edges],
+            [Edge(*row) for row in disputed],
+        )
+        self.last = ClosureRead(len(bodies), tock - tick, time.perf_counter() - tock)
+        return graph
+
+
+def records_by_id(conn: Any, log: PostgresRecordLog, doc_ids: Collection[str]) -> dict[str, Record]:
+    """The stored records of ``doc_ids`` (those stored), by id."""
+    rows = conn.execute(log._sql("SELECT body FROM {records} WHERE doc_id = ANY(%s)"), (list(doc_ids),)).fetchall()
+    return {(record := parse_stored(body, log.location)).doc_id: record for (body,) in rows}
+
+
+def scope_values(conn: Any, log: PostgresRecordLog) -> Iterator[tuple[str, str]]:
+    """Every scope ``(key, value)`` some stored record holds (the entity index's distinct pairs)."""
+    with conn.cursor(name="car_rag_scope_values") as cursor:
+        cursor.itersize = 20_000
+        cursor.execute(log._sql("SELECT DISTINCT key, value FROM {scope_index}"))
+        yield from cursor
+
+
+def texts(conn: Any, log: PostgresRecordLog, *, vectors: bool) -> Iterator[tuple[str, str, np.ndarray | None]]:
+    """Every record's id, text and (``vectors``) stored vector, in ingest order, without parsing
+    the bodies: what a worker's BM25 index and exact search are built from."""
+    column = "vector" if vectors else "NULL"
+    with conn.cursor(name="car_rag_texts") as cursor:
+        cursor.itersize = 5000
+        cursor.execute(log._sql(f"SELECT doc_id, body::jsonb ->> 'text', {column} FROM {{records}} ORDER BY seq"))
+        for doc_id, text, data in cursor:
+            yield doc_id, text, None if data is None else np.frombuffer(data, dtype="<f4")

@@ -1,0 +1,282 @@
+"""``--stage2 sql`` against the graph in memory at 100k records: latency, memory, start, feed (issue 36).
+
+The perf corpus (:mod:`car_rag_evals.perf.corpus`, seed 7, gist vectors: nothing embedded per
+record) in a store on PostgreSQL with pgvector (``car_rag.postgres.fixture``'s server in
+``--work``), then, in fresh processes one at a time, a worker of each mode
+(:func:`~car_rag.store.lean.open_for_queries` with ``stage2="memory"`` and ``"sql"``, the
+defaults of ``ControllingAuthorityRetriever``: hybrid anchors, latent scope, k1 10, depth 50;
+``gc.freeze()`` after loading, as ``car-rag serve`` does): its start (open, model), its RSS and
+peak RSS, and the whole retriever's latency over the corpus's questions, ``--rounds`` times
+alternating the modes; every answer of the first pass compared between the modes
+(:func:`~car_rag_evals.stage2_sql.answer_of`). Then the change feed of a sql-mode worker: this
+process commits single inserts, the worker applies them to BM25 and the vocabulary (its feed's
+own delay, from each row's ``committed_at``); Stage 2 and the dense channel read the commit at
+the next query by construction. One command, from the repository root::
+
+    python evals/scale_out/stage2_sql_perf.py --reuse
+
+Results: ``evals/results/scale-out/stage2-sql.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa: E402
+from car_rag.postgres import PostgresRecordLog  # noqa: E402
+from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
+from car_rag.store.lean import LeanStore, open_for_queries  # noqa: E402
+from car_rag_evals.perf.corpus import arrivals, generate, gist_vectors  # noqa: E402
+from car_rag_evals.perf.stats import percentiles, proc_status_mb  # noqa: E402
+from car_rag_evals.stage2_sql import answer_of  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = 7
+INSERTS = 100
+
+
+def build(url: str, schema: str, size: int, work: Path, reuse: bool) -> dict[str, Any]:
+    """The perf corpus in the store ``schema`` (kept when ``reuse`` finds it there, with any earlier run's inserts)."""
+    log = PostgresRecordLog(url, schema)
+    config = log.setup(None)
+    with log.connect() as conn:
+        held = conn.execute(log._sql("SELECT count(*) FROM {records}")).fetchone()[0] if config else 0
+    corpus = generate(size, seed=SEED)
+    (work / "questions.json").write_text(json.dumps([q.query for q in corpus.queries]))
+    if reuse and held >= size:  # a feed phase adds its inserts
+        tick = time.perf_counter()
+        built = _index(log, config) if config is not None else False
+        log.close()
+        return {"records": held, "reused": True, **({"index_s": time.perf_counter() - tick} if built else {})}
+    if config is not None:
+        with log.connect() as conn:  # an earlier build cut off
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    tick = time.perf_counter()
+    with CARStore.open(
+        work / "writer", load_policy("security-advisory"), authority_url=url, authority_schema=schema, vector_store="pgvector"
+    ) as store:
+        cache = work / f"gist-{size}-{SEED}.npy"
+        if not cache.is_file():
+            np.save(cache, gist_vectors(corpus, store.embedder, seed=SEED))
+        vectors = np.load(cache)
+        # A bulk load: the HNSW index built once at the end (inserting into it row by row took
+        # over an hour for 100k records on 2 shared cores), with the store's own settings.
+        with log.connect() as conn:
+            conn.execute(f"DROP INDEX {schema}.records_embedding")
+        for start in range(0, size, 10_000):
+            chunk = corpus.records[start : start + 10_000]
+            given = {r["doc_id"]: vectors[start + i] for i, r in enumerate(chunk)}
+            assert not store.ingest(chunk, progress=False, embeddings=given).errors
+        loaded = time.perf_counter()
+        _index(log, store.config)
+    log.close()
+    done = time.perf_counter()
+    return {"records": size, "reused": False, "load_s": loaded - tick, "index_s": done - loaded}
+
+
+def _index(log: PostgresRecordLog, config: dict[str, Any]) -> bool:
+    """Build the store's HNSW index (its own settings) where it is missing; whether it was."""
+    schema, hnsw = log.schema, config["hnsw"]
+    with log.connect() as conn:
+        held = "SELECT 1 FROM pg_indexes WHERE schemaname = %s AND indexname = 'records_embedding'"
+        if conn.execute(held, (schema,)).fetchone():
+            return False
+        conn.execute("SET statement_timeout = 0")
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute(
+            f"CREATE INDEX records_embedding ON {schema}.records USING hnsw (embedding vector_cosine_ops) "
+            f"WITH (m = {int(hnsw['max_neighbors'])}, ef_construction = {int(hnsw['ef_construction'])})"
+        )
+    return True
+
+
+# --------------------------------------------------------------------------- a worker (child process)
+
+
+def child_worker(args: argparse.Namespace) -> dict[str, Any]:
+    questions = json.loads((args.work / "questions.json").read_text())
+    tick = time.perf_counter()
+    store = open_for_queries(
+        args.work / f"worker-{args.child}", stage2=args.child, authority_url=args.url, authority_schema=args.schema, follow=False
+    )
+    opened = time.perf_counter()
+    rss_open = proc_status_mb("VmRSS")
+    retriever = ControllingAuthorityRetriever(store)
+    ready = time.perf_counter()
+    gc.freeze()
+    rss_ready = proc_status_mb("VmRSS")
+    answers = [answer_of(retriever.retrieve(q)) for q in questions]  # the first pass: answers, and warm
+    times, closure = [], []
+    for _ in range(args.passes):
+        for q in questions:
+            started = time.perf_counter()
+            retriever.retrieve(q)
+            times.append((time.perf_counter() - started) * 1000)
+            if isinstance(store, LeanStore) and store.closure.last is not None:
+                closure.append(store.closure.last.records)
+    (args.work / f"answers-{args.child}.json").write_text(json.dumps(answers))
+    out = {
+        "mode": args.child,
+        "class": type(store).__name__,
+        "records": len(store),
+        "open_s": opened - tick,
+        "start_s": ready - tick,
+        "rss_open_mb": rss_open,
+        "rss_ready_mb": rss_ready,
+        "rss_end_mb": proc_status_mb("VmRSS"),
+        "peak_mb": proc_status_mb("VmHWM"),
+        "latency_ms": percentiles(times),
+        "load": os.getloadavg(),
+    }
+    if closure:
+        out["closure_records"] = {"mean": float(np.mean(closure)), "max": int(max(closure))}
+    store.close()
+    return out
+
+
+def child_follow(args: argparse.Namespace) -> dict[str, Any]:
+    """A sql-mode worker following the store until told on stdin that the writer is done."""
+    with LeanStore.open(args.url, args.schema, follow=True) as store:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        time.sleep(3)  # the last commit's NOTIFY (or the 1 s poll) reaches the feed
+        assert store.feed is not None
+        delays = [d * 1000 for d in store.feed.delays]
+        return {"applied": len(delays), "delay_ms": percentiles(delays) if delays else None}
+
+
+def _child(args: argparse.Namespace, role: str, **popen: Any) -> subprocess.Popen[str]:
+    command = [sys.executable, __file__, "--child", role, "--url", args.url, "--schema", args.schema]
+    command += ["--work", str(args.work), "--passes", str(args.passes)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, **popen)
+
+
+def measure_feed(args: argparse.Namespace) -> dict[str, Any]:
+    follower = _child(args, "follow", stdin=subprocess.PIPE)
+    assert follower.stdout is not None and follower.stdin is not None
+    assert follower.stdout.readline().strip() == "ready"
+    with CARStore.open(args.work / "writer", authority_url=args.url, authority_schema=args.schema, follow=False) as writer:
+        commits = []
+        for record, _ in arrivals(writer, INSERTS, seed=int(time.time()) % 1000):
+            started = time.perf_counter()
+            assert not writer.ingest([record], progress=False).errors
+            commits.append((time.perf_counter() - started) * 1000)
+            time.sleep(0.05)
+    follower.stdin.write("done\n")
+    follower.stdin.flush()
+    result = json.loads(follower.stdout.read())
+    follower.wait()
+    return {"inserts": INSERTS, "writer_ingest_ms": percentiles(commits), **result}
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def write_md(results: dict[str, Any], path: Path) -> None:
+    runs = results["workers"]
+    lines = [
+        f"# `--stage2 sql` against the graph in memory at {results['build']['records']:,} records (issue 36)",
+        "",
+        f"`{results['command']}`; {results['when']}; commit {results['commit']}; {results['machine']}. PostgreSQL "
+        "(`car_rag.postgres.fixture`, pgvector) on loopback on the same machine, shared with other work (load averages "
+        "at each worker's end in the table). Perf corpus seed 7, gist vectors; the corpus's "
+        f"{results['questions']} questions, {results['passes']} timed passes each after one untimed pass; "
+        "workers are fresh processes, one at a time, modes alternating; `gc.freeze()` after loading as "
+        "`car-rag serve` does.",
+        "",
+        "| round | mode | start s (open + model) | open s | RSS after open MB | RSS ready MB | RSS end MB | peak MB | "
+        "whole retriever p50 / p95 / p99 ms | closure records per query (mean, max) | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for n, run in enumerate(runs):
+        lat, c = run["latency_ms"], run.get("closure_records")
+        closure = "–" if c is None else f"{c['mean']:.1f}, {c['max']}"
+        lines.append(
+            f"| {n // 2 + 1} | {run['mode']} | {run['start_s']:.1f} | {run['open_s']:.1f} | {run['rss_open_mb']:.0f} | "
+            f"{run['rss_ready_mb']:.0f} | {run['rss_end_mb']:.0f} | {run['peak_mb']:.0f} | "
+            f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} | "
+            f"{closure} | {', '.join(f'{x:.2f}' for x in run['load'])} |"
+        )
+    same = results["same_answers"]
+    lines += ["", f"Answers (first pass, compared whole): {same['same']} of {same['questions']} the same in both modes."]
+    feed = results.get("feed")
+    if feed:
+        d, w = feed["delay_ms"], feed["writer_ingest_ms"]
+        lines += [
+            "",
+            f"Change feed of a sql-mode worker (BM25 and scope vocabulary; Stage 2 and dense read the commit at the next "
+            f"query): {feed['inserts']} single inserts 50 ms apart by another process, {feed['applied']} applied; "
+            f"commit → applied p50 / p95 / p99 {d['p50']:.1f} / {d['p95']:.1f} / {d['p99']:.1f} ms (the feed's own "
+            f"measure, from each row's `committed_at`); the writer's ingest p50 {w['p50']:.1f} ms.",
+        ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2, help="worker runs per mode, alternating")
+    parser.add_argument("--passes", type=int, default=2, help="timed passes over the questions per worker")
+    parser.add_argument("--work", type=Path, default=ROOT / ".perf-stores" / "stage2-sql")
+    parser.add_argument("--reuse", action="store_true", help="keep the store under --work when it holds --size records")
+    parser.add_argument("--no-feed", action="store_true", help="skip the change-feed phase")
+    parser.add_argument("--out", type=Path, default=ROOT / "evals" / "results" / "scale-out")
+    parser.add_argument("--child", choices=["memory", "sql", "follow"], help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--schema", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child_follow(args) if args.child == "follow" else child_worker(args)))
+        return
+    args.work = args.work.resolve()
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.schema = f"perf_{args.size}"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    results: dict[str, Any] = {
+        "command": "python evals/scale_out/stage2_sql_perf.py " + " ".join(sys.argv[1:]),
+        "commit": commit,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
+        "passes": args.passes,
+        "workers": [],
+    }
+    with throwaway_postgres(args.work / "pg") as pg:
+        args.url = pg.url
+        print("building" if not args.reuse else "checking the store", flush=True)
+        results["build"] = build(args.url, args.schema, args.size, args.work, args.reuse)
+        results["questions"] = len(json.loads((args.work / "questions.json").read_text()))
+        for _ in range(args.rounds):
+            for mode in ("memory", "sql"):
+                print("worker", mode, flush=True)
+                child = _child(args, mode)
+                out, _ = child.communicate()
+                assert child.returncode == 0, f"the {mode} worker failed"
+                results["workers"].append(json.loads(out))
+                print(json.dumps(results["workers"][-1]), flush=True)
+        memory, sql = (json.loads((args.work / f"answers-{m}.json").read_text()) for m in ("memory", "sql"))
+        results["same_answers"] = {"questions": len(memory), "same": sum(a == b for a, b in zip(memory, sql))}
+        if not args.no_feed:
+            print("feed", flush=True)
+            results["feed"] = measure_feed(args)
+    (args.out / "stage2-sql.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_md(results, args.out / "stage2-sql.md")
+    print("wrote", args.out / "stage2-sql.md")
+
+
+if __name__ == "__main__":
+    main()
