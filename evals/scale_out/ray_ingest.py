@@ -71,7 +71,8 @@ class CpuSeconds:
     def __init__(self) -> None:
         import psutil
 
-        self.me, self.seen, self.done = psutil.Process(), {}, threading.Event()
+        self.me, self.done = psutil.Process(), threading.Event()
+        self.seen: dict[int, float] = {}
         before = self.me.cpu_times()
         self.before = before.user + before.system  # this process's imports are not the ingest's
         self.thread = threading.Thread(target=self._watch, daemon=True)
