@@ -10,7 +10,10 @@ what scope linking reads the question against). Dense search is pgvector's; ever
 its authority closure in one round trip (:class:`~car_rag.postgres.closure.ClosureQuery`), so
 an insert is in Stage 2 and the dense channel as soon as it commits, and the change feed only
 brings BM25 and the vocabulary up to date. Queries only: it ingests nothing (writers are
-``CARStore`` processes or ``car-rag ingest``).
+``CARStore`` processes or ``car-rag ingest``). With ``bm25_folder`` its BM25 is the store's
+backend saved there and memory-mapped (:mod:`car_rag.channels.mapped_bm25`): the same scores,
+outside the worker's heap, opened without rebuilding where the folder holds the index of the
+stored records (workers sharing the folder build it once).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Self
 import numpy as np
 
 from car_rag.channels import LexicalIndex, make_lexical_index
+from car_rag.channels.mapped_bm25 import MAPPED_BACKENDS, MappedBM25Index, MappedIncrementalBM25Index, new_mapped, open_mapped
 from car_rag.eligibility import Gate
 from car_rag.embedding import Embedder
 from car_rag.graph import AuthorityGraph
@@ -54,13 +58,20 @@ class LeanStore:
         *,
         embedder: Embedder | None = None,
         publisher_scopes: Mapping[str, PublisherScopes] | None = None,
+        bm25_folder: Path | None = None,
     ):
         if vector_store_of(config) != "pgvector":
             raise StoreError(
                 f"store {shared.location} keeps its vectors in {vector_store_of(config)}: Stage 2 in SQL (stage2='sql') "
                 "serves stores whose vectors are in the same PostgreSQL (vector_store='pgvector')"
             )
+        if bm25_folder is not None and config["bm25_backend"] not in MAPPED_BACKENDS:
+            raise StoreError(
+                f"store {shared.location} ranks with the {config['bm25_backend']} BM25 backend, which cannot be "
+                f"memory-mapped (bm25_folder maps {', '.join(MAPPED_BACKENDS)}): open it without bm25_folder"
+            )
         self.log, self.config = shared, config
+        self.bm25_folder = bm25_folder
         self.policy: Policy = with_publishers(Policy.model_validate(config["policy"]), publisher_scopes or {}, shared.location)
         self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_encoder(config))
         shared.use_vector_column(vector_column(config))
@@ -88,9 +99,11 @@ class LeanStore:
         encoder: str | None = None,
         follow: bool = True,
         publisher_scopes: Mapping[str, PublisherScopes] | None = None,
+        bm25_folder: Path | None = None,
     ) -> Self:
         """Open the store in ``authority_schema`` (default ``car_rag``) of the database at
-        ``authority_url`` for queries; ``follow``: keep BM25 and the vocabulary up with commits."""
+        ``authority_url`` for queries; ``follow``: keep BM25 and the vocabulary up with commits;
+        ``bm25_folder``: BM25 memory-mapped from there (see the module)."""
         shared = PostgresRecordLog(authority_url, authority_schema or DEFAULT_SCHEMA)
         stored = shared.setup(None)
         if stored is None:
@@ -98,7 +111,7 @@ class LeanStore:
         config, _ = checked(stored, shared.location, None, vector_store=None, chroma_url=None)
         if embedder is None and encoder is not None:
             embedder = Embedder(config["embedding_model"], encoder=encoder)
-        store = cls(shared, config, embedder=embedder, publisher_scopes=publisher_scopes)
+        store = cls(shared, config, embedder=embedder, publisher_scopes=publisher_scopes, bm25_folder=bm25_folder)
         log.info("opened store %s for queries, Stage 2 in SQL: %d records", shared.location, len(store))
         if follow:
             store.follow()
@@ -109,18 +122,43 @@ class LeanStore:
         with self.log.connect(autocommit=False, role="load") as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             count, head = conn.execute(self.log._sql("SELECT count(*), coalesce(max(change), 0) FROM {records}")).fetchone()
+            saved = self._saved_lexical(count)
             ids, bodies, vectors = [], [], {}
             for doc_id, text, vector in texts(conn, self.log, vectors=count <= self.dense.exact_limit):
                 ids.append(doc_id)
-                bodies.append(text)
+                if saved is None:
+                    bodies.append(text)
                 if vector is not None:
                     vectors[doc_id] = vector
+            if saved is not None and saved.doc_ids != ids:  # as many records, others (or in another order)
+                saved, bodies = None, [text for _, text, _ in texts(conn, self.log, vectors=False)]
+            elif saved is not None:
+                saved.doc_ids = ids  # one list of ids in the heap, not the saved copy beside it
             vocabulary = ScopeVocabulary()
             vocabulary.add(scope_values(conn, self.log))
-        lexical = make_lexical_index(self.config["bm25_backend"])
-        lexical.build(ids, bodies)
+        if saved is None:
+            lexical = self._new_lexical()
+            lexical.build(ids, bodies)
+        else:
+            lexical = saved
         self.dense.hold(ids, vectors)
         self.lexical, self.vocabulary, self._indexed, self.head = lexical, vocabulary, set(ids), int(head)
+
+    def _saved_lexical(self, count: int) -> LexicalIndex | None:
+        """The index ``bm25_folder`` holds where it may be of the ``count`` stored records (checked by id after)."""
+        if self.bm25_folder is None:
+            return None
+        saved = open_mapped(self.config["bm25_backend"], self.bm25_folder)
+        return saved if saved is not None and len(saved.doc_ids) == count else None
+
+    def _new_lexical(self) -> LexicalIndex:
+        """An index to build: in the heap, or mapped from ``bm25_folder`` (the one this process
+        maps, rebuilt in place under the feed's write lock, so it removes its earlier build)."""
+        if self.bm25_folder is None:
+            return make_lexical_index(self.config["bm25_backend"])
+        if isinstance(self.lexical, MappedBM25Index | MappedIncrementalBM25Index):
+            return self.lexical
+        return new_mapped(self.config["bm25_backend"], self.bm25_folder)
 
     @property
     def location(self) -> str:
@@ -247,12 +285,14 @@ def open_for_queries(
     encoder: str | None = None,
     follow: bool = True,
     publisher_scopes: Mapping[str, PublisherScopes] | None = None,
+    bm25_folder: Path | None = None,
     **options: Any,
 ) -> CARStore | LeanStore:
     """A store opened to answer queries, Stage 2 in this process's memory (a :class:`CARStore`,
     ``stage2="memory"``) or in SQL (a :class:`LeanStore`, ``"sql"``: a store on PostgreSQL whose
     vectors are in pgvector); ``"auto"``: SQL where the store is such a store of more than
-    ``sql_above`` records. ``options`` go to :meth:`CARStore.open` (a memory store's alone)."""
+    ``sql_above`` records. ``bm25_folder``: where a store served in SQL maps BM25 (:class:`LeanStore`;
+    a memory store keeps its own in its folder). ``options`` go to :meth:`CARStore.open` (a memory store's alone)."""
     if stage2 not in STAGE2_MODES:
         raise ValueError(f"stage2 must be one of {', '.join(STAGE2_MODES)}, got {stage2!r}")
     if sql_above < 0:
@@ -272,6 +312,7 @@ def open_for_queries(
             encoder=encoder,
             follow=follow,
             publisher_scopes=publisher_scopes,
+            bm25_folder=bm25_folder,
         )
     return CARStore.open(
         path,

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Policy
+from car_rag.channels.mapped_bm25 import MappedIncrementalBM25Index
 from car_rag.cli import main
 from car_rag.eligibility import CallerContext, RecordFilter
 from car_rag.postgres.fixture import throwaway_postgres
@@ -194,3 +196,50 @@ def test_car_rag_serve_answers_the_same_with_stage2_sql_and_refuses_writes(pg_st
                 assert unexplained.status_code == 501 and "--stage2 memory" in unexplained.json()["detail"]
     for sql, memory in zip(answers["sql"], answers["memory"]):
         assert [key for key in memory if sql.get(key) != memory[key]] == [] and memory["reranked"]
+
+
+def test_bm25_mapped_from_a_folder_answers_as_in_memory_and_follows_inserts(pg_store, demo_queries, tmp_path, embedder) -> None:
+    """``bm25_folder``: BM25 memory-mapped (the store's backend, :mod:`car_rag.channels.mapped_bm25`),
+    the same answers; a second worker maps the saved index without rebuilding it; the feed adds an insert."""
+    folder = tmp_path / "bm25"
+    with (
+        CARStore.open(tmp_path / "memory", authority_url=pg_store, embedder=embedder, follow=False) as memory,
+        LeanStore.open(pg_store, embedder=embedder, follow=False, bm25_folder=folder) as mapped,
+    ):
+        assert isinstance(mapped.lexical, MappedIncrementalBM25Index) and isinstance(mapped.lexical._docs, np.memmap)
+        assert len(mapped) == len(memory)
+        in_memory, in_sql = ControllingAuthorityRetriever(memory), ControllingAuthorityRetriever(mapped)
+        for query in demo_queries:
+            for caller in CALLERS:
+                expected = answer_of(in_memory.retrieve(query["query"], caller))
+                assert answer_of(in_sql.retrieve(query["query"], caller)) == expected, (query["query_id"], caller)
+            for options in ({"as_of": "2099-06-01"}, {"filters": RecordFilter(doc_types=["vulnerability_disclosure"])}):
+                expected = answer_of(in_memory.retrieve(query["query"], CALLERS[1], **options))
+                assert answer_of(in_sql.retrieve(query["query"], CALLERS[1], **options)) == expected, (query["query_id"], options)
+        built = (folder / "current").resolve()
+        with LeanStore.open(pg_store, embedder=embedder, follow=False, bm25_folder=folder) as second:
+            assert (folder / "current").resolve() == built and second.lexical.doc_ids == mapped.lexical.doc_ids
+        with CARStore.open(tmp_path / "writer", authority_url=pg_store, embedder=embedder, follow=False) as writer:
+            extra = {
+                "doc_id": "mapped-extra",
+                "text": "Quokka advisory: no other record names them.",
+                "doc_type": "patch_release",
+            }
+            assert writer.ingest([extra], progress=False).errors == []
+            assert [c.record.doc_id for c in mapped.catch_up()] == ["mapped-extra"]
+            assert [h.doc_id for h in mapped.lexical.search("quokka", 5)] == ["mapped-extra"]  # added (in the heap)
+            expected = answer_of(ControllingAuthorityRetriever(writer).retrieve("quokka advisory"))
+            assert answer_of(in_sql.retrieve("quokka advisory")) == expected
+
+
+def test_bm25_folder_is_refused_for_a_backend_it_cannot_map(pg_store, tmp_path) -> None:
+    from car_rag.postgres import PostgresRecordLog
+    from car_rag.store.config import checked
+
+    shared = PostgresRecordLog(pg_store)
+    stored = shared.setup(None)
+    assert stored is not None
+    config, _ = checked(stored, shared.location, None, vector_store=None, chroma_url=None)
+    with pytest.raises(StoreError, match="rank-bm25 BM25 backend, which cannot be memory-mapped"):
+        LeanStore(shared, {**config, "bm25_backend": "rank-bm25"}, bm25_folder=tmp_path)
+    shared.close()

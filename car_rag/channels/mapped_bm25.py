@@ -1,0 +1,166 @@
+"""BM25 read from disk, memory-mapped: BM25 outside a serving worker's heap (issue 36).
+
+A worker serving Stage 2 in SQL (:class:`~car_rag.store.lean.LeanStore`) otherwise holds BM25 in
+its heap, 42 MB per 100k records, so a 10M-record store cannot be served by a 2 GB worker. These
+indexes are the store's own backends (``bm25s``, ``bm25-incremental``) with their large arrays
+(score matrix or postings, token ids) in files mapped read-only: the same arrays, so the same
+scores and rankings, but their pages belong to the page cache (shared by the workers mapping them,
+dropped under pressure) and a query touches only its terms' pages. What stays in the heap: the
+ids, the vocabulary, per-record lengths (``bm25-incremental``) and postings added since the last
+compaction.
+
+Each build goes to a new subfolder of the index's folder and ``current`` is pointed at it by one
+rename: a file is never rewritten in place, since truncating a file another process maps kills
+that process (SIGBUS), while unlinking one leaves its mapping readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+
+from car_rag.channels.base import LexicalIndex
+from car_rag.channels.bm25s_index import BM25sIndex
+from car_rag.channels.incremental_bm25 import IncrementalBM25Index
+
+__all__ = ["MAPPED_BACKENDS", "MappedBM25Index", "MappedIncrementalBM25Index", "open_mapped", "new_mapped"]
+
+CURRENT = "current"
+"""The link in an index's folder to the build :func:`open_mapped` maps."""
+
+
+class Builds:
+    """The builds of one index under ``folder``: each in a new subfolder, ``current`` naming the newest."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._own: Path | None = None
+        """The build this process published last (removed when it publishes the next one)."""
+
+    def current(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest build and its ``index.json``; None where there is none (or it went meanwhile)."""
+        try:
+            built = (self.folder / CURRENT).resolve(strict=True)
+            return built, json.loads((built / "index.json").read_text())
+        except FileNotFoundError:
+            return None
+
+    def publish(self, index: LexicalIndex) -> Path:
+        """Save ``index`` as the newest build; the folder it is in."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        built = Path(tempfile.mkdtemp(prefix="index-", dir=self.folder))
+        index.save(built)
+        link = self.folder / f".{built.name}.link"
+        os.symlink(built.name, link)
+        os.replace(link, self.folder / CURRENT)
+        earlier, self._own = self._own, built
+        if earlier is not None:  # processes mapping it keep reading it
+            shutil.rmtree(earlier, ignore_errors=True)
+        return built
+
+
+class MappedBM25Index(BM25sIndex):
+    """A :class:`BM25sIndex` whose score matrix and token ids are mapped from :attr:`builds`.
+
+    A caller's mask still builds an index over the masked records in the heap (bm25s's scores
+    hold the whole corpus's statistics), as :class:`BM25sIndex` does; an insert rebuilds."""
+
+    backend = "bm25s-mapped"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.builds = Builds(folder)
+
+    def build(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        """Index in the heap, publish the index, then serve it from there (mapped)."""
+        super().build(doc_ids, texts)
+        self.generation += 1  # rebuilt in place (a store's change feed): what callers derived is stale
+        if self.doc_ids:  # bm25s cannot index an empty corpus; scores() answers for it from the heap
+            self._load_body(self.builds.publish(self))
+
+    def _save_body(self, folder: Path) -> None:
+        self._bm25.save(str(folder), show_progress=False)
+        self._tokenizer.save_vocab(str(folder))
+        self._tokenizer.save_stopwords(str(folder))
+        np.save(folder / "corpus-tokens.npy", self._tokens)
+        np.save(folder / "corpus-offsets.npy", self._offsets)
+
+    def _load_body(self, folder: Path) -> None:
+        self._tokens = np.load(folder / "corpus-tokens.npy", mmap_mode="r")
+        self._offsets = np.load(folder / "corpus-offsets.npy", mmap_mode="r")
+        self._readers.clear()
+        self._bm25 = bm25s.BM25.load(str(folder), mmap=True, show_progress=False)
+        self._tokenizer.load_vocab(str(folder))
+        self._tokenizer.load_stopwords(str(folder))
+
+
+class MappedIncrementalBM25Index(IncrementalBM25Index):
+    """An :class:`IncrementalBM25Index` whose compacted postings are mapped from :attr:`builds`.
+
+    ``add`` keeps its postings in the heap until they reach a tenth of the mapped ones; the
+    compaction then merges them in the heap (a peak of the whole postings) and publishes a build."""
+
+    backend = "bm25-incremental-mapped"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.builds = Builds(folder)
+
+    def _compact(self) -> None:
+        if not self._pending:
+            return
+        super()._compact()
+        self._load_body(self.builds.publish(self))
+
+    def _save_body(self, folder: Path) -> None:
+        self._compact()
+        for name in ("ptr", "docs", "tf"):
+            np.save(folder / f"postings-{name}.npy", getattr(self, f"_{name}"))
+        np.save(folder / "lengths.npy", self._lengths[: len(self.doc_ids)])
+        self._tokenizer.save_vocab(str(folder))
+        self._tokenizer.save_stopwords(str(folder))
+
+    def _load_body(self, folder: Path) -> None:
+        self._ptr, self._docs, self._tf = (np.load(folder / f"postings-{n}.npy", mmap_mode="r") for n in ("ptr", "docs", "tf"))
+        # Lengths are written by add (4 bytes a record): kept in the heap.
+        self._lengths = np.array(np.load(folder / "lengths.npy"), dtype=np.float32)
+        self._total_length = float(self._lengths.sum(dtype=np.float64))
+        self._tokenizer.load_vocab(str(folder))
+        self._tokenizer.load_stopwords(str(folder))
+
+
+MAPPED_BACKENDS: dict[str, type[MappedBM25Index] | type[MappedIncrementalBM25Index]] = {
+    "bm25s": MappedBM25Index,
+    "bm25-incremental": MappedIncrementalBM25Index,
+}
+"""The mapped index of each store backend that has one (by the store's ``bm25_backend``)."""
+
+
+def new_mapped(backend: str, folder: Path) -> MappedBM25Index | MappedIncrementalBM25Index:
+    """An empty mapped index of the store backend ``backend``, its builds under ``folder``."""
+    if backend not in MAPPED_BACKENDS:
+        raise ValueError(f"the {backend} BM25 backend cannot be memory-mapped; these can: {', '.join(MAPPED_BACKENDS)}")
+    return MAPPED_BACKENDS[backend](folder)
+
+
+def open_mapped(backend: str, folder: Path) -> MappedBM25Index | MappedIncrementalBM25Index | None:
+    """The newest build under ``folder`` of the store backend ``backend``, mapped; None where there is none."""
+    index = new_mapped(backend, folder)
+    found = index.builds.current()
+    if found is None or found[1].get("backend") != index.backend:
+        return None
+    built, saved = found
+    index.doc_ids = saved["doc_ids"]
+    try:
+        index._load_body(built)
+    except FileNotFoundError:  # removed meanwhile by the process that published a newer one
+        return None
+    return index
