@@ -233,10 +233,16 @@ def stage2_arguments(parser: argparse.ArgumentParser) -> None:
         help="--stage2 auto serves a store on pgvector of more records than this with Stage 2 in SQL "
         f"(default: {STAGE2_SQL_ABOVE})",
     )
+    parser.add_argument(
+        "--stage2-bm25-folder",
+        metavar="DIR",
+        help="with Stage 2 in SQL, keep BM25 in this folder and read it memory-mapped, out of the process's heap "
+        "(the same scores; built there by the first worker, mapped by the others; default: BM25 in memory)",
+    )
 
 
 def stage2(args: argparse.Namespace) -> dict[str, Any]:
     """``--stage2`` as :func:`~car_rag.store.lean.open_for_queries` takes it."""
     if args.stage2_sql_above < 0:
         raise UsageError(f"--stage2-sql-above must be 0 or more, got {args.stage2_sql_above}")
-    return {"stage2": args.stage2, "sql_above": args.stage2_sql_above}
+    return {"stage2": args.stage2, "sql_above": args.stage2_sql_above, "bm25_folder": args.stage2_bm25_folder}

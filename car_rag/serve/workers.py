@@ -43,7 +43,7 @@ class WorkerSettings(BaseModel):
     retriever_options: dict[str, Any] = {}
     chroma_timeout_s: float | None = None
     stage2: dict[str, Any] = {}
-    """:func:`~car_rag.store.lean.open_for_queries`'s ``stage2`` and ``sql_above``."""
+    """:func:`~car_rag.store.lean.open_for_queries`'s ``stage2``, ``sql_above`` and ``bm25_folder``."""
     app_options: dict[str, Any] = {}
     """:func:`~car_rag.serve.app.create_app`'s options (body limits, allowed hosts, public paths)."""
     embedder_options: dict[str, Any] = {}

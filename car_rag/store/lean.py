@@ -58,7 +58,7 @@ class LeanStore:
         *,
         embedder: Embedder | None = None,
         publisher_scopes: Mapping[str, PublisherScopes] | None = None,
-        bm25_folder: Path | None = None,
+        bm25_folder: str | Path | None = None,
     ):
         if vector_store_of(config) != "pgvector":
             raise StoreError(
@@ -71,7 +71,7 @@ class LeanStore:
                 f"memory-mapped (bm25_folder maps {', '.join(MAPPED_BACKENDS)}): open it without bm25_folder"
             )
         self.log, self.config = shared, config
-        self.bm25_folder = bm25_folder
+        self.bm25_folder = None if bm25_folder is None else Path(bm25_folder)
         self.policy: Policy = with_publishers(Policy.model_validate(config["policy"]), publisher_scopes or {}, shared.location)
         self.embedder = embedder or Embedder(config["embedding_model"], encoder=built_encoder(config))
         shared.use_vector_column(vector_column(config))
@@ -99,7 +99,7 @@ class LeanStore:
         encoder: str | None = None,
         follow: bool = True,
         publisher_scopes: Mapping[str, PublisherScopes] | None = None,
-        bm25_folder: Path | None = None,
+        bm25_folder: str | Path | None = None,
     ) -> Self:
         """Open the store in ``authority_schema`` (default ``car_rag``) of the database at
         ``authority_url`` for queries; ``follow``: keep BM25 and the vocabulary up with commits;
@@ -285,7 +285,7 @@ def open_for_queries(
     encoder: str | None = None,
     follow: bool = True,
     publisher_scopes: Mapping[str, PublisherScopes] | None = None,
-    bm25_folder: Path | None = None,
+    bm25_folder: str | Path | None = None,
     **options: Any,
 ) -> CARStore | LeanStore:
     """A store opened to answer queries, Stage 2 in this process's memory (a :class:`CARStore`,

@@ -13,7 +13,9 @@ limit), so any difference is Stage 2's. Run from the repository root::
 
     python evals/scale_out/stage2_sql_equality.py --stores .car-stores
 
-Results: ``evals/results/scale-out/stage2-equality.md`` and ``.json``.
+Results: ``evals/results/scale-out/stage2-equality.md`` and ``.json``; with ``--mapped`` the
+``LeanStore``'s BM25 is memory-mapped from a folder (``bm25_folder``), results
+``stage2-equality-mapped.md``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from car_rag_evals.suites import SUITES, load_suite, open_suite_store  # noqa: E
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def check_suite(name: str, stores: Path, url: str, work: Path) -> dict[str, Any]:
+def check_suite(name: str, stores: Path, url: str, work: Path, mapped: bool) -> dict[str, Any]:
     suite = load_suite(name)
     with open_suite_store(suite, stores, progress=False) as built:
         queries = load_queries(suite.queries, built.graph)
@@ -50,7 +52,7 @@ def check_suite(name: str, stores: Path, url: str, work: Path) -> dict[str, Any]
         copy_into_postgres(built, url, work / f"{name}-writer").close()
         copied_s = time.perf_counter() - tick
     memory = CARStore.open(work / f"{name}-memory", authority_url=url, follow=False)
-    lean = LeanStore.open(url, embedder=memory.embedder, follow=False)
+    lean = LeanStore.open(url, embedder=memory.embedder, follow=False, bm25_folder=work / f"{name}-bm25" if mapped else None)
     try:
         in_memory, in_sql = ControllingAuthorityRetriever(memory), ControllingAuthorityRetriever(lean)
         differing, fetched = [], []
@@ -80,7 +82,8 @@ def write_md(results: dict[str, Any], path: Path) -> None:
         f"`{results['command']}`; {results['when']}; commit {results['commit']}. Each suite's store copied into "
         "its own PostgreSQL database (pgvector, its own vectors); every query asked of it by a retriever holding "
         "the graph in memory (`CARStore`) and by one reading each query's closure from PostgreSQL (`LeanStore`, "
-        '`stage2="sql"`), hybrid anchors, latent scope, default settings; answers compared whole (records, '
+        f'`stage2="sql"`{", BM25 memory-mapped from a folder" if results.get("mapped") else ""}), hybrid anchors, '
+        "latent scope, default settings; answers compared whole (records, "
         "statuses, roles, chains, controllers, order, scope posterior, links, ambiguity, anchors).",
         "",
         "| suite | records | queries | same answer | closure records read per query (mean, max) | exact search |",
@@ -106,23 +109,26 @@ def main() -> None:
     parser.add_argument("--suites", nargs="+", default=list(SUITES), choices=list(SUITES))
     parser.add_argument("--stores", type=Path, default=ROOT / ".car-stores", help="where suite stores are kept")
     parser.add_argument("--out", type=Path, default=ROOT / "evals" / "results" / "scale-out")
+    parser.add_argument("--mapped", action="store_true", help="the LeanStore's BM25 memory-mapped (bm25_folder)")
     args = parser.parse_args()
+    name = "stage2-equality-mapped" if args.mapped else "stage2-equality"
     args.out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     results: dict[str, Any] = {
         "command": "python evals/scale_out/stage2_sql_equality.py " + " ".join(sys.argv[1:]),
         "commit": commit,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "mapped": args.mapped,
         "suites": {},
     }
     with tempfile.TemporaryDirectory() as work, throwaway_postgres() as pg:
-        for name in args.suites:
-            print(name, flush=True)
-            results["suites"][name] = check_suite(name, args.stores, pg.new_database(), Path(work))
-            print(json.dumps(results["suites"][name]), flush=True)
-    (args.out / "stage2-equality.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_md(results, args.out / "stage2-equality.md")
-    print("wrote", args.out / "stage2-equality.md")
+        for suite in args.suites:
+            print(suite, flush=True)
+            results["suites"][suite] = check_suite(suite, args.stores, pg.new_database(), Path(work), args.mapped)
+            print(json.dumps(results["suites"][suite]), flush=True)
+    (args.out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_md(results, args.out / f"{name}.md")
+    print("wrote", args.out / f"{name}.md")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ the next query by construction. One command, from the repository root::
 
     python evals/scale_out/stage2_sql_perf.py --reuse
 
-Results: ``evals/results/scale-out/stage2-sql.md`` and ``.json``.
+Results: ``evals/results/scale-out/stage2-sql.md`` and ``.json``. ``--modes`` adds ``sql-mapped``:
+a sql worker whose BM25 is memory-mapped from ``--work``/bm25 (``bm25_folder``, built there by
+its first worker, mapped by the next), its RSS split into anonymous memory (the heap) and mapped
+files; ``--name`` names the results.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from car_rag_evals.stage2_sql import answer_of  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 7
 INSERTS = 100
+MODES = ("memory", "sql", "sql-mapped")
 
 
 def build(url: str, schema: str, size: int, work: Path, reuse: bool) -> dict[str, Any]:
@@ -109,9 +113,16 @@ def _index(log: PostgresRecordLog, config: dict[str, Any]) -> bool:
 
 def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     questions = json.loads((args.work / "questions.json").read_text())
+    bm25_folder = args.work / "bm25" if args.child == "sql-mapped" else None
+    built = bm25_folder is not None and (bm25_folder / "current").exists()
     tick = time.perf_counter()
     store = open_for_queries(
-        args.work / f"worker-{args.child}", stage2=args.child, authority_url=args.url, authority_schema=args.schema, follow=False
+        args.work / f"worker-{args.child}",
+        stage2=args.child.removesuffix("-mapped"),
+        authority_url=args.url,
+        authority_schema=args.schema,
+        follow=False,
+        bm25_folder=bm25_folder,
     )
     opened = time.perf_counter()
     rss_open = proc_status_mb("VmRSS")
@@ -119,6 +130,7 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     ready = time.perf_counter()
     gc.freeze()
     rss_ready = proc_status_mb("VmRSS")
+    anon_ready, file_ready = proc_status_mb("RssAnon"), proc_status_mb("RssFile")
     answers = [answer_of(retriever.retrieve(q)) for q in questions]  # the first pass: answers, and warm
     times, closure = [], []
     for _ in range(args.passes):
@@ -138,7 +150,12 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
         "rss_open_mb": rss_open,
         "rss_ready_mb": rss_ready,
         "rss_end_mb": proc_status_mb("VmRSS"),
+        "anon_ready_mb": anon_ready,
+        "file_ready_mb": file_ready,
+        "anon_end_mb": proc_status_mb("RssAnon"),
+        "file_end_mb": proc_status_mb("RssFile"),
         "peak_mb": proc_status_mb("VmHWM"),
+        "bm25_mapped_from_an_earlier_worker": built,
         "latency_ms": percentiles(times),
         "load": os.getloadavg(),
     }
@@ -198,21 +215,29 @@ def write_md(results: dict[str, Any], path: Path) -> None:
         "workers are fresh processes, one at a time, modes alternating; `gc.freeze()` after loading as "
         "`car-rag serve` does.",
         "",
-        "| round | mode | start s (open + model) | open s | RSS after open MB | RSS ready MB | RSS end MB | peak MB | "
-        "whole retriever p50 / p95 / p99 ms | closure records per query (mean, max) | load |",
+        "| round | mode | start s (open + model) | open s | RSS after open MB | RSS ready MB | RSS end MB "
+        "(anonymous + mapped files) | peak MB | whole retriever p50 / p95 / p99 ms | closure records per query "
+        "(mean, max) | load |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n, run in enumerate(runs):
         lat, c = run["latency_ms"], run.get("closure_records")
         closure = "–" if c is None else f"{c['mean']:.1f}, {c['max']}"
+        split = f" ({run['anon_end_mb']:.0f} + {run['file_end_mb']:.0f})" if "anon_end_mb" in run else ""
+        mode = run["mode"] + (
+            " (index mapped, built by an earlier worker)" if run.get("bm25_mapped_from_an_earlier_worker") else ""
+        )
         lines.append(
-            f"| {n // 2 + 1} | {run['mode']} | {run['start_s']:.1f} | {run['open_s']:.1f} | {run['rss_open_mb']:.0f} | "
-            f"{run['rss_ready_mb']:.0f} | {run['rss_end_mb']:.0f} | {run['peak_mb']:.0f} | "
+            f"| {n // len(results['modes']) + 1} | {mode} | {run['start_s']:.1f} | {run['open_s']:.1f} | "
+            f"{run['rss_open_mb']:.0f} | {run['rss_ready_mb']:.0f} | {run['rss_end_mb']:.0f}{split} | {run['peak_mb']:.0f} | "
             f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} | "
             f"{closure} | {', '.join(f'{x:.2f}' for x in run['load'])} |"
         )
-    same = results["same_answers"]
-    lines += ["", f"Answers (first pass, compared whole): {same['same']} of {same['questions']} the same in both modes."]
+    for mode, same in results["same_answers"].items():
+        lines += [
+            "",
+            f"Answers (first pass, compared whole), {mode} against memory: {same['same']} of {same['questions']} the same.",
+        ]
     feed = results.get("feed")
     if feed:
         d, w = feed["delay_ms"], feed["writer_ingest_ms"]
@@ -235,13 +260,18 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the store under --work when it holds --size records")
     parser.add_argument("--no-feed", action="store_true", help="skip the change-feed phase")
     parser.add_argument("--out", type=Path, default=ROOT / "evals" / "results" / "scale-out")
-    parser.add_argument("--child", choices=["memory", "sql", "follow"], help=argparse.SUPPRESS)
+    parser.add_argument("--modes", default="memory,sql", help="worker modes per round: memory, sql, sql-mapped")
+    parser.add_argument("--name", default="stage2-sql", help="the results' file name (.md, .json) under --out")
+    parser.add_argument("--child", choices=[*MODES, "follow"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--schema", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child_follow(args) if args.child == "follow" else child_worker(args)))
         return
+    modes = args.modes.split(",")
+    if "memory" not in modes or not set(modes) <= set(MODES):
+        parser.error(f"--modes: memory and any of {', '.join(MODES[1:])}, got {args.modes}")
     args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -253,6 +283,7 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
         "passes": args.passes,
+        "modes": modes,
         "workers": [],
     }
     with throwaway_postgres(args.work / "pg") as pg:
@@ -261,21 +292,24 @@ def main() -> None:
         results["build"] = build(args.url, args.schema, args.size, args.work, args.reuse)
         results["questions"] = len(json.loads((args.work / "questions.json").read_text()))
         for _ in range(args.rounds):
-            for mode in ("memory", "sql"):
+            for mode in modes:
                 print("worker", mode, flush=True)
                 child = _child(args, mode)
                 out, _ = child.communicate()
                 assert child.returncode == 0, f"the {mode} worker failed"
                 results["workers"].append(json.loads(out))
                 print(json.dumps(results["workers"][-1]), flush=True)
-        memory, sql = (json.loads((args.work / f"answers-{m}.json").read_text()) for m in ("memory", "sql"))
-        results["same_answers"] = {"questions": len(memory), "same": sum(a == b for a, b in zip(memory, sql))}
+        memory = json.loads((args.work / "answers-memory.json").read_text())
+        results["same_answers"] = {}
+        for mode in (m for m in modes if m != "memory"):
+            other = json.loads((args.work / f"answers-{mode}.json").read_text())
+            results["same_answers"][mode] = {"questions": len(memory), "same": sum(a == b for a, b in zip(memory, other))}
         if not args.no_feed:
             print("feed", flush=True)
             results["feed"] = measure_feed(args)
-    (args.out / "stage2-sql.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_md(results, args.out / "stage2-sql.md")
-    print("wrote", args.out / "stage2-sql.md")
+    (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_md(results, args.out / f"{args.name}.md")
+    print("wrote", args.out / f"{args.name}.md")
 
 
 if __name__ == "__main__":

@@ -148,15 +148,17 @@ def test_auto_picks_sql_above_the_threshold_only(pg_store, tmp_path, embedder) -
 
 def test_the_cli_query_answers_the_same_in_both_modes(pg_store, tmp_path, capsys) -> None:
     outputs = []
-    for mode in ("memory", "sql"):
+    mapped = ["--stage2-bm25-folder", str(tmp_path / "bm25")]
+    for mode in (["memory"], ["sql"], ["sql", *mapped]):
         code = main(
-            ["query", "--store", str(tmp_path), "--authority-url", pg_store, "--stage2", mode, "--format", "json",
+            ["query", "--store", str(tmp_path), "--authority-url", pg_store, "--stage2", *mode, "--format", "json",
              "Is lodash still vulnerable to CVE-2099-10001?"]
         )  # fmt: skip
         assert code == 0
         said = capsys.readouterr().out
         outputs.append(said[: said.index('"timings_ms"')])
-    assert outputs[0] == outputs[1] and "sec-lodash" in outputs[0]
+    assert outputs[0] == outputs[1] == outputs[2] and "sec-lodash" in outputs[0]
+    assert (tmp_path / "bm25" / "current" / "index.json").is_file()
 
 
 def test_a_bad_stage2_value_is_refused_by_name(pg_store, tmp_path, capsys) -> None:

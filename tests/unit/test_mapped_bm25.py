@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from car_rag.channels import make_lexical_index
-from car_rag.channels.mapped_bm25 import new_mapped, open_mapped
+from car_rag.channels.mapped_bm25 import MappedIncrementalBM25Index, new_mapped, open_mapped
 
 IDS = [f"r{i}" for i in range(6)]
 TEXTS = [
@@ -64,14 +64,14 @@ def test_open_maps_the_newest_build_and_a_rebuild_leaves_a_mapping_readable(back
 
 
 def test_added_records_score_as_in_the_heap_and_a_compaction_publishes_them(tmp_path: Path) -> None:
-    heap, mapped = make_lexical_index("bm25-incremental"), new_mapped("bm25-incremental", tmp_path)
+    heap, mapped = make_lexical_index("bm25-incremental"), MappedIncrementalBM25Index(tmp_path)
     heap.build(IDS, TEXTS)
     mapped.build(IDS, TEXTS)
     more = [f"lodash advisory {i} on trim" for i in range(5000)]  # past the pending limit: compacted
     heap.add([f"n{i}" for i in range(5000)], more)
     mapped.add([f"n{i}" for i in range(5000)], more)
     assert np.array_equal(heap.scores("lodash trim"), mapped.scores("lodash trim"))
-    assert not mapped._pending and isinstance(mapped._docs, np.memmap)  # type: ignore[attr-defined]
+    assert not mapped._pending and isinstance(mapped._docs, np.memmap)
     reopened = open_mapped("bm25-incremental", tmp_path)
     assert reopened is not None and np.array_equal(reopened.scores("lodash trim"), heap.scores("lodash trim"))
 
