@@ -152,13 +152,14 @@ class LeanStore:
         return saved if saved is not None and len(saved.doc_ids) == count else None
 
     def _new_lexical(self) -> LexicalIndex:
-        """An index to build: in the heap, or mapped from ``bm25_folder`` (the one this process
-        maps, rebuilt in place under the feed's write lock, so it removes its earlier build)."""
+        """An index to build: in the heap, or mapped from ``bm25_folder`` (publishing where the
+        one it replaces did, so that this process's earlier build is removed)."""
         if self.bm25_folder is None:
             return make_lexical_index(self.config["bm25_backend"])
+        fresh = new_mapped(self.config["bm25_backend"], self.bm25_folder)
         if isinstance(self.lexical, MappedBM25Index | MappedIncrementalBM25Index):
-            return self.lexical
-        return new_mapped(self.config["bm25_backend"], self.bm25_folder)
+            fresh.builds = self.lexical.builds
+        return fresh
 
     @property
     def location(self) -> str:

@@ -202,7 +202,8 @@ def test_car_rag_serve_answers_the_same_with_stage2_sql_and_refuses_writes(pg_st
 
 def test_bm25_mapped_from_a_folder_answers_as_in_memory_and_follows_inserts(pg_store, demo_queries, tmp_path, embedder) -> None:
     """``bm25_folder``: BM25 memory-mapped (the store's backend, :mod:`car_rag.channels.mapped_bm25`),
-    the same answers; a second worker maps the saved index without rebuilding it; the feed adds an insert."""
+    the same answers; a second worker maps the saved index without rebuilding it; the feed adds an
+    insert, and rebuilds for a replaced record."""
     folder = tmp_path / "bm25"
     with (
         CARStore.open(tmp_path / "memory", authority_url=pg_store, embedder=embedder, follow=False) as memory,
@@ -232,6 +233,10 @@ def test_bm25_mapped_from_a_folder_answers_as_in_memory_and_follows_inserts(pg_s
             assert [h.doc_id for h in mapped.lexical.search("quokka", 5)] == ["mapped-extra"]  # added (in the heap)
             expected = answer_of(ControllingAuthorityRetriever(writer).retrieve("quokka advisory"))
             assert answer_of(in_sql.retrieve("quokka advisory")) == expected
+            assert writer.ingest([{**extra, "text": "Quokka advisory, revised: wombats too."}], progress=False).errors == []
+            mapped.catch_up()  # a record replaced: rebuilt and published again, its earlier build removed
+            assert [h.doc_id for h in mapped.lexical.search("wombat", 5)] == ["mapped-extra"]
+            assert (folder / "current").resolve() != built and not built.exists()
 
 
 def test_bm25_folder_is_refused_for_a_backend_it_cannot_map(pg_store, tmp_path) -> None:
