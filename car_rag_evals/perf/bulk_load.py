@@ -41,7 +41,7 @@ from car_rag.postgres import PostgresRecordLog
 from car_rag.postgres.log import _gate
 from car_rag.records import Record, parse_records
 
-__all__ = ["BulkLoader", "LoadReport", "create_store", "edges_agree"]
+__all__ = ["STORED_ROWS", "BulkLoader", "LoadReport", "create_store", "edges_agree", "stored_rows"]
 
 WINDOW = 200_000
 """Records a run may name in ``supersedes`` (``edges="runs"``): the most recent ones."""
@@ -328,3 +328,22 @@ def _text_array(values: Sequence[str]) -> bytes:
         return struct.pack(">iii", 0, 0, _TEXT_OID)
     head = struct.pack(">iiiii", 1, 0, _TEXT_OID, len(values), 1)
     return head + b"".join(struct.pack(">i", len(v.encode())) + v.encode() for v in values)
+
+
+STORED_ROWS = {
+    "records": "doc_id, seq, change, fingerprint, body, vector, vector_pending, embedding::text, tenant, public, readers",
+    "edges": "superseder, target, rule, confidence",
+    "disputed_edges": "superseder, target, rule, confidence",
+    "scope_index": "key, value, doc_id",
+    "store": "config::text",
+}
+"""What a store holds in ``schema``, table by table: what a bulk load must write as ingest does."""
+
+
+def stored_rows(url: str, schema: str) -> dict[str, list[tuple]]:
+    """Every row of :data:`STORED_ROWS` in ``schema``, ordered by all its columns (comparable across stores)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        order = {t: ", ".join(str(i + 1) for i in range(c.count(",") + 1)) for t, c in STORED_ROWS.items()}
+        return {t: conn.execute(f"SELECT {c} FROM {schema}.{t} ORDER BY {order[t]}").fetchall() for t, c in STORED_ROWS.items()}

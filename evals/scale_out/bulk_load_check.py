@@ -26,25 +26,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa: E402
 from car_rag.embedding import DEFAULT_MODEL, Embedder  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
-from car_rag_evals.perf.bulk_load import BulkLoader, create_store, edges_agree  # noqa: E402
+from car_rag_evals.perf.bulk_load import STORED_ROWS, BulkLoader, create_store, edges_agree, stored_rows  # noqa: E402
 from car_rag_evals.perf.corpus import generate, gist_vectors  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = {
-    "records": "doc_id, seq, change, fingerprint, body, vector, vector_pending, embedding::text, tenant, public, readers",
-    "edges": "superseder, target, rule, confidence",
-    "disputed_edges": "superseder, target, rule, confidence",
-    "scope_index": "key, value, doc_id",
-    "store": "config::text",
-}
-
-
-def rows(url: str, schema: str) -> dict[str, list[tuple]]:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        order = {t: ", ".join(str(i + 1) for i in range(c.count(",") + 1)) for t, c in ROWS.items()}
-        return {t: conn.execute(f"SELECT {c} FROM {schema}.{t} ORDER BY {order[t]}").fetchall() for t, c in ROWS.items()}
 
 
 def answers(store: CARStore, questions: list[str]) -> list[list[tuple]]:
@@ -95,8 +80,8 @@ def main() -> None:
         loaded = BulkLoader(url, "loaded", policy).load(corpus.records, vectors)
         result["bulk_load_s"] = time.perf_counter() - tick
         result["bulk_load"] = loaded.__dict__
-        a, b = rows(url, "ingested"), rows(url, "loaded")
-        result["rows"] = {t: {"ingest": len(a[t]), "bulk": len(b[t]), "identical": a[t] == b[t]} for t in ROWS}
+        a, b = stored_rows(url, "ingested"), stored_rows(url, "loaded")
+        result["rows"] = {t: {"ingest": len(a[t]), "bulk": len(b[t]), "identical": a[t] == b[t]} for t in STORED_ROWS}
         stores = [
             CARStore.open(args.work / s, authority_url=url, authority_schema=s, embedder=embedder, follow=False)
             for s in ("ingested", "loaded")

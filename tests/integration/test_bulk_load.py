@@ -12,33 +12,16 @@ import pytest
 
 from car_rag import CARStore, Embedder, Policy
 from car_rag.postgres.fixture import throwaway_postgres
-from car_rag_evals.perf.bulk_load import BulkLoader, create_store, edges_agree
+from car_rag_evals.perf.bulk_load import BulkLoader, create_store, edges_agree, stored_rows
 from car_rag_evals.perf.corpus import generate, gist_vectors
 
 SIZE = 1_500
-ROWS = {
-    "records": "doc_id, seq, change, fingerprint, body, vector, vector_pending, embedding::text, tenant, public, readers",
-    "edges": "superseder, target, rule, confidence",
-    "disputed_edges": "superseder, target, rule, confidence",
-    "scope_index": "key, value, doc_id",
-    "store": "config::text",
-}
 
 
 @pytest.fixture(scope="module")
 def new_database() -> Iterator[Callable[[], str]]:
     with throwaway_postgres() as pg:
         yield pg.new_database
-
-
-def _rows(url: str, schema: str) -> dict[str, list[tuple]]:
-    with psycopg.connect(url) as conn:
-        return {
-            t: conn.execute(
-                f"SELECT {c} FROM {schema}.{t} ORDER BY {', '.join(str(i + 1) for i in range(c.count(',') + 1))}"
-            ).fetchall()
-            for t, c in ROWS.items()
-        }
 
 
 def _indexes(url: str, schema: str) -> list[tuple]:
@@ -63,14 +46,14 @@ def test_bulk_load_writes_the_rows_ingest_writes(
     ) as store:
         given = {r["doc_id"]: vectors[i] for i, r in enumerate(corpus.records)}
         assert not store.ingest(corpus.records, progress=False, embeddings=given, chunk_size=400).errors
-    want = _rows(url, "ingested")
+    want = stored_rows(url, "ingested")
     assert len(want["records"]) == SIZE and want["edges"]
     for edges in ("graph", "runs"):
         schema = f"loaded_{edges}"
         create_store(url, schema, security_policy, tmp_path / schema, embedder)
         report = BulkLoader(url, schema, security_policy, edges=edges).load(corpus.records, vectors, batch=700)
         assert (report.records, report.edges) == (SIZE, len(want["edges"]))
-        assert _rows(url, schema) == want, edges
+        assert stored_rows(url, schema) == want, edges
 
 
 def test_bulk_load_refuses_a_bad_record_and_a_store_with_records(
@@ -85,12 +68,12 @@ def test_bulk_load_refuses_a_bad_record_and_a_store_with_records(
     del broken[250]["text"]
     with pytest.raises(ValueError, match=rf"{broken[250]['doc_id']}.*text"):
         BulkLoader(url, "bad", security_policy).load(broken, vectors, batch=200)
-    assert _rows(url, "bad")["records"] == [] and _indexes(url, "bad") == indexes  # one transaction: nothing, indexes kept
+    assert stored_rows(url, "bad")["records"] == [] and _indexes(url, "bad") == indexes  # one transaction: nothing, indexes kept
     BulkLoader(url, "bad", security_policy).load(corpus.records, vectors)
-    before = _rows(url, "bad")
+    before = stored_rows(url, "bad")
     with pytest.raises(ValueError, match="holds records"):
         BulkLoader(url, "bad", security_policy).load(corpus.records, vectors)
-    assert _rows(url, "bad") == before
+    assert stored_rows(url, "bad") == before
 
 
 def test_runs_refuse_a_bucket_that_comes_back(security_policy: Policy) -> None:
