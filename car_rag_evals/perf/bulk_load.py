@@ -35,6 +35,7 @@ import numpy as np
 from car_rag import CARStore
 from car_rag.embedding import Embedder
 from car_rag.extractors import ScopeExtractor
+from car_rag.extras import require
 from car_rag.graph import AuthorityGraph, Edge
 from car_rag.policy import Policy
 from car_rag.postgres import PostgresRecordLog
@@ -342,7 +343,7 @@ STORED_ROWS = {
 
 def stored_rows(url: str, schema: str) -> dict[str, list[tuple]]:
     """Every row of :data:`STORED_ROWS` in ``schema``, ordered by all its columns (comparable across stores)."""
-    import psycopg
+    psycopg = require("psycopg", "postgres", "reading a store's rows")
 
     with psycopg.connect(url) as conn:
         order = {t: ", ".join(str(i + 1) for i in range(c.count(",") + 1)) for t, c in STORED_ROWS.items()}
