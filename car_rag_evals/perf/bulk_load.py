@@ -35,7 +35,6 @@ import numpy as np
 from car_rag import CARStore
 from car_rag.embedding import Embedder
 from car_rag.extractors import ScopeExtractor
-from car_rag.extras import require
 from car_rag.graph import AuthorityGraph, Edge
 from car_rag.policy import Policy
 from car_rag.postgres import PostgresRecordLog
@@ -343,8 +342,6 @@ STORED_ROWS = {
 
 def stored_rows(url: str, schema: str) -> dict[str, list[tuple]]:
     """Every row of :data:`STORED_ROWS` in ``schema``, ordered by all its columns (comparable across stores)."""
-    psycopg = require("psycopg", "postgres", "reading a store's rows")
-
-    with psycopg.connect(url) as conn:
+    with PostgresRecordLog(url, schema).connect(role="check") as conn:
         order = {t: ", ".join(str(i + 1) for i in range(c.count(",") + 1)) for t, c in STORED_ROWS.items()}
         return {t: conn.execute(f"SELECT {c} FROM {schema}.{t} ORDER BY {order[t]}").fetchall() for t, c in STORED_ROWS.items()}
