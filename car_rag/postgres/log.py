@@ -11,8 +11,9 @@ stores::
                    with the pgvector engine (:class:`VectorColumn`) also embedding (the vector as
                    pgvector's type, under an HNSW index) and tenant, public, readers (what the
                    caller gate reads), written in the same transaction
-    edges          supersession edges (superseder, target, rule, confidence)
-    disputed_edges the claims of disputed pairs, both directions
+    edges          supersession edges (superseder, target, rule, confidence), a btree on target
+    disputed_edges the claims of disputed pairs, both directions, a btree on target (the closure
+                   query and a rewrite look edges up by the record they void)
     scope_index    (key, value, doc_id): the entity index, a btree on key and value
 
 Writers take turns under a transaction-scoped advisory lock, so changes are numbered and
@@ -461,6 +462,7 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS edges_by_target ON {edges} (target)",
     "CREATE TABLE IF NOT EXISTS {disputed_edges} (superseder text NOT NULL, target text NOT NULL, rule text NOT NULL, "
     "confidence double precision NOT NULL DEFAULT 1.0, PRIMARY KEY (superseder, target))",
+    "CREATE INDEX IF NOT EXISTS disputed_edges_by_target ON {disputed_edges} (target)",
     "CREATE TABLE IF NOT EXISTS {scope_index} (key text NOT NULL, value text NOT NULL, doc_id text NOT NULL, "
     "PRIMARY KEY (key, value, doc_id))",
     "CREATE INDEX IF NOT EXISTS scope_index_by_doc ON {scope_index} (doc_id)",
