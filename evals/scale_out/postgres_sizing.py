@@ -196,6 +196,7 @@ REPLICA = (
     "ALTER TABLE {t}.edges ADD PRIMARY KEY (superseder, target)",
     "CREATE INDEX edges_by_target ON {t}.edges (target)",
     "ALTER TABLE {t}.disputed_edges ADD PRIMARY KEY (superseder, target)",
+    "CREATE INDEX disputed_edges_by_target ON {t}.disputed_edges (target)",
     "ALTER TABLE {t}.scope_index ADD PRIMARY KEY (key, value, doc_id)",
     "CREATE INDEX scope_index_by_doc ON {t}.scope_index (doc_id)",
     "ANALYZE {t}.records",
