@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class LexicalIndex(ABC):
     """Whether :meth:`add` appends records without rebuilding (streaming inserts)."""
 
     def __init__(self) -> None:
-        self.doc_ids: list[str] = []
+        self.doc_ids: Sequence[str] = []
         self.generation = 0
         """Bumped by every in-place change, so callers can drop what they derived from the index."""
 
@@ -123,5 +123,9 @@ class LexicalIndex(ABC):
         meta.unlink(missing_ok=True)
         self._save_body(folder)
         partial = meta.with_name(meta.name + ".partial")
-        partial.write_text(json.dumps({"backend": self.backend, "doc_ids": self.doc_ids}))
+        partial.write_text(json.dumps({"backend": self.backend, **self._saved_ids()}))
         os.replace(partial, meta)
+
+    def _saved_ids(self) -> dict[str, Any]:
+        """What ``index.json`` holds of the ids: the list (an index that writes them elsewhere says where)."""
+        return {"doc_ids": list(self.doc_ids)}

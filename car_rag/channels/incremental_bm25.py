@@ -21,6 +21,7 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 
 from car_rag.channels.base import LexicalIndex
+from car_rag.mapped_files import StringColumn
 
 __all__ = ["IncrementalBM25Index"]
 
@@ -33,6 +34,8 @@ class IncrementalBM25Index(LexicalIndex):
 
     backend = "bm25-incremental"
     supports_add = True
+    doc_ids: list[str] | StringColumn
+    """A list; mapped from files where the index is (:mod:`car_rag.channels.mapped_bm25`)."""
 
     def __init__(self) -> None:
         super().__init__()

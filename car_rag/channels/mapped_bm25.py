@@ -5,9 +5,10 @@ its heap, 42 MB per 100k records, so a 10M-record store cannot be served by a 2 
 indexes are the store's own backends (``bm25s``, ``bm25-incremental``) with their large arrays
 (score matrix or postings, token ids) in files mapped read-only: the same arrays, so the same
 scores and rankings, but their pages belong to the page cache (shared by the workers mapping them,
-dropped under pressure) and a query touches only its terms' pages. What stays in the heap: the
-ids, the vocabulary, per-record lengths (``bm25-incremental``) and postings added since the last
-compaction.
+dropped under pressure) and a query touches only its terms' pages. The ids are mapped too
+(:class:`~car_rag.mapped_files.StringColumn`, found by hash, not through a dict). What stays in
+the heap: the vocabulary, per-record lengths (``bm25-incremental``), and the postings and ids
+added since the last compaction.
 
 Each build goes to a new subfolder of the index's folder and ``current`` is pointed at it by one
 rename: a file is never rewritten in place, since truncating a file another process maps kills
@@ -30,11 +31,22 @@ import numpy as np
 from car_rag.channels.base import LexicalIndex
 from car_rag.channels.bm25s_index import BM25sIndex
 from car_rag.channels.incremental_bm25 import IncrementalBM25Index
+from car_rag.mapped_files import StringColumn
 
 __all__ = ["MAPPED_BACKENDS", "MappedBM25Index", "MappedIncrementalBM25Index", "open_mapped", "new_mapped"]
 
 CURRENT = "current"
 """The link in an index's folder to the build :func:`open_mapped` maps."""
+IDS = "ids"
+"""The ids' column in a build (:class:`~car_rag.mapped_files.StringColumn`), named in its ``index.json``."""
+
+
+def _save_ids(index: LexicalIndex, folder: Path) -> None:
+    StringColumn.write(folder / IDS, index.doc_ids)
+
+
+def _saved_ids() -> dict[str, Any]:
+    return {"ids": IDS}
 
 
 class Builds:
@@ -86,7 +98,11 @@ class MappedBM25Index(BM25sIndex):
         if self.doc_ids:  # bm25s cannot index an empty corpus; scores() answers for it from the heap
             self._load_body(self.builds.publish(self))
 
+    def _saved_ids(self) -> dict[str, Any]:
+        return _saved_ids()
+
     def _save_body(self, folder: Path) -> None:
+        _save_ids(self, folder)
         self._bm25.save(str(folder), show_progress=False)
         self._tokenizer.save_vocab(str(folder))
         self._tokenizer.save_stopwords(str(folder))
@@ -94,6 +110,7 @@ class MappedBM25Index(BM25sIndex):
         np.save(folder / "corpus-offsets.npy", self._offsets)
 
     def _load_body(self, folder: Path) -> None:
+        self.doc_ids = StringColumn(folder / IDS)
         self._tokens = np.load(folder / "corpus-tokens.npy", mmap_mode="r")
         self._offsets = np.load(folder / "corpus-offsets.npy", mmap_mode="r")
         self._readers.clear()
@@ -120,8 +137,12 @@ class MappedIncrementalBM25Index(IncrementalBM25Index):
         super()._compact()
         self._load_body(self.builds.publish(self))
 
+    def _saved_ids(self) -> dict[str, Any]:
+        return _saved_ids()
+
     def _save_body(self, folder: Path) -> None:
         self._compact()
+        _save_ids(self, folder)
         for name in ("ptr", "docs", "tf"):
             np.save(folder / f"postings-{name}.npy", getattr(self, f"_{name}"))
         np.save(folder / "lengths.npy", self._lengths[: len(self.doc_ids)])
@@ -129,6 +150,7 @@ class MappedIncrementalBM25Index(IncrementalBM25Index):
         self._tokenizer.save_stopwords(str(folder))
 
     def _load_body(self, folder: Path) -> None:
+        self.doc_ids = StringColumn(folder / IDS)
         self._ptr, self._docs, self._tf = (np.load(folder / f"postings-{n}.npy", mmap_mode="r") for n in ("ptr", "docs", "tf"))
         # Lengths are written by add (4 bytes a record): kept in the heap.
         self._lengths = np.array(np.load(folder / "lengths.npy"), dtype=np.float32)
@@ -157,8 +179,7 @@ def open_mapped(backend: str, folder: Path) -> MappedBM25Index | MappedIncrement
     found = index.builds.current()
     if found is None or found[1].get("backend") != index.backend:
         return None
-    built, saved = found
-    index.doc_ids = saved["doc_ids"]
+    built, _ = found
     try:
         index._load_body(built)
     except FileNotFoundError:  # removed meanwhile by the process that published a newer one

@@ -26,7 +26,7 @@ from car_rag.postgres.log import PostgresRecordLog
 from car_rag.record_log import parse_stored
 from car_rag.records import Record
 
-__all__ = ["ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "texts"]
+__all__ = ["ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "stored_ids", "texts"]
 
 _MEMBERS = (
     "WITH RECURSIVE seeds(doc_id) AS ("
@@ -101,6 +101,15 @@ def scope_values(conn: Any, log: PostgresRecordLog) -> Iterator[tuple[str, str]]
         cursor.itersize = 20_000
         cursor.execute(log._sql("SELECT DISTINCT key, value FROM {scope_index}"))
         yield from cursor
+
+
+def stored_ids(conn: Any, log: PostgresRecordLog) -> Iterator[str]:
+    """Every record's id in ingest order, streamed: what a saved BM25 index is checked against."""
+    with conn.cursor(name="car_rag_ids") as cursor:
+        cursor.itersize = 20_000
+        cursor.execute(log._sql("SELECT doc_id FROM {records} ORDER BY seq"))
+        for (doc_id,) in cursor:
+            yield doc_id
 
 
 def texts(conn: Any, log: PostgresRecordLog, *, vectors: bool) -> Iterator[tuple[str, str, np.ndarray | None]]:

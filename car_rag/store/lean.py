@@ -32,9 +32,10 @@ from car_rag.channels.mapped_bm25 import MAPPED_BACKENDS, MappedBM25Index, Mappe
 from car_rag.eligibility import Gate
 from car_rag.embedding import Embedder
 from car_rag.graph import AuthorityGraph
+from car_rag.mapped_files import StringColumn
 from car_rag.policy import Policy
 from car_rag.postgres import DEFAULT_SCHEMA, ChangeFeed, PgVectorChannel, PostgresRecordLog
-from car_rag.postgres.closure import ClosureQuery, records_by_id, scope_values, texts
+from car_rag.postgres.closure import ClosureQuery, records_by_id, scope_values, stored_ids, texts
 from car_rag.record_log import Change
 from car_rag.records import Record
 from car_rag.scope_linking import ScopeVocabulary
@@ -85,6 +86,7 @@ class LeanStore:
         """The newest change BM25 and the vocabulary hold."""
         self.closure = ClosureQuery(shared, self.policy)
         self._indexed: set[str] = set()
+        """The ids BM25 holds where they are in the heap (mapped ones are found in their files)."""
         self._idle: list[Any] = []
         self._pool = threading.Lock()
         self.load()
@@ -118,22 +120,24 @@ class LeanStore:
         return store
 
     def load(self) -> None:
-        """BM25, exact-search vectors (up to the limit) and the vocabulary, from one snapshot."""
+        """BM25, exact-search vectors (up to the limit) and the vocabulary, from one snapshot. An
+        index saved in ``bm25_folder`` is checked against the stored ids one by one as they stream
+        (its ids are mapped, the stored ones never all in the heap)."""
         with self.log.connect(autocommit=False, role="load") as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             count, head = conn.execute(self.log._sql("SELECT count(*), coalesce(max(change), 0) FROM {records}")).fetchone()
+            exact = count <= self.dense.exact_limit
             saved = self._saved_lexical(count)
+            if saved is not None and any(a != b for a, b in zip(saved.doc_ids, stored_ids(conn, self.log))):
+                saved = None  # as many records, others (or in another order)
             ids, bodies, vectors = [], [], {}
-            for doc_id, text, vector in texts(conn, self.log, vectors=count <= self.dense.exact_limit):
-                ids.append(doc_id)
-                if saved is None:
-                    bodies.append(text)
-                if vector is not None:
-                    vectors[doc_id] = vector
-            if saved is not None and saved.doc_ids != ids:  # as many records, others (or in another order)
-                saved, bodies = None, [text for _, text, _ in texts(conn, self.log, vectors=False)]
-            elif saved is not None:
-                saved.doc_ids = ids  # one list of ids in the heap, not the saved copy beside it
+            if saved is None or exact:
+                for doc_id, text, vector in texts(conn, self.log, vectors=exact):
+                    ids.append(doc_id)
+                    if saved is None:
+                        bodies.append(text)
+                    if vector is not None:
+                        vectors[doc_id] = vector
             vocabulary = ScopeVocabulary()
             vocabulary.add(scope_values(conn, self.log))
         if saved is None:
@@ -141,8 +145,16 @@ class LeanStore:
             lexical.build(ids, bodies)
         else:
             lexical = saved
-        self.dense.hold(ids, vectors)
-        self.lexical, self.vocabulary, self._indexed, self.head = lexical, vocabulary, set(ids), int(head)
+        self.dense.hold(ids if exact else lexical.doc_ids, vectors)
+        self.lexical, self.vocabulary, self.head = lexical, vocabulary, int(head)
+        self._indexed = set() if isinstance(lexical.doc_ids, StringColumn) else set(ids)
+
+    def _holds_any(self, doc_ids: Sequence[str]) -> bool:
+        """Whether BM25 holds one of ``doc_ids`` already (a record replaced since)."""
+        held = self.lexical.doc_ids
+        if isinstance(held, StringColumn):  # found by hash in its mapped files
+            return any(d in held for d in doc_ids)
+        return not self._indexed.isdisjoint(doc_ids)
 
     def _saved_lexical(self, count: int) -> LexicalIndex | None:
         """The index ``bm25_folder`` holds where it may be of the ``count`` stored records (checked by id after)."""
@@ -213,8 +225,14 @@ class LeanStore:
     def gate_mask(self, gate: Gate, doc_ids: Sequence[str]) -> np.ndarray:
         """``gate``'s mask over ``doc_ids``, decided by PostgreSQL over the stored records (the
         condition the dense channel searches under: :meth:`~car_rag.eligibility.Gate.chroma_where`)."""
-        admitted = set(self.dense._matching(gate.chroma_where() or {}))
-        return np.fromiter((d in admitted for d in doc_ids), dtype=bool, count=len(doc_ids))
+        admitted = self.dense._matching(gate.chroma_where() or {})
+        if isinstance(doc_ids, StringColumn):  # BM25's mapped ids: each admitted one found by hash
+            mask = np.zeros(len(doc_ids), dtype=bool)
+            positions = [p for p in map(doc_ids.position, admitted) if p is not None]
+            mask[positions] = True
+            return mask
+        held = set(admitted)
+        return np.fromiter((d in held for d in doc_ids), dtype=bool, count=len(doc_ids))
 
     # ------------------------------------------------------------------ the change feed
     def catch_up(self) -> list[Change]:
@@ -231,9 +249,10 @@ class LeanStore:
             vectors = {c.record.doc_id: c.vector for c in fresh if c.vector is not None}
             if vectors:
                 self.dense.put(list(vectors), np.vstack(list(vectors.values())))
-            if self.lexical.supports_add and not self._indexed.intersection(ids) and len(set(ids)) == len(ids):
+            if self.lexical.supports_add and not self._holds_any(ids) and len(set(ids)) == len(ids):
                 self.lexical.add(ids, [c.record.text for c in fresh])
-                self._indexed.update(ids)
+                if not isinstance(self.lexical.doc_ids, StringColumn):
+                    self._indexed.update(ids)
                 self.head = fresh[-1].number
             else:  # a record replaced: its place in BM25 is its first ingest's, as in the store
                 self.load()

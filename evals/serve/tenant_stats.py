@@ -58,11 +58,11 @@ class SharedStatistics(LexicalIndex):
         self._held = held
 
     @property
-    def doc_ids(self) -> list[str]:
+    def doc_ids(self) -> Sequence[str]:
         return self._held().doc_ids
 
     @doc_ids.setter
-    def doc_ids(self, _value: list[str]) -> None:
+    def doc_ids(self, _value: Sequence[str]) -> None:
         pass  # the held index's ids are the ones read
 
     @property

@@ -9,6 +9,7 @@ import pytest
 
 from car_rag.channels import make_lexical_index
 from car_rag.channels.mapped_bm25 import MappedIncrementalBM25Index, new_mapped, open_mapped
+from car_rag.mapped_files import StringColumn
 
 IDS = [f"r{i}" for i in range(6)]
 TEXTS = [
@@ -51,7 +52,7 @@ def test_open_maps_the_newest_build_and_a_rebuild_leaves_a_mapping_readable(back
     first = new_mapped(backend, tmp_path)
     first.build(IDS, TEXTS)
     opened = open_mapped(backend, tmp_path)
-    assert opened is not None and opened.doc_ids == IDS
+    assert opened is not None and opened.doc_ids == IDS and isinstance(opened.doc_ids, StringColumn)
     assert open_mapped("bm25s" if backend != "bm25s" else "bm25-incremental", tmp_path) is None  # another backend's
     before = opened.scores("lodash ReDoS")
     generation = first.generation
@@ -72,6 +73,9 @@ def test_added_records_score_as_in_the_heap_and_a_compaction_publishes_them(tmp_
     mapped.add([f"n{i}" for i in range(5000)], more)
     assert np.array_equal(heap.scores("lodash trim"), mapped.scores("lodash trim"))
     assert not mapped._pending and isinstance(mapped._docs, np.memmap)
+    assert isinstance(mapped.doc_ids, StringColumn) and mapped.doc_ids.position("n4999") == len(IDS) + 4999
+    mapped.add(["late"], ["lodash"])  # pending: its id in the heap until the next compaction
+    assert mapped.doc_ids.position("late") == len(IDS) + 5000 and mapped.search("lodash", 1, None)
     reopened = open_mapped("bm25-incremental", tmp_path)
     assert reopened is not None and np.array_equal(reopened.scores("lodash trim"), heap.scores("lodash trim"))
 
