@@ -1,24 +1,37 @@
-"""What a worker maps from files instead of holding in its heap: strings by position.
+"""What a worker maps from files instead of holding in its heap: strings by position, and the
+builds of a folder such files are published in.
 
 A ``stage2="sql"`` worker (:class:`~car_rag.store.lean.LeanStore`) must name every record BM25
 scores, and find a record's position from its id; a Python list of 10M ids (and a set or a dict
 beside it to find them) is over a gigabyte of heap. A :class:`StringColumn` keeps them in files
 written once and mapped read-only: shared by the workers mapping them, in the page cache only
 where read. Files are never rewritten in place (truncating a file another process maps kills
-that process); a new build writes new files.
+that process); a new build writes new files, in a new subfolder (:class:`Builds`), and workers
+sharing a folder build it one at a time (:func:`building`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
+import os
+import shutil
+import tempfile
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
-__all__ = ["StringColumn", "hash64"]
+__all__ = ["Builds", "StringColumn", "building", "hash64"]
+
+CURRENT = "current"
+"""The link in a folder of builds to the newest one."""
+META = "index.json"
+"""The file a build writes last, saying what it holds (:meth:`Builds.current` reads it)."""
 
 _CHUNK = 4096
 """Strings decoded per read of the mapped bytes when iterating."""
@@ -128,3 +141,47 @@ class StringColumn(Sequence[str]):
         return all(a == b for a, b in zip(self, other))
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class Builds:
+    """The builds under ``folder``: each in a new subfolder, ``current`` naming the newest."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._own: Path | None = None
+        """The build this process published last (removed when it publishes the next one)."""
+
+    def current(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest build and its ``index.json``; None where there is none (or it went meanwhile)."""
+        try:
+            built = (self.folder / CURRENT).resolve(strict=True)
+            return built, json.loads((built / META).read_text())
+        except FileNotFoundError:
+            return None
+
+    def publish(self, save: Callable[[Path], object]) -> Path:
+        """A new build that ``save`` writes into the folder it is given (``index.json`` last), made
+        the newest by one rename; the folder."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        built = Path(tempfile.mkdtemp(prefix="index-", dir=self.folder))
+        save(built)
+        link = self.folder / f".{built.name}.link"
+        os.symlink(built.name, link)
+        os.replace(link, self.folder / CURRENT)
+        earlier, self._own = self._own, built
+        if earlier is not None:  # processes mapping it keep reading it
+            shutil.rmtree(earlier, ignore_errors=True)
+        return built
+
+
+@contextmanager
+def building(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s build lock (an advisory lock on a file in it, let go if the process dies):
+    workers starting together build a folder once, the others waiting, then mapping that build."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".building").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -20,23 +20,29 @@ with that value).
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 import weakref
+from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
 from car_rag.graph import AuthorityGraph, DatedGraph
+from car_rag.mapped_files import META, StringColumn, hash64
 from car_rag.records import Record
 
 __all__ = [
     "Link",
     "ScopeValueIndex",
     "ScopeVocabulary",
+    "MappedVocabulary",
     "question_forms",
     "candidate_links",
     "accepted_links",
@@ -201,6 +207,67 @@ class ScopeVocabulary:
         """Every ``(key, value)`` some form of ``query``'s words names: a superset of what
         :func:`candidate_links` links, which then decides among them over their records."""
         return {pair for form in question_forms(query) for pair in self._forms.get(form, ())}
+
+
+class MappedVocabulary:
+    """:class:`ScopeVocabulary`'s lookup from files a worker maps, not its heap (a 10M-record
+    store's values are gigabytes as Python sets): each value's forms as sorted 64-bit hashes, each
+    beside the position of its ``(key, value)``; a hash found is checked against the value's own
+    forms, so two forms sharing a hash never name the wrong value. Pairs :meth:`add` gives after
+    the files were written are held in a :class:`ScopeVocabulary` (:attr:`added`)."""
+
+    def __init__(self, folder: Path) -> None:
+        """The vocabulary :meth:`write` put in ``folder``, mapped."""
+        self.values = StringColumn(folder / "values")
+        self._keys: list[str] = json.loads((folder / "keys.json").read_text())
+        self._key_of = np.load(folder / "value-keys.npy", mmap_mode="r")
+        self._hashes = np.load(folder / "form-hashes.npy", mmap_mode="r")
+        self._owners = np.load(folder / "form-values.npy", mmap_mode="r")
+        self.added = ScopeVocabulary()
+
+    @classmethod
+    def write(cls, folder: Path, pairs: Iterable[tuple[str, str]], meta: Mapping[str, object] | None = None) -> MappedVocabulary:
+        """Write the forms of ``pairs`` (read once, distinct) into ``folder``, then ``index.json``
+        holding ``meta``; the vocabulary, mapped."""
+        keys: dict[str, int] = {}
+        key_of, hashes, owners = array("i"), array("Q"), array("q")
+
+        def values() -> Iterator[str]:
+            for position, (key, value) in enumerate(pairs):
+                key_of.append(keys.setdefault(key, len(keys)))
+                for form in forms(value):
+                    hashes.append(hash64(form))
+                    owners.append(position)
+                yield value
+
+        StringColumn.write(folder / "values", values())
+        (folder / "keys.json").write_text(json.dumps(list(keys)))
+        np.save(folder / "value-keys.npy", np.frombuffer(key_of, dtype=np.int32))
+        by_hash = np.frombuffer(hashes, dtype=np.uint64)
+        order = np.argsort(by_hash, kind="stable")
+        np.save(folder / "form-hashes.npy", by_hash[order])
+        np.save(folder / "form-values.npy", np.frombuffer(owners, dtype=np.int64)[order])
+        (folder / META).write_text(json.dumps({"kind": "scope-vocabulary", **(meta or {})}))
+        return cls(folder)
+
+    def __len__(self) -> int:
+        """The pairs in its files (those added since not counted)."""
+        return len(self.values)
+
+    def add(self, pairs: Iterable[tuple[str, str]]) -> None:
+        self.added.add(pairs)
+
+    def named_by(self, query: str) -> set[tuple[str, str]]:
+        """What :meth:`ScopeVocabulary.named_by` returns over the same pairs."""
+        found = self.added.named_by(query)
+        for form in question_forms(query):
+            target = np.uint64(hash64(form))
+            first, last = np.searchsorted(self._hashes, target, side="left"), np.searchsorted(self._hashes, target, side="right")
+            for position in self._owners[first:last].tolist():
+                value = self.values[position]
+                if form in forms(value):
+                    found.add((self._keys[int(self._key_of[position])], value))
+        return found
 
 
 def candidate_links(query: str, graph: AuthorityGraph, readable: Callable[[Record], bool] | None = None) -> list[Link]:

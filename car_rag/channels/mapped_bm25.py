@@ -17,10 +17,6 @@ that process (SIGBUS), while unlinking one leaves its mapping readable.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,12 +27,10 @@ import numpy as np
 from car_rag.channels.base import LexicalIndex
 from car_rag.channels.bm25s_index import BM25sIndex
 from car_rag.channels.incremental_bm25 import IncrementalBM25Index
-from car_rag.mapped_files import StringColumn
+from car_rag.mapped_files import Builds, StringColumn
 
 __all__ = ["MAPPED_BACKENDS", "MappedBM25Index", "MappedIncrementalBM25Index", "open_mapped", "new_mapped"]
 
-CURRENT = "current"
-"""The link in an index's folder to the build :func:`open_mapped` maps."""
 IDS = "ids"
 """The ids' column in a build (:class:`~car_rag.mapped_files.StringColumn`), named in its ``index.json``."""
 
@@ -47,36 +41,6 @@ def _save_ids(index: LexicalIndex, folder: Path) -> None:
 
 def _saved_ids() -> dict[str, Any]:
     return {"ids": IDS}
-
-
-class Builds:
-    """The builds of one index under ``folder``: each in a new subfolder, ``current`` naming the newest."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._own: Path | None = None
-        """The build this process published last (removed when it publishes the next one)."""
-
-    def current(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest build and its ``index.json``; None where there is none (or it went meanwhile)."""
-        try:
-            built = (self.folder / CURRENT).resolve(strict=True)
-            return built, json.loads((built / "index.json").read_text())
-        except FileNotFoundError:
-            return None
-
-    def publish(self, index: LexicalIndex) -> Path:
-        """Save ``index`` as the newest build; the folder it is in."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        built = Path(tempfile.mkdtemp(prefix="index-", dir=self.folder))
-        index.save(built)
-        link = self.folder / f".{built.name}.link"
-        os.symlink(built.name, link)
-        os.replace(link, self.folder / CURRENT)
-        earlier, self._own = self._own, built
-        if earlier is not None:  # processes mapping it keep reading it
-            shutil.rmtree(earlier, ignore_errors=True)
-        return built
 
 
 class MappedBM25Index(BM25sIndex):
@@ -96,7 +60,7 @@ class MappedBM25Index(BM25sIndex):
         super().build(doc_ids, texts)
         self.generation += 1  # rebuilt in place (a store's change feed): what callers derived is stale
         if self.doc_ids:  # bm25s cannot index an empty corpus; scores() answers for it from the heap
-            self._load_body(self.builds.publish(self))
+            self._load_body(self.builds.publish(self.save))
 
     def _saved_ids(self) -> dict[str, Any]:
         return _saved_ids()
@@ -135,7 +99,7 @@ class MappedIncrementalBM25Index(IncrementalBM25Index):
         if not self._pending:
             return
         super()._compact()
-        self._load_body(self.builds.publish(self))
+        self._load_body(self.builds.publish(self.save))
 
     def _saved_ids(self) -> dict[str, Any]:
         return _saved_ids()

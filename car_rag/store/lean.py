@@ -13,7 +13,8 @@ brings BM25 and the vocabulary up to date. Queries only: it ingests nothing (wri
 ``CARStore`` processes or ``car-rag ingest``). With ``bm25_folder`` its BM25 is the store's
 backend saved there and memory-mapped (:mod:`car_rag.channels.mapped_bm25`): the same scores,
 outside the worker's heap, opened without rebuilding where the folder holds the index of the
-stored records (workers sharing the folder build it once).
+stored records (workers sharing the folder build it once); the vocabulary is mapped from there
+too (:class:`~car_rag.scope_linking.MappedVocabulary`).
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from car_rag.channels.mapped_bm25 import MAPPED_BACKENDS, MappedBM25Index, Mappe
 from car_rag.eligibility import Gate
 from car_rag.embedding import Embedder
 from car_rag.graph import AuthorityGraph
-from car_rag.mapped_files import StringColumn
+from car_rag.mapped_files import Builds, StringColumn
 from car_rag.policy import Policy
 from car_rag.postgres import DEFAULT_SCHEMA, ChangeFeed, PgVectorChannel, PostgresRecordLog
 from car_rag.postgres.closure import ClosureQuery, records_by_id, scope_values, stored_ids, texts
 from car_rag.record_log import Change
 from car_rag.records import Record
-from car_rag.scope_linking import ScopeVocabulary
+from car_rag.scope_linking import MappedVocabulary, ScopeVocabulary
 from car_rag.store.car_store import CARStore, with_publishers
 from car_rag.store.config import StoreError, built_encoder, checked, vector_column, vector_store_of
 from car_rag.store.locking import ReadWriteLock
@@ -47,6 +48,9 @@ from car_rag.trust import PublisherScopes
 __all__ = ["LeanStore", "STAGE2_MODES", "STAGE2_SQL_ABOVE", "open_for_queries", "stage2_for"]
 
 log = logging.getLogger(__package__)
+
+VOCABULARY = "vocabulary"
+"""The subfolder of ``bm25_folder`` the scope values' forms are published in (:class:`MappedVocabulary`)."""
 
 
 class LeanStore:
@@ -78,7 +82,8 @@ class LeanStore:
         shared.use_vector_column(vector_column(config))
         self.dense = PgVectorChannel(shared, ef_search=config["hnsw"]["ef_search"])
         self.lexical: LexicalIndex = make_lexical_index(config["bm25_backend"])
-        self.vocabulary = ScopeVocabulary()
+        self.vocabulary: ScopeVocabulary | MappedVocabulary = ScopeVocabulary()
+        self._vocabularies = None if self.bm25_folder is None else Builds(self.bm25_folder / VOCABULARY)
         self.lock = ReadWriteLock()
         """Queries hold its read side, the change feed its write side."""
         self.feed: ChangeFeed | None = None
@@ -138,8 +143,7 @@ class LeanStore:
                         bodies.append(text)
                     if vector is not None:
                         vectors[doc_id] = vector
-            vocabulary = ScopeVocabulary()
-            vocabulary.add(scope_values(conn, self.log))
+            vocabulary = self._load_vocabulary(conn, int(head))
         if saved is None:
             lexical = self._new_lexical()
             lexical.build(ids, bodies)
@@ -148,6 +152,17 @@ class LeanStore:
         self.dense.hold(ids if exact else lexical.doc_ids, vectors)
         self.lexical, self.vocabulary, self.head = lexical, vocabulary, int(head)
         self._indexed = set() if isinstance(lexical.doc_ids, StringColumn) else set(ids)
+
+    def _load_vocabulary(self, conn: Any, head: int) -> ScopeVocabulary | MappedVocabulary:
+        """The scope values' forms: in the heap, or written under ``bm25_folder`` and mapped."""
+        if self._vocabularies is None:
+            vocabulary = ScopeVocabulary()
+            vocabulary.add(scope_values(conn, self.log))
+            return vocabulary
+        built = self._vocabularies.publish(
+            lambda folder: MappedVocabulary.write(folder, scope_values(conn, self.log), {"change": head})
+        )
+        return MappedVocabulary(built)
 
     def _holds_any(self, doc_ids: Sequence[str]) -> bool:
         """Whether BM25 holds one of ``doc_ids`` already (a record replaced since)."""

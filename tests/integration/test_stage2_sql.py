@@ -20,6 +20,7 @@ from car_rag.cli import main
 from car_rag.eligibility import CallerContext, RecordFilter
 from car_rag.postgres.fixture import throwaway_postgres
 from car_rag.retriever import AnchorMode
+from car_rag.scope_linking import MappedVocabulary
 from car_rag.store import StoreError
 from car_rag.store.lean import LeanStore, open_for_queries, stage2_for
 from car_rag_evals.stage2_sql import answer_of
@@ -210,6 +211,7 @@ def test_bm25_mapped_from_a_folder_answers_as_in_memory_and_follows_inserts(pg_s
         LeanStore.open(pg_store, embedder=embedder, follow=False, bm25_folder=folder) as mapped,
     ):
         assert isinstance(mapped.lexical, MappedIncrementalBM25Index) and isinstance(mapped.lexical._docs, np.memmap)
+        assert isinstance(mapped.vocabulary, MappedVocabulary) and len(mapped.vocabulary) > 0
         assert len(mapped) == len(memory)
         in_memory, in_sql = ControllingAuthorityRetriever(memory), ControllingAuthorityRetriever(mapped)
         for query in demo_queries:
@@ -231,6 +233,12 @@ def test_bm25_mapped_from_a_folder_answers_as_in_memory_and_follows_inserts(pg_s
             assert writer.ingest([extra], progress=False).errors == []
             assert [c.record.doc_id for c in mapped.catch_up()] == ["mapped-extra"]
             assert [h.doc_id for h in mapped.lexical.search("quokka", 5)] == ["mapped-extra"]  # added (in the heap)
+            assert (
+                writer.ingest([{**extra, "doc_id": "mapped-scoped", "scope": {"package": "wallaby-kit"}}], progress=False).errors
+                == []
+            )
+            mapped.catch_up()
+            assert mapped.vocabulary.named_by("is wallaby-kit fixed?") == {("package", "wallaby-kit")}
             expected = answer_of(ControllingAuthorityRetriever(writer).retrieve("quokka advisory"))
             assert answer_of(in_sql.retrieve("quokka advisory")) == expected
             assert writer.ingest([{**extra, "text": "Quokka advisory, revised: wombats too."}], progress=False).errors == []
