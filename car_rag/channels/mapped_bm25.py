@@ -35,25 +35,34 @@ IDS = "ids"
 """The ids' column in a build (:class:`~car_rag.mapped_files.StringColumn`), named in its ``index.json``."""
 
 
-def _save_ids(index: LexicalIndex, folder: Path) -> None:
-    StringColumn.write(folder / IDS, index.doc_ids)
+class _Published(LexicalIndex):
+    """What both mapped backends share: their :attr:`builds`, the :attr:`stamp` each build carries
+    in its ``index.json``, and their ids in a :class:`~car_rag.mapped_files.StringColumn`."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.builds = Builds(folder)
+        self.stamp: dict[str, Any] = {}
+        """What the index holds, in its owner's terms (a store's: its schema and newest change),
+        written into each build it publishes."""
+
+    def _saved_ids(self) -> dict[str, Any]:
+        return {**self.stamp, "ids": IDS}
+
+    def _save_ids(self, folder: Path) -> None:
+        StringColumn.write(folder / IDS, self.doc_ids)
+
+    def _load_ids(self, folder: Path) -> None:
+        self.doc_ids = StringColumn(folder / IDS)
 
 
-def _saved_ids() -> dict[str, Any]:
-    return {"ids": IDS}
-
-
-class MappedBM25Index(BM25sIndex):
+class MappedBM25Index(_Published, BM25sIndex):
     """A :class:`BM25sIndex` whose score matrix and token ids are mapped from :attr:`builds`.
 
     A caller's mask still builds an index over the masked records in the heap (bm25s's scores
     hold the whole corpus's statistics), as :class:`BM25sIndex` does; an insert rebuilds."""
 
     backend = "bm25s-mapped"
-
-    def __init__(self, folder: Path) -> None:
-        super().__init__()
-        self.builds = Builds(folder)
 
     def build(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         """Index in the heap, publish the index, then serve it from there (mapped)."""
@@ -62,11 +71,8 @@ class MappedBM25Index(BM25sIndex):
         if self.doc_ids:  # bm25s cannot index an empty corpus; scores() answers for it from the heap
             self._load_body(self.builds.publish(self.save))
 
-    def _saved_ids(self) -> dict[str, Any]:
-        return _saved_ids()
-
     def _save_body(self, folder: Path) -> None:
-        _save_ids(self, folder)
+        self._save_ids(folder)
         self._bm25.save(str(folder), show_progress=False)
         self._tokenizer.save_vocab(str(folder))
         self._tokenizer.save_stopwords(str(folder))
@@ -74,7 +80,7 @@ class MappedBM25Index(BM25sIndex):
         np.save(folder / "corpus-offsets.npy", self._offsets)
 
     def _load_body(self, folder: Path) -> None:
-        self.doc_ids = StringColumn(folder / IDS)
+        self._load_ids(folder)
         self._tokens = np.load(folder / "corpus-tokens.npy", mmap_mode="r")
         self._offsets = np.load(folder / "corpus-offsets.npy", mmap_mode="r")
         self._readers.clear()
@@ -83,7 +89,7 @@ class MappedBM25Index(BM25sIndex):
         self._tokenizer.load_stopwords(str(folder))
 
 
-class MappedIncrementalBM25Index(IncrementalBM25Index):
+class MappedIncrementalBM25Index(_Published, IncrementalBM25Index):
     """An :class:`IncrementalBM25Index` whose compacted postings are mapped from :attr:`builds`.
 
     ``add`` keeps its postings in the heap until they reach a tenth of the mapped ones; the
@@ -91,22 +97,15 @@ class MappedIncrementalBM25Index(IncrementalBM25Index):
 
     backend = "bm25-incremental-mapped"
 
-    def __init__(self, folder: Path) -> None:
-        super().__init__()
-        self.builds = Builds(folder)
-
     def _compact(self) -> None:
         if not self._pending:
             return
         super()._compact()
         self._load_body(self.builds.publish(self.save))
 
-    def _saved_ids(self) -> dict[str, Any]:
-        return _saved_ids()
-
     def _save_body(self, folder: Path) -> None:
         self._compact()
-        _save_ids(self, folder)
+        self._save_ids(folder)
         for name in ("ptr", "docs", "tf"):
             np.save(folder / f"postings-{name}.npy", getattr(self, f"_{name}"))
         np.save(folder / "lengths.npy", self._lengths[: len(self.doc_ids)])
@@ -114,7 +113,7 @@ class MappedIncrementalBM25Index(IncrementalBM25Index):
         self._tokenizer.save_stopwords(str(folder))
 
     def _load_body(self, folder: Path) -> None:
-        self.doc_ids = StringColumn(folder / IDS)
+        self._load_ids(folder)
         self._ptr, self._docs, self._tf = (np.load(folder / f"postings-{n}.npy", mmap_mode="r") for n in ("ptr", "docs", "tf"))
         # Lengths are written by add (4 bytes a record): kept in the heap.
         self._lengths = np.array(np.load(folder / "lengths.npy"), dtype=np.float32)
@@ -143,7 +142,8 @@ def open_mapped(backend: str, folder: Path) -> MappedBM25Index | MappedIncrement
     found = index.builds.current()
     if found is None or found[1].get("backend") != index.backend:
         return None
-    built, _ = found
+    built, saved = found
+    index.stamp = {k: v for k, v in saved.items() if k not in ("backend", "ids")}
     try:
         index._load_body(built)
     except FileNotFoundError:  # removed meanwhile by the process that published a newer one

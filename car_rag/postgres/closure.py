@@ -26,7 +26,7 @@ from car_rag.postgres.log import PostgresRecordLog
 from car_rag.record_log import parse_stored
 from car_rag.records import Record
 
-__all__ = ["ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "stored_ids", "texts"]
+__all__ = ["ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "texts"]
 
 _MEMBERS = (
     "WITH RECURSIVE seeds(doc_id) AS ("
@@ -95,29 +95,30 @@ def records_by_id(conn: Any, log: PostgresRecordLog, doc_ids: Collection[str]) -
     return {(record := parse_stored(body, log.location)).doc_id: record for (body,) in rows}
 
 
-def scope_values(conn: Any, log: PostgresRecordLog) -> Iterator[tuple[str, str]]:
-    """Every scope ``(key, value)`` some stored record holds (the entity index's distinct pairs)."""
+def scope_values(conn: Any, log: PostgresRecordLog, *, after: int = 0) -> Iterator[tuple[str, str]]:
+    """Every scope ``(key, value)`` some stored record holds (the entity index's distinct pairs);
+    ``after``: held by records committed after that change (a saved vocabulary's catch-up)."""
     with conn.cursor(name="car_rag_scope_values") as cursor:
         cursor.itersize = 20_000
-        cursor.execute(log._sql("SELECT DISTINCT key, value FROM {scope_index}"))
+        if after:
+            held = (
+                "SELECT DISTINCT s.key, s.value FROM {scope_index} s JOIN {records} r ON r.doc_id = s.doc_id WHERE r.change > %s"
+            )
+            cursor.execute(log._sql(held), (after,))
+        else:
+            cursor.execute(log._sql("SELECT DISTINCT key, value FROM {scope_index}"))
         yield from cursor
 
 
-def stored_ids(conn: Any, log: PostgresRecordLog) -> Iterator[str]:
-    """Every record's id in ingest order, streamed: what a saved BM25 index is checked against."""
-    with conn.cursor(name="car_rag_ids") as cursor:
-        cursor.itersize = 20_000
-        cursor.execute(log._sql("SELECT doc_id FROM {records} ORDER BY seq"))
-        for (doc_id,) in cursor:
-            yield doc_id
-
-
-def texts(conn: Any, log: PostgresRecordLog, *, vectors: bool) -> Iterator[tuple[str, str, np.ndarray | None]]:
+def texts(conn: Any, log: PostgresRecordLog, *, vectors: bool, after: int = 0) -> Iterator[tuple[str, str, np.ndarray | None]]:
     """Every record's id, text and (``vectors``) stored vector, in ingest order, without parsing
-    the bodies: what a worker's BM25 index and exact search are built from."""
+    the bodies: what a worker's BM25 index and exact search are built from; ``after``: the records
+    committed after that change (what a saved index catches up with)."""
     column = "vector" if vectors else "NULL"
     with conn.cursor(name="car_rag_texts") as cursor:
         cursor.itersize = 5000
-        cursor.execute(log._sql(f"SELECT doc_id, body::jsonb ->> 'text', {column} FROM {{records}} ORDER BY seq"))
+        cursor.execute(
+            log._sql(f"SELECT doc_id, body::jsonb ->> 'text', {column} FROM {{records}} WHERE change > %s ORDER BY seq"), (after,)
+        )
         for doc_id, text, data in cursor:
             yield doc_id, text, None if data is None else np.frombuffer(data, dtype="<f4")

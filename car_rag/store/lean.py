@@ -12,9 +12,11 @@ an insert is in Stage 2 and the dense channel as soon as it commits, and the cha
 brings BM25 and the vocabulary up to date. Queries only: it ingests nothing (writers are
 ``CARStore`` processes or ``car-rag ingest``). With ``bm25_folder`` its BM25 is the store's
 backend saved there and memory-mapped (:mod:`car_rag.channels.mapped_bm25`): the same scores,
-outside the worker's heap, opened without rebuilding where the folder holds the index of the
-stored records (workers sharing the folder build it once); the vocabulary is mapped from there
-too (:class:`~car_rag.scope_linking.MappedVocabulary`).
+outside the worker's heap; the ids and the scope vocabulary are mapped from there too
+(:class:`~car_rag.mapped_files.StringColumn`, :class:`~car_rag.scope_linking.MappedVocabulary`).
+Each build there is stamped with the newest change it holds: a worker opening a build behind the
+log catches it up with the records committed since (none rebuilt unless one it holds was written
+again), and workers sharing the folder build it once (:func:`~car_rag.mapped_files.building`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Self
 
@@ -33,10 +35,10 @@ from car_rag.channels.mapped_bm25 import MAPPED_BACKENDS, MappedBM25Index, Mappe
 from car_rag.eligibility import Gate
 from car_rag.embedding import Embedder
 from car_rag.graph import AuthorityGraph
-from car_rag.mapped_files import Builds, StringColumn
+from car_rag.mapped_files import Builds, StringColumn, building
 from car_rag.policy import Policy
 from car_rag.postgres import DEFAULT_SCHEMA, ChangeFeed, PgVectorChannel, PostgresRecordLog
-from car_rag.postgres.closure import ClosureQuery, records_by_id, scope_values, stored_ids, texts
+from car_rag.postgres.closure import ClosureQuery, records_by_id, scope_values, texts
 from car_rag.record_log import Change
 from car_rag.records import Record
 from car_rag.scope_linking import MappedVocabulary, ScopeVocabulary
@@ -125,43 +127,104 @@ class LeanStore:
         return store
 
     def load(self) -> None:
-        """BM25, exact-search vectors (up to the limit) and the vocabulary, from one snapshot. An
-        index saved in ``bm25_folder`` is checked against the stored ids one by one as they stream
-        (its ids are mapped, the stored ones never all in the heap)."""
-        with self.log.connect(autocommit=False, role="load") as conn:
+        """BM25, exact-search vectors (up to the limit) and the vocabulary, from one snapshot. With
+        ``bm25_folder``, under its build lock (workers starting together build it once): the builds
+        there, caught up with the records committed after the change each is stamped with, else
+        built from the stored records and published."""
+        with self._building(), self.log.connect(autocommit=False, role="load") as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             count, head = conn.execute(self.log._sql("SELECT count(*), coalesce(max(change), 0) FROM {records}")).fetchone()
-            exact = count <= self.dense.exact_limit
-            saved = self._saved_lexical(count)
-            if saved is not None and any(a != b for a, b in zip(saved.doc_ids, stored_ids(conn, self.log))):
-                saved = None  # as many records, others (or in another order)
+            head, exact = int(head), count <= self.dense.exact_limit
+            lexical = self._saved_lexical(conn, count, head)
             ids, bodies, vectors = [], [], {}
-            if saved is None or exact:
+            if lexical is None or exact:
                 for doc_id, text, vector in texts(conn, self.log, vectors=exact):
                     ids.append(doc_id)
-                    if saved is None:
+                    if lexical is None:
                         bodies.append(text)
                     if vector is not None:
                         vectors[doc_id] = vector
-            vocabulary = self._load_vocabulary(conn, int(head))
-        if saved is None:
-            lexical = self._new_lexical()
-            lexical.build(ids, bodies)
-        else:
-            lexical = saved
+            if lexical is None:
+                lexical = self._new_lexical(head)
+                lexical.build(ids, bodies)
+            vocabulary = self._load_vocabulary(conn, head)
         self.dense.hold(ids if exact else lexical.doc_ids, vectors)
-        self.lexical, self.vocabulary, self.head = lexical, vocabulary, int(head)
+        self.lexical, self.vocabulary, self.head = lexical, vocabulary, head
         self._indexed = set() if isinstance(lexical.doc_ids, StringColumn) else set(ids)
 
+    def _building(self) -> AbstractContextManager[None]:
+        return nullcontext() if self.bm25_folder is None else building(self.bm25_folder)
+
+    def _stamp(self, head: int) -> dict[str, Any]:
+        """What a build under ``bm25_folder`` holds: this store's records committed up to change ``head``."""
+        return {"schema": self.log.schema, "change": head}
+
+    def _behind(self, stamp: Mapping[str, Any], head: int) -> int | None:
+        """The change a build stamped ``stamp`` holds the records up to, where this snapshot (at
+        change ``head``) can catch it up; None for another store's build, or one newer than the snapshot."""
+        change = stamp.get("change")
+        if stamp.get("schema") != self.log.schema or not isinstance(change, int) or change > head:
+            return None
+        return change
+
+    def _saved_lexical(self, conn: Any, count: int, head: int) -> LexicalIndex | None:
+        """The index ``bm25_folder`` holds, caught up to ``head`` with the records committed after
+        its stamp; None where there is none, it is another store's, or a record it holds was
+        replaced since (its place in BM25 is its first ingest's: rebuilt)."""
+        if self.bm25_folder is None:
+            return None
+        saved = open_mapped(self.config["bm25_backend"], self.bm25_folder)
+        since = None if saved is None else self._behind(saved.stamp, head)
+        if saved is None or since is None or not saved.doc_ids or not self._holds(conn, saved.doc_ids[0], saved.doc_ids[-1]):
+            return None
+        later = [(doc_id, text) for doc_id, text, _ in texts(conn, self.log, vectors=False, after=since)]
+        if len(saved.doc_ids) + len(later) != count:  # a record it holds was written again since (none is ever removed)
+            return None
+        if later:
+            if not saved.supports_add:
+                return None
+            saved.stamp = self._stamp(head)  # what a compaction publishes
+            saved.add([d for d, _ in later], [t for _, t in later])
+        return saved
+
+    def _holds(self, conn: Any, *doc_ids: str) -> bool:
+        """Whether this store holds every one of ``doc_ids`` (a saved build's first and last: not another store's)."""
+        found = conn.execute(self.log._sql("SELECT count(*) FROM {records} WHERE doc_id = ANY(%s)"), (list(set(doc_ids)),))
+        return int(found.fetchone()[0]) == len(set(doc_ids))
+
+    def _new_lexical(self, head: int) -> LexicalIndex:
+        """An index to build: in the heap, or mapped from ``bm25_folder`` and stamped ``head``
+        (publishing where the one it replaces did, so that this process's earlier build is removed)."""
+        if self.bm25_folder is None:
+            return make_lexical_index(self.config["bm25_backend"])
+        fresh = new_mapped(self.config["bm25_backend"], self.bm25_folder)
+        fresh.stamp = self._stamp(head)
+        if isinstance(self.lexical, MappedBM25Index | MappedIncrementalBM25Index):
+            fresh.builds = self.lexical.builds
+        return fresh
+
     def _load_vocabulary(self, conn: Any, head: int) -> ScopeVocabulary | MappedVocabulary:
-        """The scope values' forms: in the heap, or written under ``bm25_folder`` and mapped."""
+        """The scope values' forms: in the heap; or mapped from the build under ``bm25_folder``, with
+        the pairs of the records committed after its stamp beside it, where they are fewer than a
+        tenth of its own (else written again, whole, and published)."""
         if self._vocabularies is None:
             vocabulary = ScopeVocabulary()
             vocabulary.add(scope_values(conn, self.log))
             return vocabulary
-        built = self._vocabularies.publish(
-            lambda folder: MappedVocabulary.write(folder, scope_values(conn, self.log), {"change": head})
-        )
+        found = self._vocabularies.current()
+        since = None if found is None else self._behind(found[1], head)
+        if found is not None and since is not None:
+            try:
+                saved = MappedVocabulary(found[0])
+            except FileNotFoundError:  # removed meanwhile by the process that published a newer one
+                saved = None
+            if saved is not None:
+                later = list(scope_values(conn, self.log, after=since)) if since < head else []
+                if len(later) * 10 <= len(saved):
+                    saved.add(later)
+                    return saved
+        stamp = self._stamp(head)
+        built = self._vocabularies.publish(lambda folder: MappedVocabulary.write(folder, scope_values(conn, self.log), stamp))
         return MappedVocabulary(built)
 
     def _holds_any(self, doc_ids: Sequence[str]) -> bool:
@@ -170,23 +233,6 @@ class LeanStore:
         if isinstance(held, StringColumn):  # found by hash in its mapped files
             return any(d in held for d in doc_ids)
         return not self._indexed.isdisjoint(doc_ids)
-
-    def _saved_lexical(self, count: int) -> LexicalIndex | None:
-        """The index ``bm25_folder`` holds where it may be of the ``count`` stored records (checked by id after)."""
-        if self.bm25_folder is None:
-            return None
-        saved = open_mapped(self.config["bm25_backend"], self.bm25_folder)
-        return saved if saved is not None and len(saved.doc_ids) == count else None
-
-    def _new_lexical(self) -> LexicalIndex:
-        """An index to build: in the heap, or mapped from ``bm25_folder`` (publishing where the
-        one it replaces did, so that this process's earlier build is removed)."""
-        if self.bm25_folder is None:
-            return make_lexical_index(self.config["bm25_backend"])
-        fresh = new_mapped(self.config["bm25_backend"], self.bm25_folder)
-        if isinstance(self.lexical, MappedBM25Index | MappedIncrementalBM25Index):
-            fresh.builds = self.lexical.builds
-        return fresh
 
     @property
     def location(self) -> str:
@@ -265,6 +311,8 @@ class LeanStore:
             if vectors:
                 self.dense.put(list(vectors), np.vstack(list(vectors.values())))
             if self.lexical.supports_add and not self._holds_any(ids) and len(set(ids)) == len(ids):
+                if isinstance(self.lexical, MappedIncrementalBM25Index):
+                    self.lexical.stamp = self._stamp(fresh[-1].number)  # what a compaction publishes
                 self.lexical.add(ids, [c.record.text for c in fresh])
                 if not isinstance(self.lexical.doc_ids, StringColumn):
                     self._indexed.update(ids)

@@ -7,6 +7,7 @@ says must be the same: records, statuses, roles, chains, controllers, order, pos
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,7 @@ def test_car_rag_serve_answers_the_same_with_stage2_sql_and_refuses_writes(pg_st
 def test_bm25_mapped_from_a_folder_answers_as_in_memory_and_follows_inserts(pg_store, demo_queries, tmp_path, embedder) -> None:
     """``bm25_folder``: BM25 memory-mapped (the store's backend, :mod:`car_rag.channels.mapped_bm25`),
     the same answers; a second worker maps the saved index without rebuilding it; the feed adds an
-    insert, and rebuilds for a replaced record."""
+    insert, and loads again for a replaced record."""
     folder = tmp_path / "bm25"
     with (
         CARStore.open(tmp_path / "memory", authority_url=pg_store, embedder=embedder, follow=False) as memory,
@@ -242,9 +243,9 @@ def test_bm25_mapped_from_a_folder_answers_as_in_memory_and_follows_inserts(pg_s
             expected = answer_of(ControllingAuthorityRetriever(writer).retrieve("quokka advisory"))
             assert answer_of(in_sql.retrieve("quokka advisory")) == expected
             assert writer.ingest([{**extra, "text": "Quokka advisory, revised: wombats too."}], progress=False).errors == []
-            mapped.catch_up()  # a record replaced: rebuilt and published again, its earlier build removed
+            mapped.catch_up()  # a record replaced: loaded again, from the build (which never held it) caught up
             assert [h.doc_id for h in mapped.lexical.search("wombat", 5)] == ["mapped-extra"]
-            assert (folder / "current").resolve() != built and not built.exists()
+            assert (folder / "current").resolve() == built
 
 
 def test_bm25_folder_is_refused_for_a_backend_it_cannot_map(pg_store, tmp_path) -> None:
@@ -258,3 +259,50 @@ def test_bm25_folder_is_refused_for_a_backend_it_cannot_map(pg_store, tmp_path) 
     with pytest.raises(StoreError, match="rank-bm25 BM25 backend, which cannot be memory-mapped"):
         LeanStore(shared, {**config, "bm25_backend": "rank-bm25"}, bm25_folder=tmp_path)
     shared.close()
+
+
+def test_workers_build_a_folder_once_and_a_build_behind_the_log_is_caught_up_from_it(pg_store, tmp_path, embedder) -> None:
+    """Workers opening together on an empty ``bm25_folder`` build it once (its build lock); a build
+    stamped with an older change is caught up with the records committed after it (not rebuilt),
+    BM25 and the vocabulary; a record written again since makes the next worker rebuild BM25."""
+    folder = tmp_path / "bm25"
+    early = {"doc_id": "in-the-build", "text": "Bilby pre-advisory, in the build.", "doc_type": "vulnerability_disclosure"}
+    with CARStore.open(tmp_path / "writer", authority_url=pg_store, embedder=embedder, follow=False) as writer:
+        assert writer.ingest([early], progress=False).errors == []
+    opened: list[LeanStore] = []
+    workers = [
+        threading.Thread(
+            target=lambda: opened.append(LeanStore.open(pg_store, embedder=embedder, follow=False, bm25_folder=folder))
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(opened) == 2 and opened[0].lexical.doc_ids == opened[1].lexical.doc_ids
+    assert len(list(folder.glob("index-*"))) == 1 and len(list((folder / "vocabulary").glob("index-*"))) == 1
+    for store in opened:
+        store.close()
+    built, vocabulary = (folder / "current").resolve(), (folder / "vocabulary" / "current").resolve()
+    with CARStore.open(tmp_path / "writer", authority_url=pg_store, embedder=embedder, follow=False) as writer:
+        late = {
+            "doc_id": "behind-the-build",
+            "text": "Numbat advisory, committed after the build.",
+            "doc_type": "patch_release",
+            "scope": {"package": "numbat-kit"},
+        }
+        assert writer.ingest([late], progress=False).errors == []
+        in_memory = ControllingAuthorityRetriever(writer)
+        with LeanStore.open(pg_store, embedder=embedder, follow=False, bm25_folder=folder) as caught:
+            assert (folder / "current").resolve() == built and (folder / "vocabulary" / "current").resolve() == vocabulary
+            assert len(caught) == len(writer) and [h.doc_id for h in caught.lexical.search("numbat", 5)] == ["behind-the-build"]
+            assert caught.vocabulary.named_by("is numbat-kit fixed?") == {("package", "numbat-kit")}
+            for query in ("numbat advisory", "is numbat-kit fixed?"):
+                assert answer_of(ControllingAuthorityRetriever(caught).retrieve(query)) == answer_of(in_memory.retrieve(query))
+        assert writer.ingest([{**early, "text": "Bilby pre-advisory, revised: echidnas too."}], progress=False).errors == []
+        with LeanStore.open(pg_store, embedder=embedder, follow=False, bm25_folder=folder) as rebuilt:
+            assert (folder / "current").resolve() != built
+            assert [h.doc_id for h in rebuilt.lexical.search("echidna", 5)] == ["in-the-build"]
+            query = "bilby echidnas advisory"
+            assert answer_of(ControllingAuthorityRetriever(rebuilt).retrieve(query)) == answer_of(in_memory.retrieve(query))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from car_rag import mapped_files
-from car_rag.mapped_files import StringColumn, hash64
+from car_rag.mapped_files import Builds, StringColumn, building, hash64
 
 STRINGS = ["r0", "", "naïve-café", "日本語の記録", "r0", "CVE-2019-10744", "emoji 🙂 id"]
 
@@ -55,3 +56,29 @@ def test_an_empty_column_writes_and_reads(tmp_path: Path) -> None:
 def test_the_hash_is_fixed_not_salted_per_process() -> None:
     """Files written by one process are read by others: the hash must not depend on the process."""
     assert hash64("r0") == 0x253F0AA7CC5A555A and hash64("日本") == 0x3A9B54E1CF3533E8
+
+
+def test_a_folder_is_built_by_one_holder_of_its_lock_at_a_time(tmp_path: Path) -> None:
+    events: list[str] = []
+
+    def second() -> None:
+        with building(tmp_path / "bm25"):
+            events.append("second")
+
+    with building(tmp_path / "bm25"):
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        waiting.join(timeout=0.5)
+        assert waiting.is_alive() and events == []  # blocked while the first holds the lock
+        events.append("first")
+    waiting.join()
+    assert events == ["first", "second"]
+
+
+def test_builds_publish_a_new_folder_each_time_and_remove_their_own_earlier_one(tmp_path: Path) -> None:
+    builds = Builds(tmp_path)
+    assert builds.current() is None
+    first = builds.publish(lambda folder: (folder / "index.json").write_text('{"change": 1}'))
+    assert builds.current() == (first, {"change": 1})
+    second = builds.publish(lambda folder: (folder / "index.json").write_text('{"change": 2}'))
+    assert builds.current() == (second, {"change": 2}) and not first.exists()
