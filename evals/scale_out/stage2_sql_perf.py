@@ -18,7 +18,9 @@ the next query by construction. One command, from the repository root::
 Results: ``evals/results/scale-out/stage2-sql.md`` and ``.json``. ``--modes`` adds ``sql-mapped``:
 a sql worker whose BM25 is memory-mapped from ``--work``/bm25 (``bm25_folder``, built there by
 its first worker, mapped by the next), its RSS split into anonymous memory (the heap) and mapped
-files; ``--name`` names the results.
+files; ``--name`` names the results. ``--heap`` adds, after the timed rounds, one more worker of
+each mode under ``tracemalloc``: the Python heap it holds when ready (after a collection) and its
+largest parts by source file; kept apart from the timed workers, which tracing slows.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import platform
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +118,8 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     questions = json.loads((args.work / "questions.json").read_text())
     bm25_folder = args.work / "bm25" if args.child == "sql-mapped" else None
     built = bm25_folder is not None and (bm25_folder / "current").exists()
+    if args.traced:
+        tracemalloc.start()
     tick = time.perf_counter()
     store = open_for_queries(
         args.work / f"worker-{args.child}",
@@ -128,6 +133,8 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     rss_open = proc_status_mb("VmRSS")
     retriever = ControllingAuthorityRetriever(store)
     ready = time.perf_counter()
+    if args.traced:
+        return {"mode": args.child, "records": len(store), **heap_when_ready(), "bm25_mapped_from_an_earlier_worker": built}
     gc.freeze()
     rss_ready = proc_status_mb("VmRSS")
     anon_ready, file_ready = proc_status_mb("RssAnon"), proc_status_mb("RssFile")
@@ -165,6 +172,19 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def heap_when_ready(parts: int = 8) -> dict[str, Any]:
+    """The traced Python heap after a collection, its peak, and its largest parts by source file."""
+    gc.collect()
+    held, peak = tracemalloc.get_traced_memory()
+    by_file = tracemalloc.take_snapshot().statistics("filename")[:parts]
+    root = str(ROOT) + os.sep
+    return {
+        "heap_ready_mb": held / 2**20,
+        "heap_peak_mb": peak / 2**20,
+        "heap_parts_mb": {str(s.traceback[0].filename).replace(root, ""): s.size / 2**20 for s in by_file},
+    }
+
+
 def child_follow(args: argparse.Namespace) -> dict[str, Any]:
     """A sql-mode worker following the store until told on stdin that the writer is done."""
     with LeanStore.open(args.url, args.schema, follow=True) as store:
@@ -178,7 +198,7 @@ def child_follow(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child(args: argparse.Namespace, role: str, **popen: Any) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, "--child", role, "--url", args.url, "--schema", args.schema]
-    command += ["--work", str(args.work), "--passes", str(args.passes)]
+    command += ["--work", str(args.work), "--passes", str(args.passes)] + ["--traced"] * bool(popen.pop("traced", False))
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, **popen)
 
 
@@ -238,6 +258,18 @@ def write_md(results: dict[str, Any], path: Path) -> None:
             "",
             f"Answers (first pass, compared whole), {mode} against memory: {same['same']} of {same['questions']} the same.",
         ]
+    if results.get("heap"):
+        lines += [
+            "",
+            "Python heap when ready (`tracemalloc`, after a collection; one more worker per mode, traced, after the "
+            "timed rounds), and its largest parts by source file:",
+            "",
+            "| mode | heap ready MB | heap peak MB (open) | largest parts MB |",
+            "| --- | --- | --- | --- |",
+        ]
+        for run in results["heap"]:
+            parts = "; ".join(f"{name} {mb:.1f}" for name, mb in run["heap_parts_mb"].items())
+            lines.append(f"| {run['mode']} | {run['heap_ready_mb']:.1f} | {run['heap_peak_mb']:.1f} | {parts} |")
     feed = results.get("feed")
     if feed:
         d, w = feed["delay_ms"], feed["writer_ingest_ms"]
@@ -262,7 +294,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "evals" / "results" / "scale-out")
     parser.add_argument("--modes", default="memory,sql", help="worker modes per round: memory, sql, sql-mapped")
     parser.add_argument("--name", default="stage2-sql", help="the results' file name (.md, .json) under --out")
+    parser.add_argument("--heap", action="store_true", help="one more worker per mode, its heap traced when ready")
     parser.add_argument("--child", choices=[*MODES, "follow"], help=argparse.SUPPRESS)
+    parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--schema", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -299,6 +333,15 @@ def main() -> None:
                 assert child.returncode == 0, f"the {mode} worker failed"
                 results["workers"].append(json.loads(out))
                 print(json.dumps(results["workers"][-1]), flush=True)
+        if args.heap:
+            results["heap"] = []
+            for mode in modes:
+                print("traced worker", mode, flush=True)
+                child = _child(args, mode, traced=True)
+                out, _ = child.communicate()
+                assert child.returncode == 0, f"the traced {mode} worker failed"
+                results["heap"].append(json.loads(out))
+                print(json.dumps(results["heap"][-1]), flush=True)
         memory = json.loads((args.work / "answers-memory.json").read_text())
         results["same_answers"] = {}
         for mode in (m for m in modes if m != "memory"):
