@@ -66,7 +66,7 @@ class IncrementalBM25Index(LexicalIndex):
             raise ValueError(f"{len(doc_ids)} doc ids for {len(texts)} texts")
         if not doc_ids:
             return
-        token_ids = self._tokenizer.tokenize(list(texts), update_vocab=True, return_as="ids", show_progress=False)
+        token_ids = self._token_ids(texts, update=True)
         first = len(self.doc_ids)
         needed = first + len(doc_ids)
         if needed > len(self._lengths):
@@ -85,6 +85,12 @@ class IncrementalBM25Index(LexicalIndex):
         self.generation += 1
         if self._pending_count > max(_MIN_PENDING, len(self._docs) // 10):
             self._compact()
+
+    def _token_ids(self, texts: Sequence[str], *, update: bool) -> list[list[int]]:
+        """Each text's term ids; ``update``: new terms get new ids (else unknown words are dropped,
+        and a text left with none holds the empty token, id 0)."""
+        ids: list[list[int]] = self._tokenizer.tokenize(list(texts), update_vocab=update, return_as="ids", show_progress=False)
+        return ids
 
     def _compact(self) -> None:
         """Merge pending postings into the CSR arrays (stable: records stay in slot order)."""
@@ -125,7 +131,7 @@ class IncrementalBM25Index(LexicalIndex):
         scores = np.zeros(n, dtype=np.float32)
         if not n:
             return scores
-        ids = self._tokenizer.tokenize([query], update_vocab=False, return_as="ids", show_progress=False)[0]
+        ids = self._token_ids([query], update=False)[0]
         if mask is None or mask.all():
             count, total, mask = n, self._total_length, None
         else:  # the statistics of the records the caller may read
@@ -148,7 +154,7 @@ class IncrementalBM25Index(LexicalIndex):
     def document_frequency(self, phrase: str, mask: np.ndarray | None = None) -> int:
         """Records (among ``mask``'s) holding every word of ``phrase`` that some of them hold
         (postings intersected), as an index over those records alone counts them."""
-        ids = self._tokenizer.tokenize([phrase], update_vocab=False, return_as="ids", show_progress=False)[0]
+        ids = self._token_ids([phrase], update=False)[0]
         if not ids or 0 in ids:  # only stop words, or a word no record holds
             return 0
         held = [docs for docs in (self._postings(term, mask)[0] for term in ids) if len(docs)]

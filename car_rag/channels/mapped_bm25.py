@@ -6,9 +6,9 @@ indexes are the store's own backends (``bm25s``, ``bm25-incremental``) with thei
 (score matrix or postings, token ids) in files mapped read-only: the same arrays, so the same
 scores and rankings, but their pages belong to the page cache (shared by the workers mapping them,
 dropped under pressure) and a query touches only its terms' pages. The ids are mapped too
-(:class:`~car_rag.mapped_files.StringColumn`, found by hash, not through a dict). What stays in
-the heap: the vocabulary, per-record lengths (``bm25-incremental``), and the postings and ids
-added since the last compaction.
+(:class:`~car_rag.mapped_files.StringColumn`, found by hash, not through a dict), and so is
+``bm25-incremental``'s term vocabulary. What stays in the heap: ``bm25s``'s vocabulary, per-record
+lengths (``bm25-incremental``), and the postings, ids and terms added since the last compaction.
 
 Each build goes to a new subfolder of the index's folder and ``current`` is pointed at it by one
 rename: a file is never rewritten in place, since truncating a file another process maps kills
@@ -33,6 +33,8 @@ __all__ = ["MAPPED_BACKENDS", "MappedBM25Index", "MappedIncrementalBM25Index", "
 
 IDS = "ids"
 """The ids' column in a build (:class:`~car_rag.mapped_files.StringColumn`), named in its ``index.json``."""
+TERMS = "terms"
+"""A mapped BM25-incremental build's stems by id (a :class:`~car_rag.mapped_files.StringColumn`)."""
 
 
 class _Published(LexicalIndex):
@@ -90,12 +92,21 @@ class MappedBM25Index(_Published, BM25sIndex):
 
 
 class MappedIncrementalBM25Index(_Published, IncrementalBM25Index):
-    """An :class:`IncrementalBM25Index` whose compacted postings are mapped from :attr:`builds`.
+    """An :class:`IncrementalBM25Index` whose compacted postings and term vocabulary are mapped
+    from :attr:`builds` (the vocabulary a column of stems, an id a stem's position: bm25s's
+    dictionaries hold about 430 bytes a term).
 
-    ``add`` keeps its postings in the heap until they reach a tenth of the mapped ones; the
-    compaction then merges them in the heap (a peak of the whole postings) and publishes a build."""
+    ``add`` keeps its postings (and new terms) in the heap until they reach a tenth of the mapped
+    ones; the compaction then merges them in the heap (a peak of the whole postings) and
+    publishes a build."""
 
     backend = "bm25-incremental-mapped"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self._terms: StringColumn | None = None
+        """The stems by id, once a build is mapped (until then the heap tokenizer numbers them)."""
+        self._stopwords = frozenset(self._tokenizer.stopwords)
 
     def _compact(self) -> None:
         if not self._pending:
@@ -103,14 +114,48 @@ class MappedIncrementalBM25Index(_Published, IncrementalBM25Index):
         super()._compact()
         self._load_body(self.builds.publish(self.save))
 
+    def build(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self._terms = None  # tokenized by the heap vocabulary until the build is published
+        super().build(doc_ids, texts)
+
+    def _token_ids(self, texts: Sequence[str], *, update: bool) -> list[list[int]]:
+        """As the heap tokenizer numbers terms (its stems in order of first sight, the empty token
+        first), each stem's id its position in :attr:`_terms`, found by hash."""
+        terms = self._terms
+        if terms is None:
+            return super()._token_ids(texts, update=update)
+        tokenizer = self._tokenizer
+        stop, stem = self._stopwords, tokenizer.stemmer
+        out = []
+        for text in texts:
+            ids = []
+            for word in tokenizer.splitter(text.lower() if tokenizer.lower else text):
+                if word in stop:
+                    continue
+                term = stem(word)
+                position = terms.position(term)
+                if position is None and update:
+                    position = len(terms)
+                    terms.extend([term])
+                if position is not None:
+                    ids.append(position)
+            out.append(ids or [0])
+        return out
+
     def _save_body(self, folder: Path) -> None:
         self._compact()
         self._save_ids(folder)
         for name in ("ptr", "docs", "tf"):
             np.save(folder / f"postings-{name}.npy", getattr(self, f"_{name}"))
         np.save(folder / "lengths.npy", self._lengths[: len(self.doc_ids)])
-        self._tokenizer.save_vocab(str(folder))
-        self._tokenizer.save_stopwords(str(folder))
+        StringColumn.write(folder / TERMS, self._terms if self._terms is not None else self._heap_terms())
+
+    def _heap_terms(self) -> list[str]:
+        """The heap tokenizer's stems by id (ids run from 0 without a gap: each new stem gets the next)."""
+        by_id = self._tokenizer.stem_to_sid
+        terms = sorted(by_id, key=by_id.__getitem__)
+        assert [by_id[t] for t in terms] == list(range(len(terms))), "bm25s numbers stems without gaps"
+        return terms
 
     def _load_body(self, folder: Path) -> None:
         self._load_ids(folder)
@@ -118,8 +163,8 @@ class MappedIncrementalBM25Index(_Published, IncrementalBM25Index):
         # Lengths are written by add (4 bytes a record): kept in the heap.
         self._lengths = np.array(np.load(folder / "lengths.npy"), dtype=np.float32)
         self._total_length = float(self._lengths.sum(dtype=np.float64))
-        self._tokenizer.load_vocab(str(folder))
-        self._tokenizer.load_stopwords(str(folder))
+        self._terms = StringColumn(folder / TERMS)
+        self._tokenizer.reset_vocab()  # its dictionaries: replaced by the mapped terms
 
 
 MAPPED_BACKENDS: dict[str, type[MappedBM25Index] | type[MappedIncrementalBM25Index]] = {

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from car_rag.channels import make_lexical_index
+from car_rag.channels.incremental_bm25 import IncrementalBM25Index
 from car_rag.channels.mapped_bm25 import MappedIncrementalBM25Index, new_mapped, open_mapped
 from car_rag.mapped_files import StringColumn
 
@@ -65,7 +66,7 @@ def test_open_maps_the_newest_build_and_a_rebuild_leaves_a_mapping_readable(back
 
 
 def test_added_records_score_as_in_the_heap_and_a_compaction_publishes_them(tmp_path: Path) -> None:
-    heap, mapped = make_lexical_index("bm25-incremental"), MappedIncrementalBM25Index(tmp_path)
+    heap, mapped = IncrementalBM25Index(), MappedIncrementalBM25Index(tmp_path)
     heap.build(IDS, TEXTS)
     mapped.build(IDS, TEXTS)
     more = [f"lodash advisory {i} on trim" for i in range(5000)]  # past the pending limit: compacted
@@ -74,10 +75,21 @@ def test_added_records_score_as_in_the_heap_and_a_compaction_publishes_them(tmp_
     assert np.array_equal(heap.scores("lodash trim"), mapped.scores("lodash trim"))
     assert not mapped._pending and isinstance(mapped._docs, np.memmap)
     assert isinstance(mapped.doc_ids, StringColumn) and mapped.doc_ids.position("n4999") == len(IDS) + 4999
-    mapped.add(["late"], ["lodash"])  # pending: its id in the heap until the next compaction
-    assert mapped.doc_ids.position("late") == len(IDS) + 5000 and mapped.search("lodash", 1, None)
+    assert isinstance(mapped._terms, StringColumn) and not mapped._tokenizer.word_to_id  # the vocabulary mapped, not in dicts
     reopened = open_mapped("bm25-incremental", tmp_path)
     assert reopened is not None and np.array_equal(reopened.scores("lodash trim"), heap.scores("lodash trim"))
+    late = ["wombats and lodash", "the", "", "Ünïcode wömbat 4242"]  # new terms, only stop words, none
+    for index in (heap, mapped):
+        index.add([f"late{i}" for i in range(len(late))], late)  # pending: ids and new terms in the heap until a compaction
+    assert mapped.doc_ids.position("late3") == len(IDS) + 5003
+    probes = [*more[:50], *late, "wombat 4242 lodash", "unknownword"]
+    assert mapped._token_ids(probes, update=False) == heap._token_ids(probes, update=False)
+    for query in ("wombat", "lodash 4242", "ünïcode", "advisory 17 trim", "the"):
+        assert np.array_equal(heap.scores(query), mapped.scores(query)), query
+        assert heap.document_frequency(query) == mapped.document_frequency(query), query
+    mapped._compact()  # the new terms published with the postings
+    reopened = open_mapped("bm25-incremental", tmp_path)
+    assert reopened is not None and np.array_equal(reopened.scores("wömbat 4242"), heap.scores("wömbat 4242"))
 
 
 def test_a_backend_without_a_mapped_form_is_refused_by_name(tmp_path: Path) -> None:
