@@ -63,17 +63,20 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 
 # Every tier runs, even after one fails; the last lines say which passed and which failed, and the exit
-# is non-zero if any did. A tier alone: make test-lint, test-docs, test-unit, test-integration, test-langchain,
-# dist-check.
+# is non-zero if any did. Before them, a line per tier: its wall time, its CPU seconds (user + sys, which
+# hardly move with the machine's load: compare tiers by those) and the load average (.ci/timed).
+# A tier alone: make test-lint, test-docs, test-unit, test-integration, test-langchain, dist-check.
 TEST_TIERS := lint docs unit integration langchain evaluators dist-check
 .PHONY: $(addprefix test-,lint docs unit integration langchain evaluators) bench-check
 
 test: install
-	@failed=""; for tier in $(TEST_TIERS); do \
+	@failed=""; times=$$(mktemp); for tier in $(TEST_TIERS); do \
 	  target=$$([ $$tier = dist-check ] && echo dist-check || echo test-$$tier); \
 	  echo "==== make test: $$tier ($$target)"; \
-	  $(MAKE) --no-print-directory $$target || failed="$$failed $$tier"; \
+	  TIER_TIMES=$$times .ci/timed $$tier $(MAKE) --no-print-directory $$target || failed="$$failed $$tier"; \
 	done; \
+	echo "==== make test: tier, result, wall time, CPU seconds, load average before -> after"; \
+	cat $$times; rm -f $$times; \
 	echo "==== make test: every tier ran; failed:$${failed:- none}"; \
 	echo "tiers: $$(( $(words $(TEST_TIERS)) - $$(echo $$failed | wc -w) )) passed, $$(echo $$failed | wc -w) failed"; \
 	[ -z "$$failed" ]
