@@ -20,13 +20,18 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["ANONYMIZED_TELEMETRY"] = "False"
 
 import json  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 import car_rag  # noqa: E402
 from car_rag import CARStore, Embedder, Policy, load_policy  # noqa: E402
+
+if TYPE_CHECKING:
+    from car_rag.postgres.fixture import ThrowawayPostgres
 
 settings.register_profile("car-rag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("car-rag")
@@ -53,6 +58,40 @@ def corpora() -> Path:
     if not CORPORA.is_dir():
         pytest.fail(f"benchmark corpora not found at {CORPORA}: the tests need ../shared/data/car-benchmarks beside the checkout")
     return CORPORA
+
+
+@pytest.fixture(scope="session")
+def suite_store(tmp_path_factory: pytest.TempPathFactory, corpora: Path) -> Iterator[Callable[[str], CARStore]]:
+    """A benchmark suite's store by suite name, built on first use and shared by the whole session
+    (a GHSA store embeds 2,318 long records: minutes of CPU). Suites of one corpus and policy share a
+    store, as under ``make bench``. Treat them as read-only; a module that uses one is in the
+    ``suite-stores`` xdist group, so that its store is built once, on one worker."""
+    from car_rag_evals.suites import load_suite, open_suite_store, store_path
+
+    folder = tmp_path_factory.mktemp("suite-stores")
+    opened: dict[Path, CARStore] = {}
+
+    def open_store(name: str) -> CARStore:
+        suite = load_suite(name, corpora)
+        path = store_path(suite, folder)
+        if path not in opened:
+            opened[path] = open_suite_store(suite, folder, progress=False)
+        return opened[path]
+
+    yield open_store
+    for store in opened.values():
+        store.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[ThrowawayPostgres]:
+    """One throwaway PostgreSQL with pgvector for the session (each start runs initdb: seconds of CPU).
+    A module takes a database of its own from it (``postgres.new_database()``); a test that stops
+    PostgreSQL starts a server of its own."""
+    from car_rag.postgres.fixture import throwaway_postgres
+
+    with throwaway_postgres() as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
