@@ -89,9 +89,12 @@ test-unit: install
 	$(PY) -m pytest -q tests/unit
 
 # the LlamaIndex suite runs with the core's pytest settings; the quick suites' committed benchmark rows are
-# recomputed here (tests/integration/test_bench_rows.py; all suites: make bench-check)
+# recomputed here (tests/integration/test_bench_rows.py; all suites: make bench-check). On INTEGRATION_WORKERS
+# pytest-xdist workers (0: in this process), a module's tests on one worker, modules in collection order
+# (tests/conftest.py: pytest_xdist_make_scheduler).
+INTEGRATION_WORKERS ?= 2
 test-integration: install
-	CAR_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
+	CAR_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration integrations/llama-index-retrievers-car/tests
 
 # langchain-car keeps its own pytest settings (socket guard to loopback, a deadline per test, asyncio mode)
 test-langchain: install

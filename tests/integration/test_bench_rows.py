@@ -27,7 +27,6 @@ from car_rag_evals.systems import build_system
 
 RESULTS = Path(__file__).resolve().parents[2] / "evals" / "results"
 QUICK = ("ghsa-freeform", "ghsa-structured")
-pytestmark = pytest.mark.xdist_group("suite-stores")
 CHECKED = [s for s in SUITES if (RESULTS / f"{s}.json").is_file()] if os.environ.get("CAR_BENCH_CHECK") == "all" else QUICK
 
 

@@ -15,8 +15,9 @@ from car_rag import CARStore, ControllingAuthorityRetriever
 from helpers_records import chroma_collection
 
 K = 5
-# the session's store, unless built already: 2,318 records embedded, minutes under load
-pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("suite-stores")]
+# the session's store (tests/conftest.py: SUITE_STORE_MODULES), unless built already: 2,318 records
+# embedded, minutes under load
+pytestmark = pytest.mark.timeout(900)
 
 
 def _jsonl(path):
