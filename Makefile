@@ -65,16 +65,22 @@ docs: install
 # Every tier runs, even after one fails; the last lines say which passed and which failed, and the exit
 # is non-zero if any did. Before them, a line per tier: its wall time, its CPU seconds (user + sys, which
 # hardly move with the machine's load: compare tiers by those) and the load average (.ci/timed).
+# The evaluator tier's venv (EVAL_VENV) is built beside the first tiers, its output shown when that tier
+# starts (a build that failed is tried again there, and fails the tier).
 # A tier alone: make test-lint, test-docs, test-unit, test-integration, test-langchain, dist-check.
 TEST_TIERS := lint docs unit integration langchain evaluators dist-check
 .PHONY: $(addprefix test-,lint docs unit integration langchain evaluators) bench-check
 
 test: install
-	@failed=""; times=$$(mktemp); for tier in $(TEST_TIERS); do \
+	@failed=""; times=$$(mktemp); venv_log=$$(mktemp); \
+	TIER_TIMES=$$times .ci/timed eval-venv $(MAKE) --no-print-directory $(EVAL_VENV)/.installed >$$venv_log 2>&1 & venv_build=$$!; \
+	for tier in $(TEST_TIERS); do \
 	  target=$$([ $$tier = dist-check ] && echo dist-check || echo test-$$tier); \
+	  [ $$tier = evaluators ] && { wait $$venv_build; cat $$venv_log; rm -f $$venv_log; }; \
 	  echo "==== make test: $$tier ($$target)"; \
 	  TIER_TIMES=$$times .ci/timed $$tier $(MAKE) --no-print-directory $$target || failed="$$failed $$tier"; \
 	done; \
+	wait; rm -f $$venv_log; \
 	echo "==== make test: tier, result, wall time, CPU seconds, load average before -> after"; \
 	cat $$times; rm -f $$times; \
 	echo "==== make test: every tier ran; failed:$${failed:- none}"; \
