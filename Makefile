@@ -63,17 +63,26 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 
 # Every tier runs, even after one fails; the last lines say which passed and which failed, and the exit
-# is non-zero if any did. A tier alone: make test-lint, test-docs, test-unit, test-integration, test-langchain,
-# dist-check.
+# is non-zero if any did. Before them, a line per tier: its wall time, its CPU seconds (user + sys, which
+# hardly move with the machine's load: compare tiers by those) and the load average (.ci/timed).
+# The evaluator tier's venv (EVAL_VENV) is built beside the first tiers, its output shown when that tier
+# starts (a build that failed is tried again there, and fails the tier).
+# A tier alone: make test-lint, test-docs, test-unit, test-integration, test-langchain, dist-check.
 TEST_TIERS := lint docs unit integration langchain evaluators dist-check
 .PHONY: $(addprefix test-,lint docs unit integration langchain evaluators) bench-check
 
 test: install
-	@failed=""; for tier in $(TEST_TIERS); do \
+	@failed=""; times=$$(mktemp); venv_log=$$(mktemp); \
+	TIER_TIMES=$$times .ci/timed eval-venv $(MAKE) --no-print-directory $(EVAL_VENV)/.installed >$$venv_log 2>&1 & venv_build=$$!; \
+	for tier in $(TEST_TIERS); do \
 	  target=$$([ $$tier = dist-check ] && echo dist-check || echo test-$$tier); \
+	  [ $$tier = evaluators ] && { wait $$venv_build; cat $$venv_log; rm -f $$venv_log; }; \
 	  echo "==== make test: $$tier ($$target)"; \
-	  $(MAKE) --no-print-directory $$target || failed="$$failed $$tier"; \
+	  TIER_TIMES=$$times .ci/timed $$tier $(MAKE) --no-print-directory $$target || failed="$$failed $$tier"; \
 	done; \
+	wait; rm -f $$venv_log; \
+	echo "==== make test: tier, result, wall time, CPU seconds, load average before -> after"; \
+	cat $$times; rm -f $$times; \
 	echo "==== make test: every tier ran; failed:$${failed:- none}"; \
 	echo "tiers: $$(( $(words $(TEST_TIERS)) - $$(echo $$failed | wc -w) )) passed, $$(echo $$failed | wc -w) failed"; \
 	[ -z "$$failed" ]
@@ -86,9 +95,12 @@ test-unit: install
 	$(PY) -m pytest -q tests/unit
 
 # the LlamaIndex suite runs with the core's pytest settings; the quick suites' committed benchmark rows are
-# recomputed here (tests/integration/test_bench_rows.py; all suites: make bench-check)
+# recomputed here (tests/integration/test_bench_rows.py; all suites: make bench-check). On INTEGRATION_WORKERS
+# pytest-xdist workers (0: in this process), a module's tests on one worker, modules in collection order
+# (tests/conftest.py: pytest_xdist_make_scheduler).
+INTEGRATION_WORKERS ?= 2
 test-integration: install
-	CAR_REQUIRE_BROWSER=1 $(PY) -m pytest -q tests/integration integrations/llama-index-retrievers-car/tests
+	CAR_REQUIRE_BROWSER=1 $(PY) -m pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration integrations/llama-index-retrievers-car/tests
 
 # langchain-car keeps its own pytest settings (socket guard to loopback, a deadline per test, asyncio mode)
 test-langchain: install

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from car_rag import CARStore
 from car_rag.queries import load_queries
 from car_rag_evals.bench import run_system
-from car_rag_evals.suites import SUITES, load_suite, open_suite_store
+from car_rag_evals.suites import SUITES, load_suite
 from car_rag_evals.systems import build_system
 
 RESULTS = Path(__file__).resolve().parents[2] / "evals" / "results"
@@ -28,20 +30,16 @@ QUICK = ("ghsa-freeform", "ghsa-structured")
 CHECKED = [s for s in SUITES if (RESULTS / f"{s}.json").is_file()] if os.environ.get("CAR_BENCH_CHECK") == "all" else QUICK
 
 
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Fresh stores for this run, one per corpus and policy (suites sharing a corpus share its build)."""
-    return tmp_path_factory.mktemp("bench-stores")
-
-
 @pytest.mark.timeout(3600)  # a store build and five systems over every query: minutes per suite, more under load
 @pytest.mark.parametrize("name", CHECKED)
-def test_the_committed_car_rag_rows_reproduce_from_a_fresh_build(name: str, stores: Path, corpora: Path) -> None:
+def test_the_committed_car_rag_rows_reproduce_from_a_fresh_build(
+    name: str, suite_store: Callable[[str], CARStore], corpora: Path
+) -> None:
     committed = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
     rows = {system: row for system, row in committed["systems"].items() if system.startswith("car-")}
     assert rows, f"{name}.json has no car-rag row"
     suite = load_suite(name, corpora)
-    store = open_suite_store(suite, stores, progress=False)
+    store = suite_store(name)  # built in this session (test_ghsa_smoke.py shares ghsa-freeform's)
     queries = load_queries(suite.queries)
     assert (len(store), len(queries)) == (committed["documents"], committed["queries"])
     for system, row in rows.items():

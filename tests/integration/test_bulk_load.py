@@ -4,14 +4,14 @@ it refuses a bad record, naming it, and a store that holds records, with the sto
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from car_rag import CARStore, Embedder, Policy
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag_evals.perf.bulk_load import BulkLoader, create_store, edges_agree, stored_rows
 from car_rag_evals.perf.corpus import generate, gist_vectors
 
@@ -19,9 +19,9 @@ SIZE = 1_500
 
 
 @pytest.fixture(scope="module")
-def new_database() -> Iterator[Callable[[], str]]:
-    with throwaway_postgres() as pg:
-        yield pg.new_database
+def new_database(postgres: ThrowawayPostgres) -> Callable[[], str]:
+    """Fresh databases (their ``postgresql://`` URLs) on the session's server."""
+    return postgres.new_database
 
 
 def _indexes(url: str, schema: str) -> list[tuple]:

@@ -15,7 +15,9 @@ from car_rag import CARStore, ControllingAuthorityRetriever
 from helpers_records import chroma_collection
 
 K = 5
-pytestmark = pytest.mark.timeout(900)  # the module's store: 2,318 records embedded, minutes under load
+# the session's store (tests/conftest.py: SUITE_STORE_MODULES), unless built already: 2,318 records
+# embedded, minutes under load
+pytestmark = pytest.mark.timeout(900)
 
 
 def _jsonl(path):
@@ -24,13 +26,13 @@ def _jsonl(path):
 
 
 @pytest.fixture(scope="module")
-def ghsa_store(corpora, tmp_path_factory, security_policy, embedder):
-    store = CARStore.open(tmp_path_factory.mktemp("ghsa-freeform"), security_policy, embedder=embedder)
-    report = store.ingest(corpora / "ghsa-freeform.corpus.jsonl", progress=False)
-    assert report.errors == []
-    assert len(report.added) == 2318
-    yield store
-    store.close()
+def ghsa_store(suite_store) -> CARStore:
+    """The session's ghsa-freeform store (test_bench_rows.py checks the committed rows on it): built
+    from the corpus with the security-advisory policy, every record accepted."""
+    store = suite_store("ghsa-freeform")
+    assert store.policy.name == "security-advisory"
+    assert len(store) == 2318
+    return store
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Policy, R
 from car_rag.cli import main
 from car_rag.eligibility import CallerContext
 from car_rag.postgres import PgVectorChannel
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag.records import shown_id
 from car_rag.store import StoreError
 from helpers_records import pgvector_channel, shared_log
@@ -30,10 +30,9 @@ K = 10
 
 
 @pytest.fixture(scope="module")
-def new_database() -> Iterator[Callable[[], str]]:
-    """A function giving a fresh database (its ``postgresql://`` URL), on one server stopped after the module."""
-    with throwaway_postgres() as pg:
-        yield pg.new_database
+def new_database(postgres: ThrowawayPostgres) -> Callable[[], str]:
+    """Fresh databases (their ``postgresql://`` URLs) on the session's server."""
+    return postgres.new_database
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from car_rag import CARStore, ControllingAuthorityRetriever
 from car_rag.eligibility import RecordFilter
 from car_rag.postgres import PgVectorChannel
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from helpers_records import retrieved
 
 QUESTION = "Is lodash still vulnerable to CVE-2099-10001, the prototype pollution through merge and defaultsDeep?"
@@ -20,19 +20,18 @@ K = 5
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, demo_policy, embedder, demo_corpus_path) -> Iterator[CARStore]:
-    with throwaway_postgres() as pg:
-        with CARStore.open(
-            tmp_path_factory.mktemp("pg-asof"),
-            demo_policy,
-            embedder=embedder,
-            authority_url=pg.new_database(),
-            vector_store="pgvector",
-        ) as store:
-            assert store.ingest(demo_corpus_path, progress=False).errors == []
-            store.dense.exact_limit = 0  # the SQL path answers
-            assert not store.dense.exact and isinstance(store.dense, PgVectorChannel)
-            yield store
+def store(postgres: ThrowawayPostgres, tmp_path_factory, demo_policy, embedder, demo_corpus_path) -> Iterator[CARStore]:
+    with CARStore.open(
+        tmp_path_factory.mktemp("pg-asof"),
+        demo_policy,
+        embedder=embedder,
+        authority_url=postgres.new_database(),
+        vector_store="pgvector",
+    ) as store:
+        assert store.ingest(demo_corpus_path, progress=False).errors == []
+        store.dense.exact_limit = 0  # the SQL path answers
+        assert not store.dense.exact and isinstance(store.dense, PgVectorChannel)
+        yield store
 
 
 def test_as_of_is_a_condition_of_the_hnsw_search(store):

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import ray
 import car_rag
 from car_rag import CARStore, Embedder, Policy
 from car_rag.postgres import PostgresRecordLog
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag.store.distributed import ingest_on_ray
 from car_rag_evals.perf.corpus import generate
 from helpers_records import chroma_collection, edge_set
@@ -101,9 +101,9 @@ def _stop(node: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def new_database() -> Iterator[Any]:
-    with throwaway_postgres() as pg:
-        yield pg.new_database
+def new_database(postgres: ThrowawayPostgres) -> Callable[[], str]:
+    """Fresh databases (their ``postgresql://`` URLs) on the session's server."""
+    return postgres.new_database
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from car_rag import CARStore
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres, throwaway_postgres
 from car_rag_evals.servers import HOST, chroma_cli, free_port
 from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED
 from servers import assert_dense_left_out, chroma_run, wait_for
@@ -30,9 +30,9 @@ QUESTION = "Is mdrender still vulnerable to CVE-2099-10009?"
 
 
 @pytest.fixture(scope="module")
-def pg():
-    with throwaway_postgres() as running:
-        yield running.url
+def pg(postgres: ThrowawayPostgres) -> str:
+    """A database of the module's own on the session's PostgreSQL (its URL)."""
+    return postgres.new_database()
 
 
 @pytest.fixture(scope="module")

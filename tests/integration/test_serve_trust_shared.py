@@ -18,7 +18,7 @@ from test_serve_trust import disclosure, note, patch, scope
 
 import serve_trust_fuzz as trust_fuzz  # evals/ is on pytest's pythonpath (pyproject.toml)
 from car_rag import CARStore
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag.serve.keys import hash_key
 from car_rag_evals.servers import car_rag_serve
 from servers import wait_for
@@ -32,9 +32,9 @@ KEYS = {
 
 
 @pytest.fixture(scope="module")
-def pg() -> Iterator[str]:
-    with throwaway_postgres() as running:
-        yield running.url
+def pg(postgres: ThrowawayPostgres) -> str:
+    """A database of the module's own on the session's PostgreSQL (its URL)."""
+    return postgres.new_database()
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from car_rag import CARStore
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag_evals.servers import HOST, free_port
 from helpers_records import MDRENDER_PATCH
 from servers import chroma_run, wait_for
@@ -24,9 +24,9 @@ STOP_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="module")
-def pg():
-    with throwaway_postgres() as running:
-        yield running.url
+def pg(postgres: ThrowawayPostgres) -> str:
+    """A database of the module's own on the session's PostgreSQL (its URL)."""
+    return postgres.new_database()
 
 
 @pytest.fixture(scope="module")

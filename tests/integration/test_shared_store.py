@@ -23,7 +23,7 @@ import pytest
 
 from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag.graph import AuthorityGraph
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag.records import Record
 from car_rag_evals.servers import HOST, chroma_cli
 from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, chroma_collection, day, edge_set, retrieved, shared_log
@@ -33,9 +33,9 @@ PATCH, VOIDED = MDRENDER_PATCH, MDRENDER_VOIDED
 
 
 @pytest.fixture(scope="module")
-def pg():
-    with throwaway_postgres() as running:
-        yield running.url
+def pg(postgres: ThrowawayPostgres) -> str:
+    """A database of the module's own on the session's PostgreSQL (its URL)."""
+    return postgres.new_database()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, Policy
 from car_rag.channels.mapped_bm25 import MappedIncrementalBM25Index
 from car_rag.cli import main
 from car_rag.eligibility import CallerContext, RecordFilter
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag.retriever import AnchorMode
 from car_rag.scope_linking import MappedVocabulary
 from car_rag.store import StoreError
@@ -47,17 +47,21 @@ def tenant_records(demo: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def pg_store(
-    tmp_path_factory, demo_policy: Policy, embedder: Embedder, demo_corpus_path: Path, demo_records: list[dict[str, Any]]
+    postgres: ThrowawayPostgres,
+    tmp_path_factory,
+    demo_policy: Policy,
+    embedder: Embedder,
+    demo_corpus_path: Path,
+    demo_records: list[dict[str, Any]],
 ) -> Iterator[str]:
-    with throwaway_postgres() as pg:
-        url = pg.new_database()
-        with CARStore.open(
-            tmp_path_factory.mktemp("writer"), demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector"
-        ) as store:
-            assert store.ingest(demo_corpus_path, progress=False).errors == []
-            report = store.ingest(tenant_records(demo_records), progress=False)
-            assert report.errors == [] and len(report.added) == 2
-        yield url
+    url = postgres.new_database()
+    with CARStore.open(
+        tmp_path_factory.mktemp("writer"), demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector"
+    ) as store:
+        assert store.ingest(demo_corpus_path, progress=False).errors == []
+        report = store.ingest(tenant_records(demo_records), progress=False)
+        assert report.errors == [] and len(report.added) == 2
+    yield url
 
 
 @pytest.fixture(scope="module")

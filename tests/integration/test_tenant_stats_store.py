@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from car_rag import CallerContext, CARStore, ControllingAuthorityRetriever
-from car_rag.postgres.fixture import throwaway_postgres
+from car_rag.postgres.fixture import ThrowawayPostgres
 from servers import wait_for
 
 ACME = CallerContext("acme")
@@ -100,21 +100,22 @@ def test_a_bm25s_index_saved_without_its_tokens_is_rebuilt(tmp_path, demo_policy
         assert tops(reopened, questions) == expected
 
 
-def test_a_follower_on_postgresql_keeps_a_tenants_top5(tmp_path, demo_policy, embedder, demo_corpus_path, demo_queries):
+def test_a_follower_on_postgresql_keeps_a_tenants_top5(
+    postgres: ThrowawayPostgres, tmp_path, demo_policy, embedder, demo_corpus_path, demo_queries
+):
     """Two processes' stores on one PostgreSQL log: globex writes through one, the other takes
     the records from the change feed; acme's top 5 on the follower does not move."""
     questions = [q["query"] for q in demo_queries]
     extra = globex_records(demo_corpus_path, questions, 400)
-    with throwaway_postgres() as pg:
-        url = pg.new_database()
-        shared = {"authority_url": url, "embedder": embedder, "vector_store": "pgvector"}
-        with CARStore.open(tmp_path / "a", demo_policy, **shared) as writer, CARStore.open(tmp_path / "b", **shared) as follower:
-            writer.ingest(demo_corpus_path, progress=False)
-            wait_for(lambda: follower.head == writer.head, "the follower takes the demo corpus")
-            before = tops(follower, questions)
-            for r in extra[:20]:  # streamed, then a batch
-                writer.ingest([r], embeddings=seeded_vectors([r]), progress=False)
-            writer.ingest(extra[20:], embeddings=seeded_vectors(extra[20:]), progress=False)
-            wait_for(lambda: follower.head == writer.head, "the follower takes globex's records", 60)
-            assert len(follower) == len(writer) == 45 + len(extra)
-            assert tops(follower, questions) == before == tops(writer, questions)
+    url = postgres.new_database()
+    shared = {"authority_url": url, "embedder": embedder, "vector_store": "pgvector"}
+    with CARStore.open(tmp_path / "a", demo_policy, **shared) as writer, CARStore.open(tmp_path / "b", **shared) as follower:
+        writer.ingest(demo_corpus_path, progress=False)
+        wait_for(lambda: follower.head == writer.head, "the follower takes the demo corpus")
+        before = tops(follower, questions)
+        for r in extra[:20]:  # streamed, then a batch
+            writer.ingest([r], embeddings=seeded_vectors([r]), progress=False)
+        writer.ingest(extra[20:], embeddings=seeded_vectors(extra[20:]), progress=False)
+        wait_for(lambda: follower.head == writer.head, "the follower takes globex's records", 60)
+        assert len(follower) == len(writer) == 45 + len(extra)
+        assert tops(follower, questions) == before == tops(writer, questions)
