@@ -101,9 +101,7 @@ EOF
 
 step "fresh venv ($BASE_PY), CPU torch first: $TORCH $TORCH_FROM"
 "$BASE_PY" -m venv "$VENV"
-# --no-compile: no bytecode for the ~20,000 modules installed (about 3 ms of CPU each), of which the few
-# processes below import a part; what is installed is the same.
-VPIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile)
+VPIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 # shellcheck disable=SC2086  # TORCH_FROM and WHEELS are lists of options (WHEELS may be empty)
 "${VPIP[@]}" $TORCH_FROM "$TORCH"
 "$VENV/bin/python" -W ignore -c 'import torch; assert not torch.version.cuda, torch.__version__; print("torch", torch.__version__)'
