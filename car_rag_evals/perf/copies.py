@@ -11,7 +11,8 @@ the streamed corpus. Its text is the source's; its vector the source's plus fres
 (as :func:`~car_rag_evals.perf.corpus.gist_vectors` adds it), normalised. Each record is
 validated and its body and fingerprint written as ingest writes them; ``seq`` and ``change``
 follow the copies before it. The target's configuration is the source's, its tables are made
-like the source's and its indexes again from the source's own definitions once the rows are in.
+like the source's and its indexes again from the source's own definitions once the rows are in
+and committed (one after another, HNSW last).
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def copy_store(
     seconds: dict[str, float] = {}
     tick = time.perf_counter()
     with log.connect(autocommit=False, role="copies") as conn:
-        conn.execute("SET LOCAL statement_timeout = 0")
-        conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
+        conn.execute("SET statement_timeout = 0")
+        conn.execute("SET maintenance_work_mem = '1GB'")
         indexes = conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND indexname NOT IN "
             "(SELECT conname FROM pg_constraint WHERE connamespace = %s::regnamespace) ORDER BY indexname = 'records_embedding'",
@@ -117,9 +118,10 @@ def copy_store(
                         )
                     )
         seconds["copies 1.. of the records"] = time.perf_counter() - tick
+        conn.commit()  # the rows stay if an index build below is cut off (HNSW at 1M takes the longest)
+        conn.autocommit = True
         for table in ("records", "edges", "disputed_edges", "scope_index"):
             conn.execute(f'ANALYZE "{target}".{table}')
-        tick = time.perf_counter()
         for constraint in conn.execute(
             "SELECT conrelid::regclass::text, pg_get_constraintdef(oid), conname FROM pg_constraint "
             "WHERE connamespace = %s::regnamespace AND contype IN ('p', 'u') ORDER BY conname",
@@ -131,6 +133,5 @@ def copy_store(
             started = time.perf_counter()
             conn.execute(definition.replace(f" ON {source}.", f' ON "{target}".', 1))
             seconds[f"index {name}"] = time.perf_counter() - started
-        conn.commit()
     made = count * copies
     return {"records": made, "copies": copies, "variants": variants, "seconds": seconds, "source_records": count}
