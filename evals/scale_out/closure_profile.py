@@ -13,6 +13,10 @@ repository root::
 
     python evals/scale_out/closure_profile.py --work .perf-stores/stage2-sql
 
+``--closures-of 1000000``: the same questions' seeds (captured at 100k), their closures read from
+the 1M copies ``stage2_1m.py`` makes beside the store (copy 0 is the 100k store, a named package
+reaches every fourth copy).
+
 Results: ``evals/results/scale-out/closure-profile.md`` and ``.json`` (``--name``).
 """
 
@@ -37,6 +41,8 @@ import numpy as np  # noqa: E402
 
 from car_rag import ControllingAuthorityRetriever  # noqa: E402
 from car_rag.graph import AuthorityGraph, Edge  # noqa: E402
+from car_rag.postgres import PostgresRecordLog  # noqa: E402
+from car_rag.postgres.closure import ClosureQuery  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.record_log import parse_stored  # noqa: E402
 from car_rag.store.lean import LeanStore  # noqa: E402
@@ -68,23 +74,22 @@ def timed(step: Callable[[], Any]) -> tuple[float, Any]:
     return (time.perf_counter() - tick) * 1000, out
 
 
-def reuse(store: LeanStore, conn: Any, seeds: list[tuple[list[str], list[tuple[str, str]]]]) -> dict[str, int]:
+def reuse(closure: ClosureQuery, conn: Any, seeds: list[tuple[list[str], list[tuple[str, str]]]]) -> dict[str, int]:
     """Over one pass of the closures: records read and distinct ones, what a worker's cache of
     parsed records could at best have saved parsing on questions that are all different."""
     read, distinct = 0, set[str]()
     for ids, values in seeds:
-        graph = store.closure.graph(conn, ids, values)
+        graph = closure.graph(conn, ids, values)
         read += len(graph.records)
         distinct.update(graph.records)
     return {"read": read, "distinct": len(distinct)}
 
 
-def profile(store: LeanStore, conn: Any, ids: list[str], values: list[tuple[str, str]]) -> dict[str, float]:
+def profile(closure: ClosureQuery, conn: Any, ids: list[str], values: list[tuple[str, str]]) -> dict[str, float]:
     """One closure taken apart (milliseconds, and its record count)."""
-    closure = store.closure
     params = {"ids": ids, "keys": [k for k, _ in values], "values": [v for _, v in values]}
     with conn.transaction():
-        plan = conn.execute(store.log._sql("EXPLAIN (ANALYZE, FORMAT JSON) ") + closure.statement, params).fetchone()[0][0]
+        plan = conn.execute(closure.log._sql("EXPLAIN (ANALYZE, FORMAT JSON) ") + closure.statement, params).fetchone()[0][0]
     server = plan["Planning Time"] + plan["Execution Time"]
 
     def read() -> list[Any]:
@@ -95,10 +100,10 @@ def profile(store: LeanStore, conn: Any, ids: list[str], values: list[tuple[str,
     bodies = [row[3] for row in rows if row[0] == 0]
     edges, disputed = ([Edge(*row[4:]) for row in rows if row[0] == part] for part in (1, 2))
     json_ms, _ = timed(lambda: [json.loads(body) for body in bodies])
-    validate_ms, records = timed(lambda: [parse_stored(body, store.location) for body in bodies])
+    validate_ms, records = timed(lambda: [parse_stored(body, closure.log.location) for body in bodies])
 
     def load() -> None:
-        AuthorityGraph(store.policy).load_edges(records, edges, disputed)
+        AuthorityGraph(closure.policy).load_edges(records, edges, disputed)
 
     graph_ms, _ = timed(load)
     closure_ms, _ = timed(lambda: closure.graph(conn, ids, values))
@@ -153,6 +158,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=ROOT / ".perf-stores" / "stage2-sql")
     parser.add_argument("--size", type=int, default=100_000, help="the store's size (its schema perf_<size>)")
+    parser.add_argument(
+        "--closures-of", type=int, help="read the closures from this store instead (schema perf_<n>: copies, stage2_1m.py)"
+    )
     parser.add_argument("--url", help="a running server holding the store (default: start one in --work/pg)")
     parser.add_argument("--passes", type=int, default=3, help="reads of each closure")
     parser.add_argument("--out", type=Path, default=ROOT / "evals" / "results" / "scale-out")
@@ -165,10 +173,13 @@ def main() -> None:
         url = args.url or stack.enter_context(throwaway_postgres(args.work / "pg")).url
         store = stack.enter_context(LeanStore.open(url, f"perf_{args.size}", follow=False))
         seeds = captured(store, questions)
-        with store.log.connect(autocommit=False, role="profile") as conn:
-            reused = reuse(store, conn, seeds)
+        closure = store.closure
+        if args.closures_of:  # the questions' seeds (the copies' first copy is the store), another store's closures
+            closure = ClosureQuery(PostgresRecordLog(url, f"perf_{args.closures_of}"), store.policy)
+        with closure.log.connect(autocommit=False, role="profile") as conn:
+            reused = reuse(closure, conn, seeds)
             for _ in range(args.passes):
-                rows += [profile(store, conn, ids, values) for ids, values in seeds]
+                rows += [profile(closure, conn, ids, values) for ids, values in seeds]
     median = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
     per_record = {k: float(np.median([r[k] / r["records"] * 1000 for r in rows if r["records"]])) for k in STEPS}
     results = {
@@ -177,7 +188,7 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
         "load": os.getloadavg(),
-        "records": len(store),
+        "records": args.closures_of or len(store),
         "questions": len(questions),
         "passes": args.passes,
         "median": median,
