@@ -194,7 +194,6 @@ def main() -> None:
         "median": median,
         "reuse": reused,
         "per_record_us": per_record,
-        "closures": rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
