@@ -19,13 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -67,16 +62,7 @@ def main() -> None:
     workers = argparse.Namespace(work=work / f"copies-{args.copies}", passes=args.passes, schema=f"perf_{size}")
     workers.work.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(work / "questions.json", workers.work / "questions.json")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=perf.ROOT, capture_output=True, text=True).stdout.strip()
-    results: dict[str, Any] = {
-        "command": "python evals/scale_out/stage2_1m.py " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
-        "passes": args.passes,
-        "modes": modes,
-        "workers": [],
-    }
+    results = perf.results_header("stage2_1m.py", args.passes, modes)
     with throwaway_postgres(work / "pg") as pg:
         workers.url = pg.url
         if held(pg.url, f"perf_{SOURCE}") != SOURCE:

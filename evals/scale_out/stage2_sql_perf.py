@@ -289,6 +289,21 @@ def write_md(results: dict[str, Any], path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def results_header(script: str, passes: int, modes: list[str]) -> dict[str, Any]:
+    """What a run's results open with (its command, commit, time and machine), workers to follow:
+    this script's and ``stage2_1m.py``'s, which write_md renders alike."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {
+        "command": f"python evals/scale_out/{script} " + " ".join(sys.argv[1:]),
+        "commit": commit,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
+        "passes": passes,
+        "modes": modes,
+        "workers": [],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=100_000)
@@ -316,16 +331,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     args.schema = f"perf_{args.size}"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    results: dict[str, Any] = {
-        "command": "python evals/scale_out/stage2_sql_perf.py " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
-        "passes": args.passes,
-        "modes": modes,
-        "workers": [],
-    }
+    results = results_header("stage2_sql_perf.py", args.passes, modes)
     with throwaway_postgres(args.work / "pg") as pg:
         args.url = pg.url
         print("building" if not args.reuse else "checking the store", flush=True)
