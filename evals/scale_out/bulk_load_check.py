@@ -15,8 +15,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from car_rag.embedding import DEFAULT_MODEL, Embedder  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag_evals.perf.bulk_load import STORED_ROWS, BulkLoader, create_store, edges_agree, stored_rows  # noqa: E402
 from car_rag_evals.perf.corpus import generate, gist_vectors  # noqa: E402
+from car_rag_evals.results_header import results_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,12 +48,12 @@ def main() -> None:
     corpus = generate(args.size)
     vectors = gist_vectors(corpus, embedder)
     questions = [q.query for q in corpus.queries]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    header = results_header(__file__)
     result: dict = {
-        "command": "python evals/scale_out/bulk_load_check.py " + " ".join(sys.argv[1:]),
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": commit,
-        "load_average": os.getloadavg(),
+        "command": header.command,
+        "when": header.when,
+        "commit": header.commit,
+        "load_average": header.load,
         "size": args.size,
     }
     shutil.rmtree(args.work, ignore_errors=True)  # the stores' own folders (caches) of an earlier run

@@ -25,9 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -46,6 +43,7 @@ from car_rag.postgres.closure import ClosureQuery  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.record_log import parse_stored  # noqa: E402
 from car_rag.store.lean import LeanStore  # noqa: E402
+from car_rag_evals.results_header import header_line, load_text, results_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ("server_ms", "round_trip_ms", "json_ms", "validate_ms", "graph_ms", "closure_ms")
@@ -124,11 +122,11 @@ def write_md(results: dict[str, Any], path: Path) -> None:
     lines = [
         f"# Where a `--stage2 sql` closure spends its time, {results['records']:,} records (issue 36)",
         "",
-        f"`{results['command']}`; {results['when']}; commit {results['commit']}; {results['machine']}; load average "
-        f"{', '.join(f'{x:.2f}' for x in results['load'])} at the end. PostgreSQL (`car_rag.postgres.fixture`) on "
-        f"loopback on the same machine. The closures of the perf corpus's {results['questions']} questions as a sql-mode "
-        f"worker reads them (seeds captured from whole retrievals), each read {results['passes']} times; medians over "
-        f"all reads. Records per closure: median {m['records']:.0f}, body {m['body_bytes'] / max(m['records'], 1):.0f} "
+        f"{header_line(results)}; load average {load_text(results['load'])} at the end. PostgreSQL "
+        "(`car_rag.postgres.fixture`) on loopback on the same machine. The closures of the perf corpus's "
+        f"{results['questions']} questions as a sql-mode worker reads them (seeds captured from whole retrievals), "
+        f"each read {results['passes']} times; medians over all reads. Records per closure: median {m['records']:.0f}, "
+        f"body {m['body_bytes'] / max(m['records'], 1):.0f} "
         "bytes per record.",
         "",
         "| step | median ms per closure | µs per record (median of each closure's) |",
@@ -167,7 +165,6 @@ def main() -> None:
     parser.add_argument("--name", default="closure-profile", help="the results' file name (.md, .json) under --out")
     args = parser.parse_args()
     questions = json.loads((args.work / "questions.json").read_text())
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     rows: list[dict[str, float]] = []
     with ExitStack() as stack:
         url = args.url or stack.enter_context(throwaway_postgres(args.work / "pg")).url
@@ -182,12 +179,10 @@ def main() -> None:
                 rows += [profile(closure, conn, ids, values) for ids, values in seeds]
     median = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
     per_record = {k: float(np.median([r[k] / r["records"] * 1000 for r in rows if r["records"]])) for k in STEPS}
+    header = results_header(__file__)
     results = {
-        "command": "python evals/scale_out/closure_profile.py " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
-        "load": os.getloadavg(),
+        **header.fields(),
+        "load": header.load,
         "records": args.closures_of or len(store),
         "questions": len(questions),
         "passes": args.passes,

@@ -36,11 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -59,6 +56,7 @@ from car_rag.postgres import server as pg_server  # noqa: E402
 from car_rag_evals.perf.bulk_load import BulkLoader, create_store  # noqa: E402
 from car_rag_evals.perf.corpus import generate, gist_vectors, stream  # noqa: E402
 from car_rag_evals.perf.stats import percentiles  # noqa: E402
+from car_rag_evals.results_header import load_text, results_header  # noqa: E402
 from car_rag_evals.servers import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,14 +73,16 @@ def schema_of(size: int) -> str:
     return f"perf_{size}"
 
 
-def commit_and_load() -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+def run_header() -> dict[str, Any]:
+    """Each phase's row opens with its own run: the command, the commit (and whether the checkout had
+    uncommitted changes), the time, the load averages and the machine."""
+    header = results_header(__file__)
     return {
-        "commit": commit + (" (uncommitted changes)" if dirty else ""),
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "load_average": os.getloadavg(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "command": header.command,
+        "commit": header.commit + (" (uncommitted changes)" if header.uncommitted else ""),
+        "when": header.when,
+        "load_average": header.load,
+        "machine": {"cpus": header.cpus, "platform": header.platform, "python": header.python},
     }
 
 
@@ -426,8 +426,10 @@ def _mb(n: float) -> str:
 def _head(results: dict[str, Any], key: str) -> list[str]:
     lines = []
     for size, r in sorted(results.get(key, {}).items(), key=lambda x: int(x[0])):
-        load = ", ".join(f"{x:.2f}" for x in r["load_average"])
-        lines.append(f"- {key}, {int(size):,} records: `{r['command']}`, {r['when']}, commit {r['commit']}, load average {load}")
+        lines.append(
+            f"- {key}, {int(size):,} records: `{r['command']}`, {r['when']}, commit {r['commit']}, load average "
+            f"{load_text(r['load_average'])}"
+        )
     return lines
 
 
@@ -597,7 +599,6 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / ".perf-stores" / "scale")
     parser.add_argument("--stop", action="store_true", help="stop the PostgreSQL under --work at the end")
     args = parser.parse_args()
-    command = "python evals/scale_out/postgres_sizing.py " + " ".join(sys.argv[1:])
     url = server(args.work)
     embedder = Embedder(DEFAULT_MODEL)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -612,19 +613,19 @@ def main() -> None:
                 "load",
                 size,
                 phase_load(url, size, args.work, args.vectors_upto, embedder),
-                {"command": command, **commit_and_load(), "postgres": pg},
+                {**run_header(), "postgres": pg},
             )
         if "replica" in args.phases:
             print(f"{size}: replica of {args.replica_of}", flush=True)
             value = phase_replica(url, size, args.replica_of)
-            merge(sizing, "replica", size, value, {"command": command, **commit_and_load(), "postgres": pg})
+            merge(sizing, "replica", size, value, {**run_header(), "postgres": pg})
         if "index" in args.phases and size <= args.vectors_upto:
             hnsw = json.loads(sizing.read_text())["load"][str(size)]["hnsw_definition"]
             for name in args.indexes:  # the store's HNSW index last: it stays, as ingest leaves it
                 print(f"{size}: index {name}", flush=True)
                 statement = hnsw if name == "hnsw" else ivfflat(size)
                 value = phase_index(url, size, args.work, embedder, statement, args.maintenance_work_mem)
-                merge(sizing, f"index {name}", size, value, {"command": command, **commit_and_load(), "postgres": pg})
+                merge(sizing, f"index {name}", size, value, {**run_header(), "postgres": pg})
         if "stage2" in args.phases:
             print(f"{size}: stage2", flush=True)
             replicas = json.loads(sizing.read_text()).get("replica", {}) if sizing.is_file() else {}
@@ -632,7 +633,7 @@ def main() -> None:
             source = replica["source"] if replica else min(size, args.vectors_upto)
             value = phase_stage2(url, size, seeds(source, args.work, embedder), source)
             value["store"] = replica["built_as"] if replica else "bulk load of the streamed corpus"
-            merge(stage2, "stage2", size, value, {"command": command, **commit_and_load(), "postgres": pg})
+            merge(stage2, "stage2", size, value, {**run_header(), "postgres": pg})
     for path, write in ((sizing, write_sizing_md), (stage2, write_stage2_md)):
         if path.is_file():
             write(json.loads(path.read_text()), path.with_suffix(".md"))

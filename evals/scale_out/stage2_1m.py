@@ -62,7 +62,7 @@ def main() -> None:
     workers = argparse.Namespace(work=work / f"copies-{args.copies}", passes=args.passes, schema=f"perf_{size}")
     workers.work.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(work / "questions.json", workers.work / "questions.json")
-    results = perf.results_header("stage2_1m.py", args.passes, modes)
+    results = perf.worker_results(__file__, args.passes, modes)
     with throwaway_postgres(work / "pg") as pg:
         workers.url = pg.url
         if held(pg.url, f"perf_{SOURCE}") != SOURCE:

@@ -24,8 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +36,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
 from car_rag.store.lean import LeanStore  # noqa: E402
+from car_rag_evals.results_header import header_line, results_header  # noqa: E402
 from car_rag_evals.stage2_sql import answer_of, copy_into_postgres  # noqa: E402
 from car_rag_evals.suites import SUITES, load_suite, open_suite_store  # noqa: E402
 
@@ -79,7 +78,7 @@ def write_md(results: dict[str, Any], path: Path) -> None:
     lines = [
         "# `--stage2 sql` against the graph in memory, every benchmark suite (issue 36)",
         "",
-        f"`{results['command']}`; {results['when']}; commit {results['commit']}. Each suite's store copied into "
+        f"{header_line(results)}. Each suite's store copied into "
         "its own PostgreSQL database (pgvector, its own vectors); every query asked of it by a retriever holding "
         "the graph in memory (`CARStore`) and by one reading each query's closure from PostgreSQL (`LeanStore`, "
         f'`stage2="sql"`{", BM25 memory-mapped from a folder" if results.get("mapped") else ""}), hybrid anchors, '
@@ -113,11 +112,11 @@ def main() -> None:
     args = parser.parse_args()
     name = "stage2-equality-mapped" if args.mapped else "stage2-equality"
     args.out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    header = results_header(__file__)
     results: dict[str, Any] = {
-        "command": "python evals/scale_out/stage2_sql_equality.py " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": header.command,
+        "commit": header.commit,
+        "when": header.when,
         "mapped": args.mapped,
         "suites": {},
     }

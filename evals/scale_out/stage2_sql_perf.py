@@ -29,7 +29,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -48,6 +47,7 @@ from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.store.lean import LeanStore, open_for_queries  # noqa: E402
 from car_rag_evals.perf.corpus import arrivals, generate, gist_vectors  # noqa: E402
 from car_rag_evals.perf.stats import percentiles, proc_status_mb  # noqa: E402
+from car_rag_evals.results_header import header_line, load_text, results_header  # noqa: E402
 from car_rag_evals.stage2_sql import answer_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +232,7 @@ def write_md(results: dict[str, Any], path: Path) -> None:
     lines = [
         f"# `--stage2 sql` against the graph in memory at {results['build']['records']:,} records (issue 36)",
         "",
-        f"`{results['command']}`; {results['when']}; commit {results['commit']}; {results['machine']}. PostgreSQL "
+        f"{header_line(results)}. PostgreSQL "
         "(`car_rag.postgres.fixture`, pgvector) on loopback on the same machine, shared with other work (load averages "
         "at each worker's end in the table). Perf corpus seed 7, gist vectors; the corpus's "
         f"{results['questions']} questions, {results['passes']} timed passes each after one untimed pass; "
@@ -257,7 +257,7 @@ def write_md(results: dict[str, Any], path: Path) -> None:
             f"| {n // len(results['modes']) + 1} | {mode} | {run['start_s']:.1f} | {run['open_s']:.1f} | "
             f"{run['rss_open_mb']:.0f} | {run['rss_ready_mb']:.0f} | {run['rss_end_mb']:.0f}{split} | {run['peak_mb']:.0f} | "
             f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} | "
-            f"{closure} | {cost_cell} | {', '.join(f'{x:.2f}' for x in run['load'])} |"
+            f"{closure} | {cost_cell} | {load_text(run['load'])} |"
         )
     for mode, same in results["same_answers"].items():
         lines += [
@@ -289,19 +289,10 @@ def write_md(results: dict[str, Any], path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def results_header(script: str, passes: int, modes: list[str]) -> dict[str, Any]:
+def worker_results(script: str, passes: int, modes: list[str]) -> dict[str, Any]:
     """What a run's results open with (its command, commit, time and machine), workers to follow:
-    this script's and ``stage2_1m.py``'s, which write_md renders alike."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {
-        "command": f"python evals/scale_out/{script} " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
-        "passes": passes,
-        "modes": modes,
-        "workers": [],
-    }
+    this script's and ``stage2_1m.py``'s (``script``, its ``__file__``), which write_md renders alike."""
+    return {**results_header(script).fields(), "passes": passes, "modes": modes, "workers": []}
 
 
 def main() -> None:
@@ -331,7 +322,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     args.schema = f"perf_{args.size}"
-    results = results_header("stage2_sql_perf.py", args.passes, modes)
+    results = worker_results(__file__, args.passes, modes)
     with throwaway_postgres(args.work / "pg") as pg:
         args.url = pg.url
         print("building" if not args.reuse else "checking the store", flush=True)
