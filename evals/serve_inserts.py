@@ -18,8 +18,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
@@ -31,6 +29,7 @@ import httpx  # noqa: E402
 from car_rag import CARStore, Embedder, IngestReport, load_policy  # noqa: E402
 from car_rag.serve import INSERT_WINDOW_MS  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
+from car_rag_evals.results_header import results_header  # noqa: E402
 from car_rag_evals.servers import serving  # noqa: E402
 from serve_load import DEMO, percentiles  # noqa: E402  (the load test beside this script)
 
@@ -99,7 +98,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8,32", help="client threads, comma-separated")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    load = os.getloadavg()
+    header = results_header(__file__)
     embedder = Embedder()
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -116,13 +115,12 @@ def main() -> None:
                 latencies, wall, ingests = run(copy, embedder, window, concurrency, args.inserts)
                 rows.append((window, concurrency, args.inserts / wall, percentiles(latencies), ingests / args.inserts))
                 print(rows[-1], flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
         f"# car-rag serve: streaming single inserts ({size}-record demo store, embedded Chroma, {args.inserts} per row)",
         "",
-        f"`python evals/serve_inserts.py {' '.join(sys.argv[1:])}`; one uvicorn worker, each insert a new patch release "
-        f"(one record, voiding nothing); load average before: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} on "
-        f"{os.cpu_count()} CPUs; commit {commit}",
+        f"`{header.command}`; one uvicorn worker, each insert a new patch release "
+        f"(one record, voiding nothing); load average before: {header.load_text} on "
+        f"{header.cpus} CPUs; commit {header.commit}",
         "",
         "| insert window ms | client threads | inserts/s | p50 ms | p95 ms | p99 ms | store ingests per insert |",
         "|---|---|---|---|---|---|---|",

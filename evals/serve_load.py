@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +25,7 @@ import car_rag  # noqa: E402
 from car_rag import CARStore, ControllingAuthorityRetriever, load_policy  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
+from car_rag_evals.results_header import results_header  # noqa: E402
 from car_rag_evals.servers import serving  # noqa: E402
 
 DEMO = Path(car_rag.__file__).parent / "data" / "demo"
@@ -85,13 +84,12 @@ def main() -> None:
                     rps = len(asked) / (time.perf_counter() - tick)
                 rows.append(("POST /retrieve", concurrency, percentiles(latencies), rps))
         size = len(store)
-    load = os.getloadavg()
+    header = results_header(__file__)
     lines = [
         f"# car-rag serve: latency ({size} records, anchors {args.anchors}, {args.requests} requests per row)",
         "",
-        f"`python evals/serve_load.py {' '.join(sys.argv[1:])}`; one uvicorn worker; load average before: "
-        f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} on {os.cpu_count()} CPUs; commit "
-        f"{subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}",
+        f"`{header.command}`; one uvicorn worker; load average before: {header.load_text} on {header.cpus} CPUs; "
+        f"commit {header.commit}",
         "",
         "| how | concurrency | p50 ms | p95 ms | p99 ms | requests/s |",
         "|---|---|---|---|---|---|",

@@ -46,7 +46,6 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -66,6 +65,7 @@ from car_rag.namespacing import shown_record  # noqa: E402
 from car_rag.records import tenant_key as key_in_store  # noqa: E402
 from car_rag.serve.keys import ApiKey, ApiKeys, hash_key  # noqa: E402
 from car_rag.serve.service import Service  # noqa: E402
+from car_rag_evals.results_header import ResultsHeader, results_header  # noqa: E402
 from car_rag_evals.servers import serving  # noqa: E402
 
 TENANTS = ("acme", "globex", "initech")
@@ -562,13 +562,12 @@ def _count_reach(report: Report, world: World, got: httpx.Response) -> None:
     )
 
 
-def format_report(report: Report, command: str) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+def format_report(report: Report, header: ResultsHeader) -> str:
     lines = [
         f"# car-rag serve: tenancy fuzz ({report.requests} requests)",
         "",
-        f"`{command}`; commit {commit}; {report.seconds:.0f} s of requests. What is sent and checked: the docstring of "
-        "`evals/serve_tenancy_fuzz.py`.",
+        f"`{header.command}`; commit {header.commit}; {report.seconds:.0f} s of requests. What is sent and checked: the "
+        "docstring of `evals/serve_tenancy_fuzz.py`.",
         "",
         f"**Violations: {len(report.violations)}** (a marker of a record the key may not read in a response, a log "
         "line or /metrics; a key anywhere; a status the request's key and body do not allow; a store that differs "
@@ -598,7 +597,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         report = run_fuzz(args.requests, seed_value=args.seed, workdir=Path(folder), log_level=getattr(logging, args.log_level))
-    text = format_report(report, f"python evals/serve_tenancy_fuzz.py {' '.join(sys.argv[1:])}")
+    text = format_report(report, results_header(__file__))
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from stage2_sql import DEMO, servers  # the Stage 2 measurement beside this scri
 
 from car_rag import CARStore, IngestReport, load_policy
 from car_rag.postgres.log import PostgresRecordLog
+from car_rag_evals.results_header import results_header
 from car_rag_evals.servers import ChromaServer
 
 STALL_S = 8.0
@@ -153,10 +154,11 @@ def main() -> None:
     with servers(args.work) as (url, chroma):
         stall = stalled_chroma(url, chroma, args.work)
         replace = replaced_while_committing(url, chroma.url, args.work)
+    header = results_header(__file__)
     text = [
         "# Change-feed faults (`python evals/serve/feed_faults.py`)",
         "",
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at the start {os.getloadavg()[0]:.2f}.",
+        f"{header.when}; load average at the start {header.load[0]:.2f}.",
         "",
         "## 1. A stalled Chroma stops the feed (Chroma stopped with SIGSTOP, then resumed)",
         "",

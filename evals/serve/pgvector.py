@@ -22,7 +22,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from car_rag.postgres import PgVectorChannel  # noqa: E402
 from car_rag.postgres.fixture import throwaway_postgres  # noqa: E402
 from car_rag.store import DEFAULT_HNSW, DEFAULT_PGVECTOR_HNSW  # noqa: E402
 from car_rag_evals.perf.corpus import generate, gist_vectors  # noqa: E402
+from car_rag_evals.results_header import results_header  # noqa: E402
 from car_rag_evals.servers import ChromaServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    load = os.getloadavg()
+    header = results_header(__file__)
     embedder = Embedder()
     corpus = generate(args.size, queries=args.queries)
     ids = [r["doc_id"] for r in corpus.records]
@@ -157,7 +157,7 @@ def main() -> None:
         ch.close()
     chroma_mb = _du(work / "chroma-data") / 2**20
     shutil.rmtree(work, ignore_errors=True)
-    write(args, load, builds, rows, default_build, sizes, chroma_mb, buffers)
+    write(args, header, builds, rows, default_build, sizes, chroma_mb, buffers)
 
 
 def _du(path: Path) -> int:
@@ -197,14 +197,13 @@ def measure(channels: dict[str, VectorChannel], questions: np.ndarray, truth: li
     ]
 
 
-def write(args, load, builds, rows, default_build, sizes, chroma_mb, buffers) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+def write(args, header, builds, rows, default_build, sizes, chroma_mb, buffers) -> None:
     lines = [
         f"# Vector engine of a shared store: pgvector vs a Chroma server ({args.size:,} records)",
         "",
         f"`python evals/serve/pgvector.py --size {args.size}{' --default-build' * args.default_build} --out {args.out}`; "
-        f"{args.queries} questions, {args.rounds} timed rounds; load average before: {', '.join(f'{x:.2f}' for x in load)} "
-        f"on {os.cpu_count()} CPUs; commit {commit}; PostgreSQL (car_rag.postgres.server) with shared_buffers {buffers}",
+        f"{args.queries} questions, {args.rounds} timed rounds; load average before: {header.load_text} "
+        f"on {header.cpus} CPUs; commit {header.commit}; PostgreSQL (car_rag.postgres.server) with shared_buffers {buffers}",
         "",
         f"`store.dense.search(vector, {DEPTH})`, the query already embedded; gated: with a caller gate every record passes. "
         f"Recall against exact search over the same vectors.",

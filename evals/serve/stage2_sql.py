@@ -37,7 +37,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -69,6 +68,7 @@ from car_rag.records import Record  # noqa: E402
 from car_rag.resolution import Anchor, RetrievalResult, resolve_authority  # noqa: E402
 from car_rag_evals.perf.corpus import arrivals, generate, gist_vectors  # noqa: E402
 from car_rag_evals.perf.stats import percentiles, proc_status_mb  # noqa: E402
+from car_rag_evals.results_header import load_text, results_header  # noqa: E402
 from car_rag_evals.servers import ChromaServer, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -696,10 +696,6 @@ def _pct(p: dict[str, float], digits: int = 2) -> str:
     return " / ".join(f"{p[k]:.{digits}f}" for k in ("p50", "p95", "p99"))
 
 
-def _load(values: Sequence[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
-
-
 def write_md(results: dict, out: Path) -> None:
     lines = [
         "# Stage 2 as indexed SQL, or the graph in memory with a change feed (issue 19)",
@@ -741,7 +737,7 @@ def write_md(results: dict, out: Path) -> None:
                         name,
                         f"{r['build']['records']:,}",
                         f"{r['queries']} × {r['passes']}",
-                        _load(r["load_at_start"]),
+                        load_text(r["load_at_start"]),
                         *(_pct(r["latency_ms"][n]) for n in (IN_MEMORY, CONTRACT, LEAN, EDGES)),
                         _pct(r["latency_ms"][WHOLE], 1),
                     ]
@@ -852,7 +848,7 @@ def write_md(results: dict, out: Path) -> None:
                 _row(
                     [
                         i,
-                        _load(r["load_at_start"]),
+                        load_text(r["load_at_start"]),
                         f"{s['open']:.1f}",
                         f"{s['model']:.1f}",
                         f"{m['after_open']:.0f}",
@@ -868,7 +864,7 @@ def write_md(results: dict, out: Path) -> None:
         b = held["bytes"]
         lines += [
             "",
-            f"Memory held by each part (tracemalloc, own process, load {_load(held['load_at_start'])}): records "
+            f"Memory held by each part (tracemalloc, own process, load {load_text(held['load_at_start'])}): records "
             f"{b['parse_records'] / mib:.0f} MiB ({b['parse_records'] / held['records']:.0f} B each), graph (entity "
             f"index and edges) {b['graph'] / mib:.0f} MiB ({b['graph'] / held['records']:.0f} B each), BM25 "
             f"{b['bm25'] / mib:.0f} MiB. A worker doing Stage 2 in SQL still needs BM25 (or another lexical channel) "
@@ -910,7 +906,7 @@ def write_md(results: dict, out: Path) -> None:
                 _row(
                     [
                         f"{label} (pause {r['pause_s']} s)",
-                        _load(r["load_at_start"]),
+                        load_text(r["load_at_start"]),
                         r["commits"],
                         _pct(c, 1),
                         _pct(r["feed_metric_ms"], 1),
@@ -1015,16 +1011,16 @@ def main() -> None:
     args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    header = results_header(__file__)
     results: dict[str, Any] = {
-        "command": "python evals/serve/stage2_sql.py " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": header.command,
+        "commit": header.commit,
+        "when": header.when,
         "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "cpus": header.cpus,
+            "platform": header.platform,
+            "python": header.python,
+            "omp_num_threads": header.omp_num_threads,
         },
         "stage23": {},
     }

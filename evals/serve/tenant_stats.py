@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
-import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -41,6 +38,7 @@ from car_rag.demo import demo_files
 from car_rag.embedding import Embedder
 from car_rag_evals.perf.corpus import generate, gist_vectors
 from car_rag_evals.perf.stats import percentiles
+from car_rag_evals.results_header import results_header
 
 OUT = Path("evals/results/tenancy")
 ACME = CallerContext("acme")
@@ -277,8 +275,9 @@ def main() -> None:
     cst.add_argument("--depth", type=int, default=50, help="top k of the lexical search (the retriever's depth)")
     args = parser.parse_args()
     result = invariance(args) if args.phase == "invariance" else cost(args)
-    result["command"] = "python " + " ".join(sys.argv)
-    result["machine"] = {"python": platform.python_version(), "load_avg": list(os.getloadavg())}
+    header = results_header(__file__)
+    result["command"] = header.command
+    result["machine"] = {"python": header.python, "load_avg": list(header.load)}
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"tenant-stats-{args.phase}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
