@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from car_rag.embedding import Embedder
+from car_rag_evals.results_header import results_header
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = 0.999
@@ -60,14 +59,15 @@ def main() -> int:
             "below_threshold": int((v < THRESHOLD).sum()),
         }
 
+    header = results_header(__file__)
     result: dict[str, Any] = {
-        "command": "python evals/onnx_parity.py " + " ".join(sys.argv[1:]),
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": header.command,
+        "when": header.when,
         "machine": {
-            "cpus": os.cpu_count(),
-            "load_1_5_15": os.getloadavg(),
-            "platform": platform.platform(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "cpus": header.cpus,
+            "load_1_5_15": header.load,
+            "platform": header.platform,
+            "omp_num_threads": header.omp_num_threads,
         },
         "threshold": THRESHOLD,
         "all": summary(list(cosine.values())),

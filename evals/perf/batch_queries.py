@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import numpy as np
 
 from car_rag import CARStore, ControllingAuthorityRetriever
 from car_rag_evals.perf.corpus import generate
+from car_rag_evals.results_header import results_header
 
 
 def main() -> None:
@@ -45,14 +44,15 @@ def main() -> None:
         retriever.retrieve_many(queries)
         seconds["retrieve_many"].append(time.perf_counter() - tick)
     median = {way: float(np.median(s)) for way, s in seconds.items()}
+    header = results_header(__file__)
     result = {
         "size": args.size,
         "encoder": store.embedder.encoder,
         "queries": len(queries),
         "median_s": median,
         "ratio": median["retrieve_many"] / median["one at a time"],
-        "load_1_5_15": os.getloadavg(),
-        "command": "python evals/perf/batch_queries.py " + " ".join(sys.argv[1:]),
+        "load_1_5_15": header.load,
+        "command": header.command,
     }
     store.close()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +22,7 @@ import numpy as np
 
 from car_rag import CARStore
 from car_rag_evals.perf.corpus import generate
+from car_rag_evals.results_header import results_header
 
 DEPTH = 50
 SEED = 7
@@ -73,14 +72,15 @@ def main() -> None:
     pool.shutdown()
     store.close()
     p50 = {name: float(np.median(v)) for name, v in times.items()}
+    header = results_header(__file__)
     result = {
         "size": args.size,
         "store": str(args.store),
         "dense_search": "exact (in memory)" if store.dense.exact else "Chroma HNSW",
         "lexical": store.config["bm25_backend"],
         "queries": len(queries),
-        "load_1_5_15": os.getloadavg(),
-        "command": "python evals/perf/concurrency.py " + " ".join(sys.argv[1:]),
+        "load_1_5_15": header.load,
+        "command": header.command,
         "p50_ms": p50,
         "p95_ms": {name: float(np.percentile(v, 95)) for name, v in times.items()},
         "at_once_over_one_after_the_other": p50["both at once (dense on a worker thread)"] / p50["both, one after the other"],

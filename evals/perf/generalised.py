@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from car_rag.policy import load_policy
 from car_rag.records import Record
 from car_rag.resolution import Anchor, resolve_authority
 from car_rag_evals.perf.corpus import SOURCES, generalised_policy, generate
+from car_rag_evals.results_header import results_header
 
 
 def main() -> None:
@@ -36,7 +35,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plain", action="store_true", help="security-advisory as built in, the same records: the baseline")
     args = parser.parse_args()
-    load = os.getloadavg()
+    header = results_header(__file__)
     policy, rng = load_policy("security-advisory") if args.plain else generalised_policy(), random.Random(18)
     corpus = generate(args.size, seed=7, queries=args.queries)
     graph = AuthorityGraph(policy)
@@ -64,8 +63,8 @@ def main() -> None:
         "edges": len(graph.edges()),
         "disputed_edges": len(graph.disputed_edges()),
         "stage23_ms": {"p50": times[len(times) // 2], "p99": times[min(len(times) - 1, int(len(times) * 0.99))]},
-        "load_average_at_start": load,
-        "command": " ".join(["python evals/perf/generalised.py", *sys.argv[1:]]),
+        "load_average_at_start": header.load,
+        "command": header.command,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from report import write_report  # the report module beside this script
 
+from car_rag_evals.results_header import results_header
 from car_rag_evals.servers import ChromaServer
 
 HERE = Path(__file__).resolve().parent
@@ -84,7 +82,6 @@ def main() -> None:
     for key in [k for k, run in results["runs"].items() if "encoder" not in run]:  # runs from before the choice: PyTorch
         results["runs"][f"{key}-torch"] = {**results["runs"].pop(key), "encoder": "torch"}
     mode = "server" if args.server else "embedded"
-    command = "python evals/perf/run.py " + " ".join(sys.argv[1:])
     if not args.report_only:
         server = ChromaServer(args.stores / "chroma-server") if args.server else None
         if server:
@@ -98,13 +95,14 @@ def main() -> None:
                 store = args.stores / key
                 parts = args.stores / f"{key}.parts"
                 parts.mkdir(parents=True, exist_ok=True)
+                header = results_header(__file__)
                 run: dict = {
                     "size": size,
                     "chroma": mode,
                     "encoder": args.encoder,
-                    "command": command,
-                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                    "load": os.getloadavg(),
+                    "command": header.command,
+                    "when": header.when,
+                    "load": header.load,
                 }
                 streamed = parts / "streamed"  # the stream phase adds records: such a store is not reused
                 if not (args.reuse and (parts / "build.json").is_file() and not streamed.exists()):
@@ -125,10 +123,10 @@ def main() -> None:
                     )
                 results["runs"][key] = run
                 results["machine"] = {
-                    "cpus": os.cpu_count(),
-                    "platform": platform.platform(),
-                    "python": platform.python_version(),
-                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                    "cpus": header.cpus,
+                    "platform": header.platform,
+                    "python": header.python,
+                    "omp_num_threads": header.omp_num_threads,
                 }
                 results_file.write_text(json.dumps(results, indent=1) + "\n")
         finally:
