@@ -16,8 +16,10 @@ they run.
 * :mod:`~car_rag_evals.guard_run` — ``car-rag guard``;
 * what the tests and the ``evals/`` scripts share, so that neither edits ``sys.path``:
   :mod:`~car_rag_evals.servers` (``chroma run`` and ``car-rag serve`` on loopback),
-  :mod:`~car_rag_evals.perf` (the scale benchmark's corpus and statistics) and
-  :mod:`~car_rag_evals.xml_fuzz` (adversarial evidence packets and the renderings' invariants).
+  :mod:`~car_rag_evals.perf` (the scale benchmark's corpus and statistics),
+  :mod:`~car_rag_evals.results_header` (what an eval's results open with: command, commit, time,
+  machine, load) and :mod:`~car_rag_evals.xml_fuzz` (adversarial evidence packets and the
+  renderings' invariants).
 
 The throwaway PostgreSQL + pgvector of the integrations' PGVector tests and the parity scripts is
 the library's own (:mod:`car_rag.postgres.fixture`), which every test suite uses.

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,6 +35,7 @@ from car_rag_evals.framework_systems import (  # noqa: E402
     langchain_ensemble_retriever,
     llamaindex_fusion_retriever,
 )
+from car_rag_evals.results_header import results_header  # noqa: E402
 from car_rag_evals.suites import load_suite, open_suite_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,8 +109,6 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=100, help="candidates each sub-retriever fetches (bench default)")
     parser.add_argument("-k", type=int, default=5)
     args = parser.parse_args()
-    command = "python evals/audit_frameworks.py" + ("" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
-
     started = time.perf_counter()
     results = {"k": args.k, "depth": args.depth, "suites": []}
     for name in args.suites.split(","):
@@ -131,12 +129,12 @@ def main() -> None:
         results["suites"].append(entry)
         store.close()
     results["seconds"] = round(time.perf_counter() - started, 1)
-    results["generated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    results["command"] = command
+    header = results_header(__file__)
+    results["generated"], results["command"] = header.when, header.command
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "audit_frameworks.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "audit_frameworks.md").write_text(markdown(results, command))
+    (args.out / "audit_frameworks.md").write_text(markdown(results, header.command))
     print(f"wrote {args.out / 'audit_frameworks.json'} and {args.out / 'audit_frameworks.md'}")
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -55,6 +54,7 @@ from car_rag.evidence.plain import clip_text  # noqa: E402
 from car_rag.evidence.wording import plain_text  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
 from car_rag.resolution import DEFAULT_MIN_CONFIDENCE  # noqa: E402
+from car_rag_evals.results_header import results_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKS = ("replaced by", "car_status: superseded")
@@ -233,8 +233,8 @@ def main() -> None:
     results: dict[str, Any] = {
         "suites": [run_suite(name, [int(k) for k in args.k.split(",")]) for name in args.suites.split(",")]
     }
-    results["command"] = "python evals/integrations/agent_tools.py" + ("" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
-    results["generated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    header = results_header(__file__)
+    results["command"], results["generated"] = header.command, header.when
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "agent_tools.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / "agent_tools.md").write_text(markdown(results))

@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 from contextlib import ExitStack
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from parity_support import machine, timed
 
 from car_rag import CARStore, ControllingAuthorityRetriever, Embedder, load_records
 from car_rag.queries import load_queries
+from car_rag_evals.results_header import results_header
 from car_rag_evals.suites import load_suite, store_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,6 +228,7 @@ def compare(args: argparse.Namespace, framework: Any, core: ControllingAuthority
         if (n + 1) % 50 == 0:
             print(f"  {n + 1}/{len(queries)}: same top 5 on {same}", flush=True)
     total = len(queries)
+    header = results_header(__file__)
     row: dict[str, Any] = {
         "suite": args.suite,
         "framework": args.framework,
@@ -243,8 +244,8 @@ def compare(args: argparse.Namespace, framework: Any, core: ControllingAuthority
         "latency_ratio": statistics.median(fw_ms) / statistics.median(core_ms),
         "differ": differ,
         "machine": machine(),
-        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python evals/integrations/core_stage1_parity.py " + " ".join(sys.argv[1:]),
+        "when": header.when,
+        "command": header.command,
     }
     print(json.dumps({k: v for k, v in row.items() if k != "differ"}, indent=1))
     return row

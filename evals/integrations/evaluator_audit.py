@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from car_rag import load_records  # noqa: E402
 from car_rag.eval.audit import audit_retriever  # noqa: E402
 from car_rag.queries import load_queries  # noqa: E402
 from car_rag_evals.framework_systems import llamaindex_fusion_retriever  # noqa: E402
+from car_rag_evals.results_header import results_header  # noqa: E402
 from car_rag_evals.suites import load_suite, open_suite_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,10 +85,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     result = asyncio.run(run(args.suite, args.stores, args.depth, args.k))
-    result["command"] = "python evals/integrations/evaluator_audit.py" + (
-        "" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:])
-    )
-    result["generated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    header = results_header(__file__)
+    result["command"], result["generated"] = header.command, header.when
     result["seconds"] = round(time.perf_counter() - started, 1)
     ev, ha = result["evaluator"], result["harness"]
     same = all(ev[key] == ha[key] for key in ("queries", "sets_with_violations", "violations", "theorem4"))
