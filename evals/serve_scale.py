@@ -42,6 +42,7 @@ import httpx  # noqa: E402
 from car_rag import CARStore, ControllingAuthorityRetriever  # noqa: E402
 from car_rag.postgres import server as pg_server  # noqa: E402
 from car_rag_evals.perf.corpus import generate, gist_vectors  # noqa: E402
+from car_rag_evals.results_header import results_header  # noqa: E402
 from car_rag_evals.servers import ChromaServer, free_port  # noqa: E402
 
 POLICY = "security-advisory"
@@ -278,7 +279,7 @@ def main() -> None:
         "size": args.size,
         "requests": args.requests,
         "seconds": args.seconds,
-        "command": " ".join(sys.argv),
+        "command": results_header(__file__).command,
         "load_at_start": load(),
     }
     try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from car_rag_evals.results_header import results_header
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = {"local-1t": (None, 1), "local-2t": (None, 2), "ray-1w": (1, 1), "ray-2w": (2, 1)}
@@ -178,11 +179,12 @@ def main() -> None:
         if mode == "ray-1w" and (size, "ray-2w") in by
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"cpus": os.cpu_count(), "python": platform.python_version(), "seed": args.seed, "command": " ".join(sys.argv)}
+    header = results_header(__file__)
+    meta = {"cpus": header.cpus, "python": header.python, "seed": args.seed, "command": header.command}
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": rows, "ratio_2w_1w": ratios}, indent=2) + "\n")
     ratio_lines = "\n".join(f"- {size:,} records: ray-2w / ray-1w = {ratio:.2f}x" for size, ratio in ratios.items())
     args.out.write_text(
-        f"# Ingest on Ray: 1 and 2 local encoder workers\n\n`python {' '.join(sys.argv)}` on {os.cpu_count()} CPUs "
+        f"# Ingest on Ray: 1 and 2 local encoder workers\n\n`{header.command}` on {header.cpus} CPUs "
         f"(Python {meta['python']}); perf corpus, seed {args.seed}.\n\n{table(rows)}\n\n{ratio_lines}\n"
     )
     print(args.out.read_text())
