@@ -42,6 +42,7 @@ from car_rag.resolution import RetrievalResult
 from car_rag.retriever import ControllingAuthorityRetriever
 from car_rag.store import CONFIG_FILE, CARStore
 from car_rag_evals.memory_store import MemoryStore
+from car_rag_evals.results_header import results_header
 from car_rag_evals.suites import DEV_SUITES, SUITES, load_suite, store_path
 
 PERCENTILES = (10, 30, 50, 70, 90)
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = [row for name in args.suites.split(",") for row in check_suite(name, args.stores, args.queries, args.mirrors)]
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python evals/asof_rebuild.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = results_header(__file__, argv).command
     (args.out / "rebuild.json").write_text(json.dumps({"command": command, "results": results}, indent=2) + "\n")
     lines = [
         "# as_of equals a store rebuilt from the records of that date",

@@ -25,6 +25,7 @@ from pathlib import Path
 from car_rag.eval.answers import Classification, classify, labels_for, suite_kind
 from car_rag.eval.stats import Rate
 from car_rag_evals.gold import load_gold
+from car_rag_evals.results_header import results_header
 from car_rag_evals.suites import default_corpora_dir
 
 HERE = Path(__file__).resolve().parent
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="default: evals/results/classifier_agreement.md (--probes: classifier_probes.md)")
     ap.add_argument("--probes", action="store_true", help="score the hand-written probes instead of hand labels")
     args = ap.parse_args(argv)
-    command = "python evals/classifier_agreement.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    command = results_header(__file__, argv).command
     if args.probes:
         out = args.out or HERE / "results" / "classifier_probes.md"
         text, agree, total = probe_report(command)
