@@ -39,6 +39,11 @@ class ResultsHeader:
         """The load averages, "0.52, 0.40, 0.31"."""
         return load_text(self.load)
 
+    def machine_fields(self) -> dict[str, Any]:
+        """The machine as the results' JSON keeps it where it is a table of its own: cpus, platform, python,
+        omp_num_threads."""
+        return {"cpus": self.cpus, "platform": self.platform, "python": self.python, "omp_num_threads": self.omp_num_threads}
+
     def fields(self) -> dict[str, Any]:
         """The fields the results' JSON keeps and :func:`header_line` renders: command, commit, when, machine."""
         return {"command": self.command, "commit": self.commit, "when": self.when, "machine": self.machine}

@@ -122,12 +122,7 @@ def main() -> None:
                         "stream", size, store, parts / "stream.json", ["--inserts", str(args.inserts), "--quiet"]
                     )
                 results["runs"][key] = run
-                results["machine"] = {
-                    "cpus": header.cpus,
-                    "platform": header.platform,
-                    "python": header.python,
-                    "omp_num_threads": header.omp_num_threads,
-                }
+                results["machine"] = header.machine_fields()
                 results_file.write_text(json.dumps(results, indent=1) + "\n")
         finally:
             if server:

@@ -1016,12 +1016,7 @@ def main() -> None:
         "command": header.command,
         "commit": header.commit,
         "when": header.when,
-        "machine": {
-            "cpus": header.cpus,
-            "platform": header.platform,
-            "python": header.python,
-            "omp_num_threads": header.omp_num_threads,
-        },
+        "machine": header.machine_fields(),
         "stage23": {},
     }
     with servers(args.work) as (args.url, chroma):

@@ -27,6 +27,7 @@ def test_a_script_in_a_checkout_is_named_from_its_root_with_the_commit_it_ran_fr
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", header.when)
     assert len(header.load) == 3 and header.load_text == load_text(header.load)
     assert header.machine == f"{header.cpus} CPUs, {header.platform}, OMP_NUM_THREADS={header.omp_num_threads}"
+    assert list(header.machine_fields()) == ["cpus", "platform", "python", "omp_num_threads"]
     script.write_text("print('changed')\n")
     assert results_header(script, []).uncommitted
     assert results_header(script, []).command == "python evals/scale/bench.py"
