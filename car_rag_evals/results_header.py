@@ -53,7 +53,7 @@ def results_header(script: str | Path, argv: Sequence[str] | None = None) -> Res
     """The header of a run of ``script`` (a script's ``__file__``) with ``argv`` (default: this process's
     arguments), its command written from the checkout's root as the results' readers rerun it."""
     path = Path(script).resolve()
-    git = ["git", "-C", str(path.parent)]
+    git = ["git", "--no-optional-locks", "-C", str(path.parent)]  # it only reads: no index refresh beside a commit
     found = subprocess.run([*git, "rev-parse", "--show-toplevel", "--short", "HEAD"], capture_output=True, text=True)
     root, commit = found.stdout.splitlines() if found.returncode == 0 else (str(path.parent), "")
     changes = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
