@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import date, datetime
 from typing import Literal
@@ -152,11 +153,19 @@ class ControllingAuthorityRetriever:
     ) -> list[FusedHit]:
         """The ``k1`` anchors for ``query`` among records ``caller`` may read (after the
         latent-scope step when it is on)."""
-        vector = self._embed(query)
         gate = _gate(caller, as_of, filters)
-        with self.store.lock.read():
-            candidates = self.fuse(self._runs(query, vector, gate))
-            return self._anchors(query, candidates, gate, self._query_graph(query, candidates, gate))[0]
+        with self.reading_ahead(query):
+            vector = self._embed(query)
+            with self.store.lock.read():
+                candidates = self.fuse(self._runs(query, vector, gate))
+                return self._anchors(query, candidates, gate, self._query_graph(query, candidates, gate))[0]
+
+    def reading_ahead(self, query: str) -> AbstractContextManager[None]:
+        """Where Stage 2 is in SQL (a :class:`LeanStore`), the part of ``query``'s closure its
+        words name is read from PostgreSQL while, inside this, the question is embedded and Stage 1
+        searched (:meth:`LeanStore.reading_ahead`); elsewhere nothing. A service wraps each query's
+        whole retrieval in it, as :meth:`retrieve` does."""
+        return self.store.reading_ahead(query) if isinstance(self.store, LeanStore) else nullcontext()
 
     def channel_runs(
         self,
@@ -400,7 +409,8 @@ class ControllingAuthorityRetriever:
         when = None if as_of is None else instant(as_of)
         # The query is embedded before the lock is taken; all stages then read one state
         # of the store, so an ingest running meanwhile is seen entirely or not at all.
-        return self._retrieve(query, self._embed(query), caller, started, when, filters)
+        with self.reading_ahead(query):
+            return self._retrieve(query, self._embed(query), caller, started, when, filters)
 
     def retrieve_many(
         self,
@@ -421,10 +431,12 @@ class ControllingAuthorityRetriever:
         started = time.perf_counter()
         vectors = self.store.embedder.encode(queries) if self.anchor_mode != "bm25" else None
         share = (time.perf_counter() - started) / len(queries)
-        return [
-            self._retrieve(query, None if vectors is None else vectors[i], caller, time.perf_counter() - share, when, filters)
-            for i, query in enumerate(queries)
-        ]
+        results = []
+        for i, query in enumerate(queries):
+            with self.reading_ahead(query):
+                vector = None if vectors is None else vectors[i]
+                results.append(self._retrieve(query, vector, caller, time.perf_counter() - share, when, filters))
+        return results
 
     def _retrieve(
         self,
