@@ -11,7 +11,8 @@ the repository root, after ``stage2_sql_perf.py --work DIR`` has built the 100k 
 
     python evals/scale_out/stage2_1m.py --work .perf-stores/stage2-sql --reuse
 
-Results: ``evals/results/scale-out/stage2-1m.md`` and ``.json``.
+Results: ``evals/results/scale-out/stage2-1m.md`` and ``.json``. ``--modes memory,sql,sql-mapped`` adds a
+sql worker whose BM25 is memory-mapped from the copies' folder (``bm25``, built there by its first worker).
 """
 
 from __future__ import annotations
@@ -54,11 +55,16 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the copies when the store holds as many records")
     parser.add_argument("--rounds", type=int, default=1, help="worker runs per mode, alternating")
     parser.add_argument("--passes", type=int, default=2, help="timed passes over the questions per worker")
+    parser.add_argument(
+        "--modes", default="memory,sql", help="worker modes, comma-separated (memory first): memory, sql, sql-mapped"
+    )
     parser.add_argument("--out", type=Path, default=perf.ROOT / "evals" / "results" / "scale-out")
     parser.add_argument("--name", default="stage2-1m", help="the results' file name (.md, .json) under --out")
     args = parser.parse_args()
     work = args.work.resolve()
-    size, modes = args.copies * SOURCE, ["memory", "sql"]
+    size, modes = args.copies * SOURCE, args.modes.split(",")
+    if modes[0] != "memory" or not set(modes) <= set(perf.MODES):
+        parser.error(f"--modes {args.modes}: memory first, then any of {', '.join(perf.MODES[1:])}")
     workers = argparse.Namespace(work=work / f"copies-{args.copies}", passes=args.passes, schema=f"perf_{size}")
     workers.work.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(work / "questions.json", workers.work / "questions.json")
@@ -82,8 +88,10 @@ def main() -> None:
                 results["workers"].append(json.loads(out))
                 print(json.dumps(results["workers"][-1]), flush=True)
     answers = {m: json.loads((workers.work / f"answers-{m}.json").read_text()) for m in modes}
-    same = sum(a == b for a, b in zip(answers["memory"], answers["sql"]))
-    results["same_answers"] = {"sql": {"questions": len(answers["memory"]), "same": same}}
+    results["same_answers"] = {
+        mode: {"questions": len(answers["memory"]), "same": sum(a == b for a, b in zip(answers["memory"], answers[mode]))}
+        for mode in modes[1:]
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     path = args.out / f"{args.name}.md"
