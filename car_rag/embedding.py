@@ -205,6 +205,17 @@ class Embedder:
     def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         return self.encode_with_model(texts, show_progress=show_progress)
 
+    @cached_property
+    def parity_vectors(self) -> np.ndarray:
+        """This embedder's vectors of the parity probe texts (:data:`car_rag.onnx_encoder.PARITY_TEXTS`,
+        by its model itself), read-only, encoded once: every new store records them, and one process
+        may make many stores (each encoding cost half a CPU second: one text pads the batch to 256 tokens)."""
+        from car_rag.onnx_encoder import PARITY_TEXTS
+
+        vectors = self.encode_with_model(PARITY_TEXTS)
+        vectors.flags.writeable = False
+        return vectors
+
     def encode_with_model(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         """:meth:`encode` by this embedder's model itself, whatever a subclass's :meth:`encode` adds
         (a store's parity probes are encoded so)."""

@@ -118,7 +118,7 @@ def _described(build: Mapping[str, str]) -> str:
 def probes(embedder: Embedder) -> dict[str, Any]:
     """The probe texts and this embedder's vectors of them (float32, little-endian, base64), which a
     new store records so that another embedder's parity can be checked when it opens the store."""
-    vectors = np.asarray(embedder.encode_with_model(PARITY_TEXTS), dtype="<f4")
+    vectors = np.asarray(embedder.parity_vectors, dtype="<f4")
     return {"texts": list(PARITY_TEXTS), "vectors": base64.b64encode(vectors.tobytes()).decode("ascii")}
 
 

@@ -25,6 +25,7 @@ from car_rag import CARStore, ControllingAuthorityRetriever, StoreError
 from car_rag.graph import AuthorityGraph
 from car_rag.postgres.fixture import ThrowawayPostgres
 from car_rag.records import Record
+from car_rag.store import DEFAULT_CHUNK
 from car_rag_evals.servers import HOST, chroma_cli
 from helpers_records import MDRENDER_PATCH, MDRENDER_VOIDED, chroma_collection, day, edge_set, retrieved, shared_log
 from servers import chroma_run, fetch_one, wait_for
@@ -208,11 +209,17 @@ _WRITER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(1200)  # two writers of 2,001 records, a follower applying them: 5 minutes at load 9
+BATCH = 600
+"""The records a killed writer's batch adds: more than an ingest's default chunk, which an atomic
+batch ignores (one transaction)."""
+
+
+@pytest.mark.timeout(1200)  # two writers of 601 records, a follower applying them
 def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma, schema, security_policy):
     """kill -9 of the writing process while its batch's transaction is open: nothing of the batch
     is stored, and the same batch written again goes in whole. The kill is made certain to land
     mid-transaction by holding a row lock the batch's last record needs."""
+    assert BATCH > DEFAULT_CHUNK
     existing: dict[str, Any] = {
         "doc_id": "r-last",
         "doc_type": "patch_release",
@@ -230,7 +237,7 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
                 "published_at": "2025-02-01",
                 "scope": {"package": "p", "cve_id": "CVE-2099-9"},
             }
-            for i in range(2000)
+            for i in range(BATCH)
         ]
         batch.append({**existing, "text": "release notes, corrected"})  # replaces the row the test locks
         (tmp_path / "batch.json").write_text(json.dumps(batch))
@@ -257,7 +264,7 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
                     return rows[0] == 1
 
                 wait_for(blocked, "the writer's transaction waits on the locked row", 120, 0.05)
-                # 2,000 rows are inserted inside its open transaction: invisible to others
+                # the batch's other rows are inserted inside its open transaction: invisible to others
                 assert fetch_one(look.execute(f"SELECT count(*) FROM {schema}.records"))[0] == 1
                 child.send_signal(signal.SIGKILL)
                 child.wait(timeout=30)
@@ -276,7 +283,7 @@ def test_a_writer_killed_mid_batch_leaves_the_batch_absent(tmp_path, pg, chroma,
             timeout=300,
         )
         assert rerun.returncode == 0, rerun.stderr
-        wait_for(lambda: len(a) == 2001, "the follower applies the batch written again", 600)
+        wait_for(lambda: len(a) == BATCH + 1, "the follower applies the batch written again", 600)
         assert a.records["r-last"].text == "release notes, corrected"
 
 
