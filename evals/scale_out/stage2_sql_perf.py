@@ -18,9 +18,7 @@ the next query by construction. One command, from the repository root::
 Results: ``evals/results/scale-out/stage2-sql.md`` and ``.json``. ``--modes`` adds ``sql-mapped``:
 a sql worker whose BM25 is memory-mapped from ``--work``/bm25 (``bm25_folder``, built there by
 its first worker, mapped by the next), its RSS split into anonymous memory (the heap) and mapped
-files; ``sql-at-once``: a sql worker that reads each closure in one statement after Stage 1 (no
-reading ahead: the ablation of :meth:`~car_rag.store.lean.LeanStore.reading_ahead`); ``--name``
-names the results. ``--heap`` adds, after the timed rounds, one more worker of
+files; ``--name`` names the results. ``--heap`` adds, after the timed rounds, one more worker of
 each mode under ``tracemalloc``: the Python heap it holds when ready (after a collection) and its
 largest parts by source file; kept apart from the timed workers, which tracing slows.
 """
@@ -35,7 +33,6 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +53,7 @@ from car_rag_evals.stage2_sql import answer_of  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 7
 INSERTS = 100
-MODES = ("memory", "sql", "sql-mapped", "sql-at-once")
+MODES = ("memory", "sql", "sql-mapped")
 
 
 def build(url: str, schema: str, size: int, work: Path, reuse: bool) -> dict[str, Any]:
@@ -126,7 +123,7 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     tick = time.perf_counter()
     store = open_for_queries(
         args.work / f"worker-{args.child}",
-        stage2="memory" if args.child == "memory" else "sql",
+        stage2=args.child.removesuffix("-mapped"),
         authority_url=args.url,
         authority_schema=args.schema,
         follow=False,
@@ -135,8 +132,6 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     opened = time.perf_counter()
     rss_open = proc_status_mb("VmRSS")
     retriever = ControllingAuthorityRetriever(store)
-    if args.child == "sql-at-once":
-        retriever.reading_ahead = lambda query: nullcontext()  # type: ignore[method-assign]
     ready = time.perf_counter()
     if args.traced:
         return {"mode": args.child, "records": len(store), **heap_when_ready(), "bm25_mapped_from_an_earlier_worker": built}
@@ -312,7 +307,7 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the store under --work when it holds --size records")
     parser.add_argument("--no-feed", action="store_true", help="skip the change-feed phase")
     parser.add_argument("--out", type=Path, default=ROOT / "evals" / "results" / "scale-out")
-    parser.add_argument("--modes", default="memory,sql", help=f"worker modes per round: {', '.join(MODES)}")
+    parser.add_argument("--modes", default="memory,sql", help="worker modes per round: memory, sql, sql-mapped")
     parser.add_argument("--name", default="stage2-sql", help="the results' file name (.md, .json) under --out")
     parser.add_argument("--heap", action="store_true", help="one more worker per mode, its heap traced when ready")
     parser.add_argument("--child", choices=[*MODES, "follow"], help=argparse.SUPPRESS)
