@@ -7,8 +7,7 @@ Stage 1 cannot ask PostgreSQL for with the same result: the BM25 index (built fr
 texts in ingest order, so it ranks as the in-memory store's does; PostgreSQL's ``ts_rank`` is
 not BM25) and the forms of the scope values (:class:`~car_rag.scope_linking.ScopeVocabulary`,
 what scope linking reads the question against). Dense search is pgvector's; every query reads
-its authority closure in one snapshot (:class:`~car_rag.postgres.closure.ClosureQuery`; the part
-its words name while Stage 1 runs, :meth:`LeanStore.reading_ahead`), so
+its authority closure in one round trip (:class:`~car_rag.postgres.closure.ClosureQuery`), so
 an insert is in Stage 2 and the dense channel as soon as it commits, and the change feed only
 brings BM25 and the vocabulary up to date. Queries only: it ingests nothing (writers are
 ``CARStore`` processes or ``car-rag ingest``). With ``bm25_folder`` its BM25 is the store's
