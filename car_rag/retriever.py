@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import date, datetime
 from typing import Literal
@@ -153,19 +152,11 @@ class ControllingAuthorityRetriever:
     ) -> list[FusedHit]:
         """The ``k1`` anchors for ``query`` among records ``caller`` may read (after the
         latent-scope step when it is on)."""
+        vector = self._embed(query)
         gate = _gate(caller, as_of, filters)
-        with self.reading_ahead(query):
-            vector = self._embed(query)
-            with self.store.lock.read():
-                candidates = self.fuse(self._runs(query, vector, gate))
-                return self._anchors(query, candidates, gate, self._query_graph(query, candidates, gate))[0]
-
-    def reading_ahead(self, query: str) -> AbstractContextManager[None]:
-        """Where Stage 2 is in SQL (a :class:`LeanStore`), the part of ``query``'s closure its
-        words name is read from PostgreSQL while, inside this, the question is embedded and Stage 1
-        searched (:meth:`LeanStore.reading_ahead`); elsewhere nothing. A service wraps each query's
-        whole retrieval in it, as :meth:`retrieve` does."""
-        return self.store.reading_ahead(query) if isinstance(self.store, LeanStore) else nullcontext()
+        with self.store.lock.read():
+            candidates = self.fuse(self._runs(query, vector, gate))
+            return self._anchors(query, candidates, gate, self._query_graph(query, candidates, gate))[0]
 
     def channel_runs(
         self,
@@ -409,8 +400,7 @@ class ControllingAuthorityRetriever:
         when = None if as_of is None else instant(as_of)
         # The query is embedded before the lock is taken; all stages then read one state
         # of the store, so an ingest running meanwhile is seen entirely or not at all.
-        with self.reading_ahead(query):
-            return self._retrieve(query, self._embed(query), caller, started, when, filters)
+        return self._retrieve(query, self._embed(query), caller, started, when, filters)
 
     def retrieve_many(
         self,
@@ -431,12 +421,10 @@ class ControllingAuthorityRetriever:
         started = time.perf_counter()
         vectors = self.store.embedder.encode(queries) if self.anchor_mode != "bm25" else None
         share = (time.perf_counter() - started) / len(queries)
-        results = []
-        for i, query in enumerate(queries):
-            with self.reading_ahead(query):
-                vector = None if vectors is None else vectors[i]
-                results.append(self._retrieve(query, vector, caller, time.perf_counter() - share, when, filters))
-        return results
+        return [
+            self._retrieve(query, None if vectors is None else vectors[i], caller, time.perf_counter() - share, when, filters)
+            for i, query in enumerate(queries)
+        ]
 
     def _retrieve(
         self,

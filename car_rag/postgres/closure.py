@@ -9,11 +9,6 @@ recursive query with its members' rows, edges and claims in one statement (one r
 snapshot). What comes back is the store's graph restricted to that closure
 (:meth:`AuthorityGraph.load_edges`, no rule re-applied): the same records, edges and entity-index
 lookups for those ids and values as the whole graph, so the query's answer is the same.
-
-A closure is the union of its seeds' closures, so it can be read in two parts in one snapshot
-(a REPEATABLE READ transaction): the part the question's words name, read ahead while Stage 1 runs
-(most of it: at 1M perf records a median 657 of 733 records), then the candidates' part, merged
-(:meth:`ClosureQuery.graph` with ``ahead``).
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ from car_rag.postgres.log import PostgresRecordLog
 from car_rag.record_log import parse_stored
 from car_rag.records import Record
 
-__all__ = ["ClosurePart", "ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "texts"]
+__all__ = ["ClosureQuery", "ClosureRead", "records_by_id", "scope_values", "texts"]
 
 _MEMBERS = (
     "WITH RECURSIVE seeds(doc_id) AS ("
@@ -65,22 +60,9 @@ the order a plain scan of the table gives (as the in-memory load reads them)."""
 
 @dataclass(frozen=True)
 class ClosureRead:
-    """What one closure cost: records read, the seconds PostgreSQL and decoding took (both parts,
-    wherever they ran) and the seconds the query waited for it."""
+    """What one closure query cost: records read, and the seconds waiting on PostgreSQL and decoding."""
 
     records: int
-    sql_s: float
-    decode_s: float
-    waited_s: float
-
-
-@dataclass(frozen=True)
-class ClosurePart:
-    """One statement's closure, decoded: records by ``seq``, and the stored edges (part 1) and
-    claims (2) by ``(part, superseder, target)`` with their place in their table."""
-
-    records: dict[int, Record]
-    edges: dict[tuple[int, str, str], tuple[tuple[int, int], Edge]]
     sql_s: float
     decode_s: float
 
@@ -96,63 +78,20 @@ class ClosureQuery:
         """The cost of the latest :meth:`graph` call."""
         self.statement = log._sql(_CLOSURE)
 
-    def connect(self) -> Any:
-        """A connection for closure reads. REPEATABLE READ: the two parts of one query's closure,
-        read in one transaction, see one snapshot."""
-        conn = self.log.connect(autocommit=False, role="closure")
-        conn.isolation_level = self.log.psycopg.IsolationLevel.REPEATABLE_READ
-        return conn
-
-    def read(self, conn: Any, doc_ids: Collection[str], values: Collection[tuple[str, str]]) -> ClosurePart:
-        """The closure of ``doc_ids`` and of the records holding each scope ``(key, value)`` of
-        ``values``, read in one statement (in the caller's transaction) and decoded."""
+    def graph(self, conn: Any, doc_ids: Collection[str], values: Collection[tuple[str, str]]) -> AuthorityGraph:
+        """The store's graph restricted to the closure of ``doc_ids`` and of the records holding
+        each scope ``(key, value)`` of ``values``: records in ingest order, stored edges and claims."""
         params = {"ids": list(doc_ids), "keys": [k for k, _ in values], "values": [v for _, v in values]}
         tick = time.perf_counter()
-        rows = conn.execute(self.statement, params).fetchall()
+        with conn.transaction():
+            rows = conn.execute(self.statement, params).fetchall()
         tock = time.perf_counter()
-        records = {row[1]: parse_stored(row[3], self.log.location) for row in rows if row[0] == 0}
-        edges = {(row[0], row[4], row[5]): (_place(row[2]), Edge(*row[4:])) for row in rows if row[0] != 0}
-        return ClosurePart(records, edges, tock - tick, time.perf_counter() - tock)
-
-    def graph(
-        self,
-        conn: Any,
-        doc_ids: Collection[str],
-        values: Collection[tuple[str, str]],
-        *,
-        ahead: ClosurePart | None = None,
-    ) -> AuthorityGraph:
-        """The store's graph restricted to the closure of ``doc_ids`` and of the records holding
-        each scope ``(key, value)`` of ``values``: records in ingest order, stored edges and claims.
-        ``ahead``: a part read earlier in the transaction ``conn`` is in (:meth:`read`, while
-        Stage 1 ran), merged with this one; without it this read is a transaction of its own."""
-        tick = time.perf_counter()
-        if ahead is None:
-            with conn.transaction():
-                part = self.read(conn, doc_ids, values)
-        else:
-            part = self.read(conn, doc_ids, values)
-        merging = time.perf_counter()
-        records, edges = part.records, part.edges
-        if ahead is not None:
-            records, edges = {**ahead.records, **records}, {**ahead.edges, **edges}
-        placed = sorted(edges.items(), key=lambda item: (item[0][0], item[1][0]))
+        records = [parse_stored(row[3], self.log.location) for row in rows if row[0] == 0]
+        edges, disputed = ([Edge(*row[4:]) for row in rows if row[0] == part] for part in (1, 2))
         graph = AuthorityGraph(self.policy)
-        graph.load_edges(
-            [records[seq] for seq in sorted(records)],
-            [edge for (table, _, _), (_, edge) in placed if table == 1],
-            [edge for (table, _, _), (_, edge) in placed if table == 2],
-        )
-        done = time.perf_counter()
-        earlier = (0.0, 0.0) if ahead is None else (ahead.sql_s, ahead.decode_s)
-        self.last = ClosureRead(len(records), part.sql_s + earlier[0], part.decode_s + earlier[1] + done - merging, done - tick)
+        graph.load_edges(records, edges, disputed)
+        self.last = ClosureRead(len(records), tock - tick, time.perf_counter() - tock)
         return graph
-
-
-def _place(ctid: str) -> tuple[int, int]:
-    """A row's ``ctid`` (``'(block,offset)'``) as numbers, to order rows of two statements as one scan would."""
-    block, offset = ctid[1:-1].split(",")
-    return int(block), int(offset)
 
 
 def records_by_id(conn: Any, log: PostgresRecordLog, doc_ids: Collection[str]) -> dict[str, Record]:

@@ -144,22 +144,21 @@ class Service:
         as_of, filters = self.asked(request)
         asked = {"as_of": as_of, "filters": filters}
         started = time.perf_counter()
-        with retriever.reading_ahead(query):  # the closure's named part is read while Stage 1 runs
-            dense = None
-            if retriever.anchor_mode != "bm25":
-                dense = self._dense_pool.submit(_timed, retriever.channel_runs, query, caller, ("dense",), asked)
-            runs: dict[str, list[ChannelHit]] = {}
-            timings: dict[str, float] = {}
-            degraded: list[str] = []
-            if retriever.anchor_mode != "dense":
-                got, timings["bm25"] = _timed(retriever.channel_runs, query, caller, ("bm25",), asked)
-                runs.update(got)
-            if dense is not None:
-                self._collect_dense(dense, started + self.timeout_s * DENSE_SHARE, runs, timings, degraded)
-            if (down := self._feed_down()) is not None:
-                degraded.append(f"authority: {down}")
-                self.metrics.degraded.labels("authority").inc()
-            result = retriever.resolve_runs(query, runs, caller, started=started, as_of=as_of, filters=filters)
+        dense = None
+        if retriever.anchor_mode != "bm25":
+            dense = self._dense_pool.submit(_timed, retriever.channel_runs, query, caller, ("dense",), asked)
+        runs: dict[str, list[ChannelHit]] = {}
+        timings: dict[str, float] = {}
+        degraded: list[str] = []
+        if retriever.anchor_mode != "dense":
+            got, timings["bm25"] = _timed(retriever.channel_runs, query, caller, ("bm25",), asked)
+            runs.update(got)
+        if dense is not None:
+            self._collect_dense(dense, started + self.timeout_s * DENSE_SHARE, runs, timings, degraded)
+        if (down := self._feed_down()) is not None:
+            degraded.append(f"authority: {down}")
+            self.metrics.degraded.labels("authority").inc()
+        result = retriever.resolve_runs(query, runs, caller, started=started, as_of=as_of, filters=filters)
         tick = time.perf_counter()
         k, policy = request.k, self.store.policy
         if request.format == "json":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Self
@@ -97,9 +96,6 @@ class LeanStore:
         """The ids BM25 holds where they are in the heap (mapped ones are found in their files)."""
         self._idle: list[Any] = []
         self._pool = threading.Lock()
-        self._reader = ThreadPoolExecutor(max_workers=READERS_AHEAD, thread_name_prefix="car-rag-closure")
-        self._ahead = threading.local()
-        """This thread's query whose named part is being read ahead: (query, values, its read, connection)."""
         self.load()
 
     @classmethod
@@ -265,7 +261,7 @@ class LeanStore:
         with self._pool:
             conn = self._idle.pop() if self._idle else None
         try:
-            conn = conn or self.closure.connect()
+            conn = conn or self.log.connect(autocommit=False, role="closure")
             yield conn
         except BaseException:
             if conn is not None:
@@ -277,40 +273,10 @@ class LeanStore:
     def neighbourhood(self, query: str, doc_ids: Collection[str], named: Mapping[str, Sequence[str]]) -> AuthorityGraph:
         """The graph a query's latent-scope step and Stages 2 and 3 read: the closure of ``doc_ids``
         (its Stage-1 candidates), of the records holding a value its words may name, and of those
-        holding the scope ids ``named`` (the policy's patterns). Inside :meth:`reading_ahead` for
-        the same query, the part those values give was read meanwhile: only the candidates' is left."""
-        values = self.seed_values(query, named)
-        ahead = getattr(self._ahead, "read", None)
-        if ahead is not None and ahead[:2] == (query, values):
-            return self.closure.graph(ahead[3], doc_ids, (), ahead=ahead[2].result())
+        holding the scope ids ``named`` (the policy's patterns)."""
+        values = self.vocabulary.named_by(query) | {(k, v) for k, vs in named.items() for v in vs}
         with self._connection() as conn:
             return self.closure.graph(conn, doc_ids, values)
-
-    @contextmanager
-    def reading_ahead(self, query: str) -> Iterator[None]:
-        """Within it, the part of ``query``'s closure its words name is read in the background
-        while the caller embeds the question and searches Stage 1; :meth:`neighbourhood` then reads
-        the candidates' part in the same snapshot and merges. A Stage-1 candidate committed after
-        that snapshot is not in its graph, as one the feed has not brought is not in a memory-mode
-        worker's."""
-        with self.lock.read():  # the vocabulary as the change feed leaves it
-            values = self.seed_values(query, self.policy.scope_ids_in(query))
-        if not values:
-            yield
-            return
-        before = getattr(self._ahead, "read", None)
-        with self._connection() as conn, conn.transaction():
-            read = self._reader.submit(self.closure.read, conn, (), values)
-            self._ahead.read = (query, values, read, conn)
-            try:
-                yield
-            finally:
-                self._ahead.read = before
-                wait([read])  # the connection's next statement is the transaction's end
-
-    def seed_values(self, query: str, named: Mapping[str, Sequence[str]]) -> set[tuple[str, str]]:
-        """The scope values a query's closure starts from: those its words may name, and ``named``."""
-        return self.vocabulary.named_by(query) | {(k, v) for k, vs in named.items() for v in vs}
 
     def fetch(self, doc_ids: Collection[str]) -> dict[str, Record]:
         """The stored records of ``doc_ids``, by id (those stored): one query."""
@@ -368,7 +334,6 @@ class LeanStore:
     def close(self) -> None:
         if self.feed is not None:
             self.feed.stop()
-        self._reader.shutdown(cancel_futures=True)  # before the pool's lock: a read running takes it
         with self.lock.write(), self._pool:
             for conn in self._idle:
                 conn.close()
@@ -382,9 +347,6 @@ class LeanStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-READERS_AHEAD = 4
-"""Queries whose named part a worker reads ahead at once; more wait their turn (still overlapping their Stage 1)."""
 
 STAGE2_MODES = ("memory", "sql", "auto")
 STAGE2_SQL_ABOVE = 250_000

@@ -52,17 +52,17 @@ STEPS = ("server_ms", "round_trip_ms", "json_ms", "validate_ms", "graph_ms", "cl
 def captured(store: LeanStore, questions: list[str]) -> list[tuple[list[str], list[tuple[str, str]]]]:
     """The closure arguments (seed ids, scope values) of each question's retrieval."""
     seen: list[tuple[list[str], list[tuple[str, str]]]] = []
-    neighbourhood = store.neighbourhood
+    graph = store.closure.graph
 
-    def keep(query: str, doc_ids: Any, named: Any) -> AuthorityGraph:
-        seen.append((list(doc_ids), sorted(store.seed_values(query, named))))
-        return neighbourhood(query, doc_ids, named)
+    def keep(conn: Any, doc_ids: Any, values: Any) -> AuthorityGraph:
+        seen.append((list(doc_ids), sorted(values)))
+        return graph(conn, doc_ids, values)
 
-    store.neighbourhood = keep  # type: ignore[method-assign]
+    store.closure.graph = keep  # type: ignore[method-assign]
     retriever = ControllingAuthorityRetriever(store)
     for q in questions:
         retriever.retrieve(q)
-    store.neighbourhood = neighbourhood  # type: ignore[method-assign]
+    store.closure.graph = graph  # type: ignore[method-assign]
     return seen
 
 

@@ -139,7 +139,7 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     rss_ready = proc_status_mb("VmRSS")
     anon_ready, file_ready = proc_status_mb("RssAnon"), proc_status_mb("RssFile")
     answers = [answer_of(retriever.retrieve(q)) for q in questions]  # the first pass: answers, and warm
-    times, closure, closure_ms, sql_ms, waited_ms = [], [], [], [], []
+    times, closure, closure_ms, sql_ms = [], [], [], []
     for _ in range(args.passes):
         for q in questions:
             started = time.perf_counter()
@@ -150,7 +150,6 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
                 closure.append(read.records)
                 closure_ms.append((read.sql_s + read.decode_s) * 1000)
                 sql_ms.append(read.sql_s * 1000)
-                waited_ms.append(read.waited_s * 1000)
     (args.work / f"answers-{args.child}.json").write_text(json.dumps(answers))
     out = {
         "mode": args.child,
@@ -173,7 +172,6 @@ def child_worker(args: argparse.Namespace) -> dict[str, Any]:
     if closure:
         out["closure_records"] = {"mean": float(np.mean(closure)), "max": int(max(closure))}
         out["closure_ms"], out["closure_sql_ms"] = percentiles(closure_ms), percentiles(sql_ms)
-        out["closure_waited_ms"] = percentiles(waited_ms)
     store.close()
     return out
 
@@ -243,15 +241,14 @@ def write_md(results: dict[str, Any], path: Path) -> None:
         "",
         "| round | mode | start s (open + model) | open s | RSS after open MB | RSS ready MB | RSS end MB "
         "(anonymous + mapped files) | peak MB | whole retriever p50 / p95 / p99 ms | closure records per query "
-        "(mean, max) | closure p50 / p99 ms (of which SQL p50; the query waited p50) | load |",
+        "(mean, max) | closure p50 / p99 ms (of which SQL p50) | load |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n, run in enumerate(runs):
         lat, c = run["latency_ms"], run.get("closure_records")
         closure = "–" if c is None else f"{c['mean']:.1f}, {c['max']}"
         cost = run.get("closure_ms")
-        waited = f"; {run['closure_waited_ms']['p50']:.1f}" if "closure_waited_ms" in run else ""
-        cost_cell = "–" if cost is None else f"{cost['p50']:.1f} / {cost['p99']:.1f} ({run['closure_sql_ms']['p50']:.1f}{waited})"
+        cost_cell = "–" if cost is None else f"{cost['p50']:.1f} / {cost['p99']:.1f} ({run['closure_sql_ms']['p50']:.1f})"
         split = f" ({run['anon_end_mb']:.0f} + {run['file_end_mb']:.0f})" if "anon_end_mb" in run else ""
         mode = run["mode"] + (
             " (index mapped, built by an earlier worker)" if run.get("bm25_mapped_from_an_earlier_worker") else ""

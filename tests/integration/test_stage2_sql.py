@@ -7,7 +7,6 @@ says must be the same: records, statuses, roles, chains, controllers, order, pos
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,64 +137,6 @@ def test_an_insert_is_in_stage_2_at_once_and_in_bm25_after_the_feed(pg_store, tm
         assert "later-fix" in [r.doc_id for r in after] and "later-fix" not in lean.lexical.doc_ids
         assert [c.record.doc_id for c in lean.catch_up()] == ["later-fix"]
         assert "later-fix" in lean.lexical.doc_ids and answer_of(retriever.retrieve(query)) == expected
-
-
-def graph_of(graph: Any) -> tuple[Any, ...]:
-    """What a query reads of a closure's graph: records in ingest order, edges, claims, the entity index's values."""
-    return list(graph.records), graph.edges(), graph.disputed_edges(), graph.scope_values_since(0)
-
-
-def test_a_closure_read_in_two_parts_is_the_closure_read_at_once(both, demo_queries) -> None:
-    _, lean = both
-    retriever = ControllingAuthorityRetriever(lean)
-    ahead = 0
-    for query in demo_queries:
-        q = query["query"]
-        candidates = [h.doc_id for h in retriever.fuse(retriever.channel_runs(q))]
-        named = lean.policy.scope_ids_in(q)
-        at_once = graph_of(lean.neighbourhood(q, candidates, named))
-        with lean.reading_ahead(q):
-            assert graph_of(lean.neighbourhood(q, candidates, named)) == at_once, query["query_id"]
-        ahead += bool(lean.seed_values(q, named))
-    assert ahead > len(demo_queries) // 2  # most questions name a value: their closures were read in two parts
-
-
-def closures_in_transaction(url: str) -> int:
-    """This process's closure connections left open in a transaction."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        state = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state LIKE 'idle in transaction%%'"
-        row = conn.execute(state, (f"car-rag {os.getpid()} closure",)).fetchone()
-        assert row is not None
-        return int(row[0])
-
-
-def test_a_query_read_ahead_reads_one_snapshot_and_leaves_no_transaction_open(
-    postgres: ThrowawayPostgres, tmp_path, demo_policy, embedder, demo_corpus_path
-) -> None:
-    url = postgres.new_database()
-    query = "Is lodash still vulnerable to CVE-2099-10001?"
-    with CARStore.open(tmp_path / "writer", demo_policy, embedder=embedder, authority_url=url, vector_store="pgvector") as writer:
-        assert writer.ingest(demo_corpus_path, progress=False).errors == []
-        with LeanStore.open(url, embedder=embedder, follow=False) as lean:
-            named = lean.policy.scope_ids_in(query)
-            current = next(r.record for r in ControllingAuthorityRetriever(writer).retrieve(query).active)
-            newer = {**current.model_dump(mode="json"), "doc_id": "later-fix", "published_at": "2101-01-01"}
-            newer.update(effective_at=None, supersedes=[current.doc_id])
-            with lean.reading_ahead(query):
-                before = graph_of(lean.neighbourhood(query, [current.doc_id], named))
-                assert closures_in_transaction(url) == 1
-                assert writer.ingest([newer], progress=False).errors == []
-                # The snapshot the query started with: neither the new record nor its edge, even asked for.
-                assert graph_of(lean.neighbourhood(query, [current.doc_id, "later-fix"], named)) == before
-            assert closures_in_transaction(url) == 0
-            after = lean.neighbourhood(query, [current.doc_id], named)
-            assert "later-fix" in after.records and after.is_superseded(current.doc_id)
-            with pytest.raises(RuntimeError, match="the caller's own"), lean.reading_ahead(query):
-                raise RuntimeError("the caller's own error")
-            assert closures_in_transaction(url) == 0
-            assert graph_of(lean.neighbourhood(query, [current.doc_id], named)) == graph_of(after)
 
 
 def test_auto_picks_sql_above_the_threshold_only(pg_store, tmp_path, embedder) -> None:
