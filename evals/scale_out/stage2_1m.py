@@ -87,11 +87,7 @@ def main() -> None:
                 assert child.returncode == 0, f"the {mode} worker failed"
                 results["workers"].append(json.loads(out))
                 print(json.dumps(results["workers"][-1]), flush=True)
-    answers = {m: json.loads((workers.work / f"answers-{m}.json").read_text()) for m in modes}
-    results["same_answers"] = {
-        mode: {"questions": len(answers["memory"]), "same": sum(a == b for a, b in zip(answers["memory"], answers[mode]))}
-        for mode in modes[1:]
-    }
+    results["same_answers"] = perf.same_answers(workers.work, modes)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     path = args.out / f"{args.name}.md"

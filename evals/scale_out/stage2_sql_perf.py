@@ -295,6 +295,20 @@ def worker_results(script: str, passes: int, modes: list[str]) -> dict[str, Any]
     return {**results_header(script).fields(), "passes": passes, "modes": modes, "workers": []}
 
 
+def same_answers(work: Path, modes: list[str]) -> dict[str, dict[str, int]]:
+    """Each mode's first-pass answers (its workers' ``answers-<mode>.json`` in ``work``) against memory's:
+    how many of the questions are the same."""
+    memory = json.loads((work / "answers-memory.json").read_text())
+    return {
+        mode: {
+            "questions": len(memory),
+            "same": sum(a == b for a, b in zip(memory, json.loads((work / f"answers-{mode}.json").read_text()))),
+        }
+        for mode in modes
+        if mode != "memory"
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=100_000)
@@ -345,11 +359,7 @@ def main() -> None:
                 assert child.returncode == 0, f"the traced {mode} worker failed"
                 results["heap"].append(json.loads(out))
                 print(json.dumps(results["heap"][-1]), flush=True)
-        memory = json.loads((args.work / "answers-memory.json").read_text())
-        results["same_answers"] = {}
-        for mode in (m for m in modes if m != "memory"):
-            other = json.loads((args.work / f"answers-{mode}.json").read_text())
-            results["same_answers"][mode] = {"questions": len(memory), "same": sum(a == b for a, b in zip(memory, other))}
+        results["same_answers"] = same_answers(args.work, modes)
         if not args.no_feed:
             print("feed", flush=True)
             results["feed"] = measure_feed(args)
