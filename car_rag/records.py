@@ -24,13 +24,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
     StrictStr,
     ValidationError,
-    ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
 )
+from pydantic_core import core_schema
 
 __all__ = [
     "PUBLIC_TENANT",
@@ -99,6 +100,36 @@ def _not_blank(value: str) -> str:
     return value
 
 
+def _encodable(value: Any) -> Any:
+    # A lone surrogate cannot be encoded: it would break hashing, storage and rendering. Most
+    # values are ASCII or absent: skipped.
+    if value is None or (isinstance(value, str) and value.isascii()):
+        return value
+    strings = value.items() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+    for item in strings:
+        for text in item if isinstance(item, tuple) else (item,):
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(f"unpaired surrogate at position {exc.start}: not valid Unicode") from None
+    return value
+
+
+class _FromPythonOnly:
+    """Annotation: check a field with :func:`_encodable` on Python input only. JSON input cannot
+    carry a lone surrogate (pydantic's parser refuses it), so a stored record read back, as every
+    ``--stage2 sql`` query does for each record of its closure, makes no call into Python here."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        schema = handler(source)
+        return core_schema.json_or_python_schema(
+            json_schema=schema, python_schema=core_schema.no_info_after_validator_function(_encodable, schema)
+        )
+
+
+_Encodable = _FromPythonOnly()
+
 _Label = Annotated[StrictStr, AfterValidator(_not_blank)]
 """A scope key or value, tenant or principal: a string that is not empty or white space."""
 
@@ -113,32 +144,34 @@ class Record(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    doc_id: StrictStr = Field(min_length=1, description="Stable unique id of the record.")
-    text: StrictStr = Field(description="The document text, verbatim.")
-    doc_type: StrictStr = Field(min_length=1, description="Kind of document; policy rules match on it.")
-    scope: dict[_Label, _Label] = Field(
+    doc_id: Annotated[StrictStr, _Encodable] = Field(min_length=1, description="Stable unique id of the record.")
+    text: Annotated[StrictStr, _Encodable] = Field(description="The document text, verbatim.")
+    doc_type: Annotated[StrictStr, _Encodable] = Field(min_length=1, description="Kind of document; policy rules match on it.")
+    scope: Annotated[dict[_Label, _Label], _Encodable] = Field(
         default_factory=dict, description="Entity keys the record is about, e.g. {'cve_id': ..., 'package': ...}."
     )
     published_at: datetime | None = Field(default=None, description="When the record was issued.")
     effective_at: datetime | None = Field(
         default=None, description="When it takes effect, if not when published; used for temporal rules."
     )
-    version: StrictStr | None = Field(default=None, description="Version label, for version-ordered rules.")
-    source: StrictStr | None = Field(default=None, description="Issuing source (feed, court, agency).")
-    uri: StrictStr | None = Field(default=None, description="Where the record can be cited from.")
+    version: Annotated[StrictStr | None, _Encodable] = Field(
+        default=None, description="Version label, for version-ordered rules."
+    )
+    source: Annotated[StrictStr | None, _Encodable] = Field(default=None, description="Issuing source (feed, court, agency).")
+    uri: Annotated[StrictStr | None, _Encodable] = Field(default=None, description="Where the record can be cited from.")
     authority: float | None = Field(default=None, ge=0.0, le=1.0, strict=True, description="Source authority weight, 0..1.")
-    tenant: _Label | None = Field(
+    tenant: Annotated[_Label | None, _Encodable] = Field(
         default=None, description=f"Owning tenant; None means every tenant ({PUBLIC_TENANT!r} is reserved)."
     )
-    allowed_principals: list[_Label] = Field(
+    allowed_principals: Annotated[list[_Label], _Encodable] = Field(
         default_factory=list, description="Principals allowed to read it; empty means every principal."
     )
-    publisher: _Label | None = Field(
+    publisher: Annotated[_Label | None, _Encodable] = Field(
         default=None,
         description="For a public record (no tenant): the publisher that issued it; its edges may void "
         "tenants' records (see car_rag.trust). A server sets it from a publisher key, and refuses it from any other.",
     )
-    supersedes: list[StrictStr] = Field(
+    supersedes: Annotated[list[StrictStr], _Encodable] = Field(
         default_factory=list,
         description="Explicit supersession edges: ids this record voids; an entry {'id': ..., 'confidence': 0.7} "
         "gives an edge inferred with that confidence (Definition 9), a plain id one that is certain.",
@@ -160,7 +193,7 @@ class Record(BaseModel):
         if "supersedes_confidence" in data:
             raise ValueError("supersedes_confidence: give an edge's confidence in its supersedes entry instead")
         entries = data.get("supersedes")
-        if not isinstance(entries, list) or all(isinstance(e, str) for e in entries):
+        if not entries or not isinstance(entries, list) or all(isinstance(e, str) for e in entries):
             return data
         ids: list[Any] = []
         confidence: dict[str, float] = {}
@@ -214,36 +247,6 @@ class Record(BaseModel):
             raise ValueError("doc_id must not start or end with white space")
         return value
 
-    @field_validator(
-        "doc_id",
-        "text",
-        "doc_type",
-        "version",
-        "source",
-        "uri",
-        "tenant",
-        "publisher",
-        "scope",
-        "allowed_principals",
-        "supersedes",
-    )
-    @classmethod
-    def _valid_unicode(cls, value: object, info: ValidationInfo) -> object:
-        # A lone surrogate cannot be encoded: it would break hashing, storage and rendering. JSON
-        # input cannot carry one (pydantic's parser rejects it), so a stored record read back skips
-        # this; most other values are ASCII or absent: skipped too.
-        if info.mode == "json" or value is None or (isinstance(value, str) and value.isascii()):
-            return value
-        strings = value.items() if isinstance(value, dict) else value if isinstance(value, list) else [value]
-        for item in strings:
-            for text in item if isinstance(item, tuple) else (item,):
-                if isinstance(text, str):
-                    try:
-                        text.encode("utf-8")
-                    except UnicodeEncodeError as exc:
-                        raise ValueError(f"unpaired surrogate at position {exc.start}: not valid Unicode") from None
-        return value
-
     @field_validator("tenant")
     @classmethod
     def _not_public_marker(cls, value: str | None) -> str | None:
@@ -273,6 +276,9 @@ class Record(BaseModel):
     def _not_a_number(cls, value: object) -> object:
         # pydantic reads a number, or a string of digits, as seconds since 1970: 2024 or
         # "20240131" would silently become a date in 1970.
+        # A date-time as every stored record holds one cannot be a number: returned first.
+        if value is None or (isinstance(value, str) and ":" in value):
+            return value
         if isinstance(value, numbers.Number) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
             raise ValueError(
                 f"must be an ISO-8601 date such as '2024-01-31' or '2024-01-31T12:00:00Z', not a number: {_shown(value)}"
