@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--anchors", default="hybrid", choices=["bm25", "dense", "hybrid"])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    header = results_header(__file__)  # the load before the run, as the results say
     folder = None
     if args.store is None:
         folder = tempfile.TemporaryDirectory()
@@ -84,7 +85,6 @@ def main() -> None:
                     rps = len(asked) / (time.perf_counter() - tick)
                 rows.append(("POST /retrieve", concurrency, percentiles(latencies), rps))
         size = len(store)
-    header = results_header(__file__)
     lines = [
         f"# car-rag serve: latency ({size} records, anchors {args.anchors}, {args.requests} requests per row)",
         "",

@@ -149,12 +149,12 @@ def main() -> None:
         help="PostgreSQL's and Chroma's folders (made afresh; PostgreSQL's user must be able to enter it)",
     )
     args = parser.parse_args()
+    header = results_header(__file__)  # the load at the start, as the results say
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     with servers(args.work) as (url, chroma):
         stall = stalled_chroma(url, chroma, args.work)
         replace = replaced_while_committing(url, chroma.url, args.work)
-    header = results_header(__file__)
     text = [
         "# Change-feed faults (`python evals/serve/feed_faults.py`)",
         "",
