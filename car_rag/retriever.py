@@ -51,6 +51,11 @@ SCOPE_TIES = 0.5
 (chosen leave-one-suite-out, ``evals/results/anchors/loso.md``)."""
 SCOPE_DECAY = 0.5
 """A scope's next anchor is worth this fraction of its previous one (same provenance)."""
+MASKS_KEPT = 64
+"""Eligibility masks a retriever keeps, one per gate (caller, ``as_of``, filter) asked lately."""
+MASK_BYTES = 64 * 2**20
+"""...and the bytes they may hold together (a mask is a byte per record): at 10M records 64
+masks would hold 640 MB of a ``--stage2 sql`` worker's memory, 6 hold 60 MB."""
 
 
 class ControllingAuthorityRetriever:
@@ -270,7 +275,7 @@ class ControllingAuthorityRetriever:
         if self._mask_index != (lexical, lexical.generation):  # an ingest changed the index
             self._mask_index, self._masks, self._times = (lexical, lexical.generation), {}, None
         if gate not in self._masks:
-            if len(self._masks) >= 64:
+            while self._masks and len(self._masks) >= min(MASKS_KEPT, MASK_BYTES // max(1, len(lexical.doc_ids))):
                 self._masks.pop(next(iter(self._masks)))
             if gate.as_of is not None and self._times is None and not isinstance(self.store, LeanStore):
                 self._times = self._dates(lexical.doc_ids)

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from car_rag import load_policy
+from car_rag import retriever as retriever_module
 from car_rag.eligibility import CallerContext, Gate, RecordFilter, as_of_label, filter_of, instant
 from car_rag.evidence import render_audit, render_plain, render_reader
 from car_rag.graph import AuthorityGraph
@@ -127,3 +128,17 @@ def test_every_evidence_form_says_the_date():
         assert '<as-of date="2024-01-11">As of 2024-01-11:' in form
     now = ControllingAuthorityRetriever(store, anchors="bm25").retrieve("blackout ACME E1")  # type: ignore[arg-type]
     assert "as_of" not in now.to_dict() and "As of" not in render_plain(now) + render_reader(now) + render_audit(now)
+
+
+def test_the_mask_cache_keeps_within_its_bytes_and_answers_as_a_fresh_retriever(monkeypatch):
+    """A mask is a byte per record (64 of them would hold 640 MB at 10M records): the cache keeps
+    as many as MASK_BYTES allows, here two, and dropping one changes no answer."""
+    store = MemoryStore(SEC, [trading("blackout", "blackout_announced", 0), trading("lifted", "blackout_lifted", 30)])
+    monkeypatch.setattr(retriever_module, "MASK_BYTES", 2 * len(store.lexical.doc_ids))
+    kept = ControllingAuthorityRetriever(store, anchors="bm25")  # type: ignore[arg-type]
+    for n in (5, 10, 40, 45, 10, 5):
+        as_of = day_of(n)
+        got = kept.retrieve("blackout ACME E1", as_of=as_of)
+        fresh = ControllingAuthorityRetriever(store, anchors="bm25").retrieve("blackout ACME E1", as_of=as_of)  # type: ignore[arg-type]
+        assert {**got.to_dict(), "timings_ms": None} == {**fresh.to_dict(), "timings_ms": None}
+        assert len(kept._masks) <= 2
