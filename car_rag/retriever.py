@@ -275,7 +275,8 @@ class ControllingAuthorityRetriever:
         if self._mask_index != (lexical, lexical.generation):  # an ingest changed the index
             self._mask_index, self._masks, self._times = (lexical, lexical.generation), {}, None
         if gate not in self._masks:
-            while self._masks and len(self._masks) >= min(MASKS_KEPT, MASK_BYTES // max(1, len(lexical.doc_ids))):
+            kept = max(1, min(MASKS_KEPT, MASK_BYTES // max(1, len(lexical.doc_ids))))
+            while len(self._masks) >= kept:
                 self._masks.pop(next(iter(self._masks)))
             if gate.as_of is not None and self._times is None and not isinstance(self.store, LeanStore):
                 self._times = self._dates(lexical.doc_ids)
